@@ -1,0 +1,37 @@
+# hpctrain: `make demo` sets up and runs the demo job, `make test` sets up and
+# runs the tests. Both install what they need first (scripts/install-deps.sh).
+BUILD ?= build
+JOBS ?= $(shell nproc)
+CMAKE_FLAGS ?=
+CTEST_FLAGS ?=
+
+.PHONY: all deps configure build test test-unit demo clean format
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja: CMakeLists.txt
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test: build
+	cd $(BUILD) && ctest --output-on-failure --timeout 600 $(CTEST_FLAGS)
+
+# Only the fast in-process tests.
+test-unit: build
+	cd $(BUILD) && ctest --output-on-failure -L unit $(CTEST_FLAGS)
+
+demo: build
+	bash scripts/demo.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h')
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,103 @@
+#include "comm/communicator.h"
+
+#include "comm/reduce.h"
+#include "core/error.h"
+
+namespace hpct::comm {
+namespace {
+
+std::string where(const Communicator& c, const char* op) {
+  return std::string(op) + " on rank " + std::to_string(c.rank()) + " of " +
+         std::to_string(c.size()) + " (" + c.backend_name() + ")";
+}
+
+void need_buffer(const Communicator& c, const char* op, const void* p, size_t count,
+                 const char* name) {
+  if (p == nullptr && count > 0) {
+    throw_invalid_argument(where(c, op) + ": " + name + " is null but count is " +
+                           std::to_string(count));
+  }
+}
+
+void need_rank(const Communicator& c, const char* op, int r, const char* name) {
+  if (r < 0 || r >= c.size()) {
+    throw_invalid_argument(where(c, op) + ": " + name + " " + std::to_string(r) +
+                           " is not a rank of this job (0.." + std::to_string(c.size() - 1) + ")");
+  }
+}
+
+template <typename Opts>
+Opts with_timeout(const Communicator& c, const char* op, Opts o) {
+  if (o.timeout.count() < 0) {
+    throw_invalid_argument(where(c, op) + ": negative timeout " + std::to_string(o.timeout.count()) +
+                           " ms");
+  }
+  if (o.timeout.count() == 0) o.timeout = c.default_timeout();
+  return o;
+}
+
+}  // namespace
+
+void allreduce(Communicator& comm, const AllreduceOptions& opts) {
+  need_buffer(comm, "allreduce", opts.output, opts.count, "output");
+  check_reducible(opts.dtype, opts.op);
+  AllreduceOptions o = with_timeout(comm, "allreduce", opts);
+  if (o.input == nullptr) o.input = o.output;
+  comm.do_allreduce(o);
+}
+
+void broadcast(Communicator& comm, const BroadcastOptions& opts) {
+  need_buffer(comm, "broadcast", opts.buffer, opts.count, "buffer");
+  need_rank(comm, "broadcast", opts.root, "root");
+  comm.do_broadcast(with_timeout(comm, "broadcast", opts));
+}
+
+void allgather(Communicator& comm, const AllgatherOptions& opts) {
+  need_buffer(comm, "allgather", opts.input, opts.count, "input");
+  need_buffer(comm, "allgather", opts.output, opts.count, "output");
+  comm.do_allgather(with_timeout(comm, "allgather", opts));
+}
+
+void allgatherv(Communicator& comm, const AllgathervOptions& opts) {
+  if (opts.counts.size() != static_cast<size_t>(comm.size())) {
+    throw_invalid_argument(where(comm, "allgatherv") + ": counts has " +
+                           std::to_string(opts.counts.size()) + " entries, need one per rank (" +
+                           std::to_string(comm.size()) + ")");
+  }
+  size_t total = 0;
+  for (size_t c : opts.counts) total += c;
+  need_buffer(comm, "allgatherv", opts.input, opts.counts[comm.rank()], "input");
+  need_buffer(comm, "allgatherv", opts.output, total, "output");
+  comm.do_allgatherv(with_timeout(comm, "allgatherv", opts));
+}
+
+void reduce_scatter(Communicator& comm, const ReduceScatterOptions& opts) {
+  need_buffer(comm, "reduce_scatter", opts.input, opts.count, "input");
+  need_buffer(comm, "reduce_scatter", opts.output, opts.count, "output");
+  check_reducible(opts.dtype, opts.op);
+  comm.do_reduce_scatter(with_timeout(comm, "reduce_scatter", opts));
+}
+
+void barrier(Communicator& comm, const BarrierOptions& opts) {
+  comm.do_barrier(with_timeout(comm, "barrier", opts));
+}
+
+void send(Communicator& comm, const SendOptions& opts) {
+  need_buffer(comm, "send", opts.data, opts.count, "data");
+  need_rank(comm, "send", opts.peer, "peer");
+  if (opts.peer == comm.rank()) {
+    throw_invalid_argument(where(comm, "send") + ": a rank cannot send to itself");
+  }
+  comm.do_send(with_timeout(comm, "send", opts));
+}
+
+void recv(Communicator& comm, const RecvOptions& opts) {
+  need_buffer(comm, "recv", opts.data, opts.count, "data");
+  need_rank(comm, "recv", opts.peer, "peer");
+  if (opts.peer == comm.rank()) {
+    throw_invalid_argument(where(comm, "recv") + ": a rank cannot receive from itself");
+  }
+  comm.do_recv(with_timeout(comm, "recv", opts));
+}
+
+}  // namespace hpct::comm

@@ -1,0 +1,159 @@
+// The Communicator: collectives and point-to-point transfers between the
+// ranks of a job, over a backend (comm/mpi/, comm/gloo/).
+//
+// One operation = an options struct + one free function (allreduce(comm,
+// opts)), with the tag and timeout explicit. The free functions check the
+// arguments (null buffers, counts, roots, dtype/op pairs) and resolve the
+// timeout (0 = the communicator's default, HPCT_TIMEOUT_S), then call the
+// backend.
+//
+// Blocking and threads: every operation blocks the calling thread until it is
+// done on this rank. A Communicator is not thread-safe: one operation at a
+// time, in the same order on every rank (the engine's background thread is
+// its one user in training). Several Communicators (one per in-process rank)
+// may run in parallel.
+//
+// Failure: no operation waits forever. When the time runs out the operation
+// raises Timeout; when a peer's process dies (its connection closes) it
+// raises PeerFailure naming the peer where the backend can tell. After either,
+// the communicator is broken: every later operation raises the same error at
+// once. Buffers are caller-owned and must stay valid until the call returns.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "comm/types.h"
+#include "core/clock.h"
+
+namespace hpct::comm {
+
+struct AllreduceOptions {
+  const void* input = nullptr;  // nullptr or == output: in place
+  void* output = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::uint32_t tag = 0;
+  Millis timeout{0};  // 0: the communicator's default
+};
+
+struct BroadcastOptions {
+  void* buffer = nullptr;  // read on root, written elsewhere
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  int root = 0;
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
+// Every rank contributes `count` elements; output holds count * size, rank r's
+// block at r * count.
+struct AllgatherOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
+// Rank r contributes counts[r] elements; output holds sum(counts), in rank order.
+struct AllgathervOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  std::vector<size_t> counts;  // one per rank, the same on every rank
+  DataType dtype = DataType::kFloat32;
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
+// input holds count * size elements; output receives the reduction of block
+// `rank` (count elements).
+struct ReduceScatterOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
+struct BarrierOptions {
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
+struct SendOptions {
+  const void* data = nullptr;
+  size_t count = 0;
+  DataType dtype = DataType::kUInt8;
+  int peer = 0;
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
+struct RecvOptions {
+  void* data = nullptr;
+  size_t count = 0;  // must equal the sender's count
+  DataType dtype = DataType::kUInt8;
+  int peer = 0;
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
+enum class OpKind { kAllreduce, kBroadcast, kAllgather, kAllgatherv, kReduceScatter, kBarrier };
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual const char* backend_name() const = 0;  // "mpi", "gloo"
+  // The algorithm the backend uses for this operation and message size, as
+  // the benchmark reports it ("ring", "mpi-tuned", ...).
+  virtual std::string algorithm(OpKind op, size_t bytes) const = 0;
+  Millis default_timeout() const { return default_timeout_; }
+
+ protected:
+  explicit Communicator(Millis default_timeout) : default_timeout_(default_timeout) {}
+
+  // Called with checked options and a resolved, non-zero timeout.
+  virtual void do_allreduce(const AllreduceOptions& o) = 0;
+  virtual void do_broadcast(const BroadcastOptions& o) = 0;
+  virtual void do_allgather(const AllgatherOptions& o) = 0;
+  virtual void do_allgatherv(const AllgathervOptions& o) = 0;
+  virtual void do_reduce_scatter(const ReduceScatterOptions& o) = 0;
+  virtual void do_barrier(const BarrierOptions& o) = 0;
+  virtual void do_send(const SendOptions& o) = 0;
+  virtual void do_recv(const RecvOptions& o) = 0;
+
+ private:
+  Millis default_timeout_;
+
+  friend void allreduce(Communicator&, const AllreduceOptions&);
+  friend void broadcast(Communicator&, const BroadcastOptions&);
+  friend void allgather(Communicator&, const AllgatherOptions&);
+  friend void allgatherv(Communicator&, const AllgathervOptions&);
+  friend void reduce_scatter(Communicator&, const ReduceScatterOptions&);
+  friend void barrier(Communicator&, const BarrierOptions&);
+  friend void send(Communicator&, const SendOptions&);
+  friend void recv(Communicator&, const RecvOptions&);
+};
+
+void allreduce(Communicator& comm, const AllreduceOptions& opts);
+void broadcast(Communicator& comm, const BroadcastOptions& opts);
+void allgather(Communicator& comm, const AllgatherOptions& opts);
+void allgatherv(Communicator& comm, const AllgathervOptions& opts);
+void reduce_scatter(Communicator& comm, const ReduceScatterOptions& opts);
+void barrier(Communicator& comm, const BarrierOptions& opts = {});
+void send(Communicator& comm, const SendOptions& opts);
+void recv(Communicator& comm, const RecvOptions& opts);
+
+}  // namespace hpct::comm

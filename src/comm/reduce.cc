@@ -1,0 +1,118 @@
+#include "comm/reduce.h"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "core/error.h"
+
+namespace hpct::comm {
+namespace {
+
+template <typename T, typename F>
+void apply(void* out, const void* a, const void* b, size_t n, F f) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) o[i] = f(x[i], y[i]);
+}
+
+template <typename T>
+void reduce_typed(void* out, const void* a, const void* b, size_t n, ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg:
+      apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x + y); });
+      break;
+    case ReduceOp::kProduct:
+      apply<T>(out, a, b, n, [](T x, T y) { return static_cast<T>(x * y); });
+      break;
+    case ReduceOp::kMin:
+      apply<T>(out, a, b, n, [](T x, T y) { return std::min(x, y); });
+      break;
+    case ReduceOp::kMax:
+      apply<T>(out, a, b, n, [](T x, T y) { return std::max(x, y); });
+      break;
+  }
+}
+
+// 16-bit floats: widen, reduce in float32, round back. Blocks keep the
+// temporaries in L1.
+template <float (*ToFloat)(std::uint16_t), std::uint16_t (*FromFloat)(float)>
+void reduce_16(void* out, const void* a, const void* b, size_t n, ReduceOp op) {
+  constexpr size_t kBlock = 256;
+  float fa[kBlock], fb[kBlock];
+  auto* o = static_cast<std::uint16_t*>(out);
+  const auto* x = static_cast<const std::uint16_t*>(a);
+  const auto* y = static_cast<const std::uint16_t*>(b);
+  for (size_t base = 0; base < n; base += kBlock) {
+    const size_t m = std::min(kBlock, n - base);
+    for (size_t i = 0; i < m; ++i) {
+      fa[i] = ToFloat(x[base + i]);
+      fb[i] = ToFloat(y[base + i]);
+    }
+    reduce_typed<float>(fa, fa, fb, m, op);
+    for (size_t i = 0; i < m; ++i) o[base + i] = FromFloat(fa[i]);
+  }
+}
+
+}  // namespace
+
+void check_reducible(DataType dtype, ReduceOp op) {
+  if (op == ReduceOp::kAvg && !is_floating(dtype)) {
+    throw_invalid_argument(std::string("avg of ") + dtype_name(dtype) +
+                           " is not defined (it would truncate); reduce with sum and divide, "
+                           "or use a floating dtype");
+  }
+}
+
+void reduce_elements(void* out, const void* a, const void* b, size_t count, DataType dtype,
+                     ReduceOp op) {
+  switch (dtype) {
+    case DataType::kFloat32: reduce_typed<float>(out, a, b, count, op); break;
+    case DataType::kFloat64: reduce_typed<double>(out, a, b, count, op); break;
+    case DataType::kInt32: reduce_typed<std::int32_t>(out, a, b, count, op); break;
+    case DataType::kInt64: reduce_typed<std::int64_t>(out, a, b, count, op); break;
+    case DataType::kUInt8: reduce_typed<std::uint8_t>(out, a, b, count, op); break;
+    case DataType::kFloat16:
+      reduce_16<half_to_float, float_to_half>(out, a, b, count, op);
+      break;
+    case DataType::kBFloat16:
+      reduce_16<bfloat16_to_float, float_to_bfloat16>(out, a, b, count, op);
+      break;
+  }
+}
+
+void finish_average(void* data, size_t count, DataType dtype, int divisor) {
+  // Divide rather than multiply by 1/n, so the result is the sum / n a user
+  // computes by hand, to the last bit.
+  switch (dtype) {
+    case DataType::kFloat32: {
+      auto* p = static_cast<float*>(data);
+      const float n = static_cast<float>(divisor);
+      for (size_t i = 0; i < count; ++i) p[i] /= n;
+      break;
+    }
+    case DataType::kFloat64: {
+      auto* p = static_cast<double*>(data);
+      const double n = divisor;
+      for (size_t i = 0; i < count; ++i) p[i] /= n;
+      break;
+    }
+    case DataType::kFloat16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      for (size_t i = 0; i < count; ++i) p[i] = float_to_half(half_to_float(p[i]) / divisor);
+      break;
+    }
+    case DataType::kBFloat16: {
+      auto* p = static_cast<std::uint16_t*>(data);
+      for (size_t i = 0; i < count; ++i) {
+        p[i] = float_to_bfloat16(bfloat16_to_float(p[i]) / divisor);
+      }
+      break;
+    }
+    default:
+      check_reducible(dtype, ReduceOp::kAvg);
+  }
+}
+
+}  // namespace hpct::comm

@@ -1,0 +1,90 @@
+// The one place where every hpctrain tunable is declared.
+//
+// Each entry has a type, a default and one line of doc. Values come from the
+// environment (HPCT_*) and may be overridden by command-line flags
+// (--timeout-s for HPCT_TIMEOUT_S). `hpctrain config` and --verbose print
+// the effective values with where each came from. Nothing else in hpctrain
+// reads HPCT_* variables.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/env.h"
+
+namespace hpct {
+
+// X(type, field, ENV_NAME, default, doc)
+#define HPCT_CONFIG_PARAMS(X)                                                                   \
+  X(double, timeout_s, "HPCT_TIMEOUT_S", 300.0,                                                 \
+    "Seconds a communication operation or store wait may take before it raises Timeout")        \
+  X(std::string, backend, "HPCT_BACKEND", "auto",                                               \
+    "Communication backend: auto (MPI under mpirun/srun with MPI, Gloo otherwise), mpi, gloo")   \
+  X(std::string, network_interface, "HPCT_NETWORK_INTERFACE", "",                               \
+    "Interface Gloo binds to, e.g. eth0 (empty: the address that reaches the store, or lo)")    \
+  X(std::string, bind_address, "HPCT_BIND_ADDRESS", "",                                         \
+    "IP address Gloo binds to; overrides HPCT_NETWORK_INTERFACE")                               \
+  X(std::string, store_addr, "HPCT_STORE_ADDR", "",                                             \
+    "host:port of the job's authenticated TCP store (set by hpctrain launch)")                  \
+  X(std::string, store_dir, "HPCT_STORE_DIR", "",                                               \
+    "Directory of a file store shared by every rank, used when no HPCT_STORE_ADDR is given")    \
+  X(std::int64_t, secret_fd, "HPCT_SECRET_FD", -1,                                              \
+    "File descriptor the job secret is read from (set by hpctrain launch; never argv or env)")   \
+  X(std::int64_t, max_frame_bytes, "HPCT_MAX_FRAME_BYTES", 64 << 20,                            \
+    "Largest message the TCP store accepts; larger length prefixes are refused unread")         \
+  X(std::string, log_level, "HPCT_LOG_LEVEL", "info",                                           \
+    "Least severe log level printed: error, warn, info, debug, trace")                          \
+  X(std::string, log_subsystems, "HPCT_LOG_SUBSYSTEMS", "all",                                  \
+    "Comma-separated subsystems to log (core,store,comm,engine,...) or all")                    \
+  X(bool, mpi_yield, "HPCT_MPI_YIELD", true,                                                    \
+    "Let MPI yield the core while it waits (mpi_yield_when_idle); spinning starves 2-core ranks")
+
+// Variables that describe the job rather than tune it: set by hpctrain launch
+// for every rank, read by discover_world() (core/world.h), never by hand.
+#define HPCT_JOB_VARIABLES(X)                                                         \
+  X("HPCT_RANK") X("HPCT_SIZE") X("HPCT_LOCAL_RANK") X("HPCT_LOCAL_SIZE")             \
+  X("HPCT_CROSS_RANK") X("HPCT_CROSS_SIZE") X("HPCT_HOSTNAME") X("HPCT_RESTART")      \
+  X("HPCT_JOB_ID")
+
+// The source of a value, as `hpctrain config` prints it.
+enum class ConfigSource { kDefault, kEnv, kFlag };
+
+struct ConfigEntry {
+  std::string env_name;   // HPCT_TIMEOUT_S
+  std::string flag_name;  // --timeout-s
+  std::string type;       // double, int, bool, string
+  std::string value;      // effective value, printed
+  std::string default_value;
+  std::string doc;
+  ConfigSource source = ConfigSource::kDefault;
+};
+
+struct Config {
+#define HPCT_CONFIG_FIELD(TYPE, FIELD, ENV, DEF, DOC) TYPE FIELD = DEF;
+  HPCT_CONFIG_PARAMS(HPCT_CONFIG_FIELD)
+#undef HPCT_CONFIG_FIELD
+
+  // Reads every declared HPCT_* variable. A malformed value raises
+  // InvalidArgument naming the variable, the value and the expected type.
+  // HPCT_* variables that are not declared are kept in unknown_env so the
+  // caller can warn (with the nearest declared name).
+  static Config from_env(const Env& env);
+
+  // Sets one parameter by its env name (HPCT_TIMEOUT_S) or flag name
+  // (timeout-s or --timeout-s). Unknown names and malformed values raise
+  // InvalidArgument.
+  void set(const std::string& name, const std::string& value, ConfigSource source);
+
+  // Every parameter with its effective value and where it came from.
+  std::vector<ConfigEntry> describe() const;
+
+  // "HPCT_TIMOUT_S is not an hpctrain variable; did you mean HPCT_TIMEOUT_S?"
+  std::vector<std::string> unknown_env_warnings() const;
+
+  std::map<std::string, ConfigSource> sources;  // by env name; absent = default
+  std::vector<std::string> unknown_env;
+};
+
+}  // namespace hpct

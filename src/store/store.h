@@ -1,0 +1,70 @@
+// Key-value stores for rendezvous and control between the ranks of a job.
+//
+// A Store holds byte strings under string keys. Ranks use it to find each
+// other (Gloo exchanges its addresses through it), to agree on small facts
+// and to report failures. Three implementations share this interface:
+// MemoryStore (ranks as threads of one process), FileStore (a directory all
+// ranks see, e.g. NFS) and TcpStore (a server on the launcher, every message
+// authenticated with the job secret).
+//
+// Every method is thread-safe. Every blocking method takes a timeout and, when
+// it runs out, raises Timeout naming the keys it waited for.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+
+namespace hpct::store {
+
+class Store {
+ public:
+  virtual ~Store() = default;
+
+  // Creates or replaces key.
+  virtual void set(const std::string& key, const std::string& value) = 0;
+
+  // Blocks until key exists, then returns its value.
+  virtual std::string get(const std::string& key, Millis timeout) = 0;
+
+  // Adds delta to the integer stored at key (0 when absent) and returns the
+  // new value; atomic across all clients.
+  virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
+
+  // Blocks until every key exists.
+  virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
+
+  // True when every key exists now; never blocks.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+
+  // Deletes key; true when it existed.
+  virtual bool remove(const std::string& key) = 0;
+};
+
+// Puts every key of an inner store under "prefix/", so several communicators
+// or jobs can share one store.
+class PrefixStore final : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> inner);
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key, Millis timeout) override;
+  std::int64_t add(const std::string& key, std::int64_t delta) override;
+  void wait(const std::vector<std::string>& keys, Millis timeout) override;
+  bool check(const std::vector<std::string>& keys) override;
+  bool remove(const std::string& key) override;
+
+ private:
+  std::string full(const std::string& key) const { return prefix_ + "/" + key; }
+  std::vector<std::string> full(const std::vector<std::string>& keys) const;
+  std::string prefix_;
+  std::shared_ptr<Store> inner_;
+};
+
+// "timed out after 2000 ms waiting for store keys [a, b] (missing: b)".
+std::string describe_wait(const std::vector<std::string>& keys,
+                          const std::vector<std::string>& missing, Millis timeout);
+
+}  // namespace hpct::store

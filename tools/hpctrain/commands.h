@@ -1,0 +1,27 @@
+// The hpctrain CLI: one file per subcommand, each adding itself to the root
+// App. A subcommand's callback stores the work to run in Cli::run, so that
+// main() runs it outside CLI11's parser and maps hpct::Error to exit codes.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+#include "core/config.h"
+
+namespace hpct::cli {
+
+struct Cli {
+  Config config;                // HPCT_* from the environment, then --set flags
+  bool verbose = false;         // print the effective configuration first
+  std::function<int()> run;     // the chosen subcommand's work; returns the exit code
+};
+
+void add_config_command(CLI::App& app, Cli& cli);
+void add_bench_command(CLI::App& app, Cli& cli);
+void add_demo_command(CLI::App& app, Cli& cli);
+
+// Prints the effective configuration as a table (or JSON lines).
+void print_config(const Config& config, bool json);
+
+}  // namespace hpct::cli
