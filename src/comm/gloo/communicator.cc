@@ -1,0 +1,504 @@
+#include "comm/gloo/communicator.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cstring>
+#include <sstream>
+
+#include "comm/gloo/failure_report.h"
+#include "comm/gloo/store_adapter.h"
+#include "comm/reduce.h"
+
+namespace hpct::comm {
+namespace {
+
+// Slot prefixes for the ops we build from unbound buffers ourselves; Gloo's
+// own collectives use 0x01..0x08 (gloo/types.h).
+constexpr std::uint8_t kSendRecvSlotPrefix = 0x40;
+constexpr std::uint8_t kReduceScatterSlotPrefix = 0x41;
+
+std::string address_key(int rank) { return "hpct/addr/" + std::to_string(rank); }
+
+std::string local_host_name() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof(buf) - 1) != 0) return "unknown-host";
+  return buf;
+}
+
+// Gloo prefixes its messages with "[/path/to/gloo/file.cc:123] ", which tells
+// a user nothing; keep the rest.
+std::string strip_gloo_location(const std::string& m) {
+  if (!m.empty() && m[0] == '[') {
+    const auto close = m.find("] ");
+    if (close != std::string::npos && m.find(".cc:") < close) return m.substr(close + 2);
+  }
+  return m;
+}
+
+std::string lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Gloo reports application timeouts ("Timed out waiting 3000ms for recv
+// operation to complete", "Read timeout", "Connect timeout") and socket
+// trouble ("Connection closed by peer [ip]:port", "Read error [ip]:port:
+// Connection reset by peer", "Socket closed") only as text.
+ErrorCode classify_gloo_message(const std::string& message) {
+  const std::string m = lower(message);
+  if (m.find("timed out") != std::string::npos || m.find("timeout") != std::string::npos) {
+    return ErrorCode::kTimeout;
+  }
+  for (const char* s : {"closed", "reset", "broken pipe", "refused", "read error", "write error",
+                        "socket", "connection"}) {
+    if (m.find(s) != std::string::npos) return ErrorCode::kPeerFailure;
+  }
+  return ErrorCode::kIo;
+}
+
+// "[127.0.0.1]:41234" -> "127.0.0.1"; the input when it has no brackets.
+std::string ip_of(const std::string& gloo_address) {
+  const auto open = gloo_address.find('['), close = gloo_address.find(']');
+  if (open == std::string::npos || close == std::string::npos || close < open) return gloo_address;
+  return gloo_address.substr(open + 1, close - open - 1);
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::string s;
+  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
+  return s;
+}
+
+// Gloo's typed setters want a T whose size is the element size; our reduce
+// function knows the real dtype, so an unsigned integer of that size will do.
+template <typename Fn>
+void with_element_type(DataType t, Fn&& fn) {
+  switch (dtype_size(t)) {
+    case 1: fn(std::uint8_t{}); break;
+    case 2: fn(std::uint16_t{}); break;
+    case 4: fn(std::uint32_t{}); break;
+    case 8: fn(std::uint64_t{}); break;
+    default: throw_invalid_argument(std::string("gloo: unsupported dtype ") + dtype_name(t));
+  }
+}
+
+std::string describe_op(const char* op, size_t count, DataType dtype) {
+  std::ostringstream os;
+  os << op << " of " << count * dtype_size(dtype) << " bytes (" << count << " " << dtype_name(dtype)
+     << ")";
+  return os.str();
+}
+
+void wait_recv(gloo::transport::UnboundBuffer& b, const Deadline& d) {
+  if (!b.waitRecv(std::max(d.remaining(), Millis(1)))) {
+    throw gloo::IoException("recv aborted");
+  }
+}
+
+void wait_send(gloo::transport::UnboundBuffer& b, const Deadline& d) {
+  if (!b.waitSend(std::max(d.remaining(), Millis(1)))) {
+    throw gloo::IoException("send aborted");
+  }
+}
+
+}  // namespace
+
+GlooCommunicator::GlooCommunicator(const GlooOptions& options)
+    : Communicator(options.timeout),
+      rank_(options.rank),
+      size_(options.size),
+      store_(options.store),
+      options_(options),
+      host_(local_host_name()),
+      peers_(options.size) {}
+
+GlooCommunicator::~GlooCommunicator() {
+  // Closing first makes the device's I/O thread drop every socket before the
+  // context is torn down; none of it waits on a peer.
+  try {
+    if (context_) context_->closeConnections();
+  } catch (const std::exception&) {
+  }
+  context_.reset();
+  device_.reset();
+}
+
+std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(const GlooOptions& options) {
+  const std::string who = "gloo connect on rank " + std::to_string(options.rank) + " of " +
+                          std::to_string(options.size);
+  if (options.size < 1 || options.rank < 0 || options.rank >= options.size) {
+    throw_invalid_argument(who + ": rank must be in 0..size-1 and size at least 1");
+  }
+  if (!options.store) throw_invalid_argument(who + ": no store to meet the other ranks through");
+  if (options.timeout.count() <= 0) throw_invalid_argument(who + ": timeout must be positive");
+  if (options.address.empty() && options.interface.empty()) {
+    throw_invalid_argument(who + ": give an address to bind to or a network interface");
+  }
+  std::unique_ptr<GlooCommunicator> comm(new GlooCommunicator(options));
+  if (options.size > 1) {
+    comm->connect_mesh();
+    comm->publish_and_read_addresses();
+  }
+  comm->peers_[options.rank].host = comm->host_;
+  comm->options_.logger.debug("comm", who + ": connected (host " + comm->host_ + ")");
+  return comm;
+}
+
+void GlooCommunicator::connect_mesh() {
+  const std::string who = "gloo connect on rank " + std::to_string(rank_) + " of " +
+                          std::to_string(size_) + " (host " + host_ + ")";
+  gloo::transport::tcp::attr attr;
+  if (!options_.address.empty()) {
+    attr.hostname = options_.address;
+  } else {
+    attr.iface = options_.interface;
+  }
+  const std::string where_bound =
+      options_.address.empty() ? "interface " + options_.interface : "address " + options_.address;
+  try {
+    device_ = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    throw Error(ErrorCode::kIo, who + ": cannot use " + where_bound + ": " +
+                                    strip_gloo_location(e.what()));
+  }
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+  context->setTimeout(options_.timeout);
+  GlooStoreAdapter adapter(store_, options_.timeout);
+  try {
+    context->connectFullMesh(adapter, device_);
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kTimeout) throw;
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      try {
+        if (!store_->check({GlooStoreAdapter::store_key(std::to_string(r))})) missing.push_back(r);
+      } catch (const std::exception&) {
+      }
+    }
+    throw_timeout(who + ": rank(s) [" + rank_list(missing) + "] did not show up within " +
+                  std::to_string(options_.timeout.count()) + " ms: " + e.what());
+  } catch (const gloo::EnforceNotMet& e) {
+    throw Error(ErrorCode::kIo, who + " (" + where_bound + "): " + strip_gloo_location(e.what()));
+  } catch (const gloo::Exception& e) {
+    const std::string detail = strip_gloo_location(e.what());
+    throw Error(classify_gloo_message(detail), who + " (" + where_bound + "): " + detail);
+  }
+  context_ = std::move(context);
+}
+
+void GlooCommunicator::publish_and_read_addresses() {
+  // One line per field; addr lines in peer order, skipping this rank.
+  std::string mine = "host=" + host_ + "\n";
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const std::string a = context_->getPair(p)->address().str();
+    if (peers_[rank_].ip.empty()) peers_[rank_].ip = ip_of(a);
+    peers_[rank_].addresses.push_back(a);
+    mine += "addr=" + a + "\n";
+  }
+  store_->set(address_key(rank_), mine);
+  // Every rank got here only after connecting to every other rank, and
+  // publishes right after: this wait is short unless a rank crashed now.
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    const std::string text = store_->get(address_key(p), options_.timeout);
+    std::istringstream is(text);
+    std::string line;
+    while (std::getline(is, line)) {
+      if (line.rfind("host=", 0) == 0) peers_[p].host = line.substr(5);
+      if (line.rfind("addr=", 0) == 0) {
+        peers_[p].addresses.push_back(line.substr(5));
+        if (peers_[p].ip.empty()) peers_[p].ip = ip_of(line.substr(5));
+      }
+    }
+  }
+}
+
+std::string GlooCommunicator::describe_rank(int rank) const {
+  if (rank < 0 || rank >= size_) return "unknown rank";
+  const PeerInfo& p = peers_[rank];
+  std::string s = "host " + (p.host.empty() ? std::string("unknown") : p.host);
+  if (!p.ip.empty()) s += " " + p.ip;
+  return s;
+}
+
+int GlooCommunicator::rank_of_address(const std::string& message) const {
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    for (const auto& a : peers_[p].addresses) {
+      for (size_t at = message.find(a); at != std::string::npos; at = message.find(a, at + 1)) {
+        // "[ip]:4123" must not match "[ip]:41234".
+        const size_t end = at + a.size();
+        if (end == message.size() || !std::isdigit(static_cast<unsigned char>(message[end]))) {
+          return p;
+        }
+      }
+    }
+  }
+  return -1;
+}
+
+std::string GlooCommunicator::algorithm(OpKind op, size_t bytes) const {
+  if (size_ == 1 || bytes == 0) return "local";
+  switch (op) {
+    case OpKind::kAllreduce: return "ring";
+    case OpKind::kBroadcast: return "binomial-tree";
+    case OpKind::kAllgather: return "ring";
+    case OpKind::kAllgatherv: return "ring";
+    case OpKind::kReduceScatter: return "ring";
+    case OpKind::kBarrier: return "dissemination";
+  }
+  return "unknown";
+}
+
+template <typename Fn>
+void GlooCommunicator::run(const std::string& what, Millis timeout, int peer, Fn&& fn) {
+  latch_.throw_if_failed();
+  try {
+    fn();
+  } catch (const gloo::EnforceNotMet& e) {
+    // Gloo asserts when ranks disagree on sizes (a peer sent more bytes than
+    // this rank expects).
+    fail(what, timeout, peer, ErrorCode::kMismatch, strip_gloo_location(e.what()));
+  } catch (const gloo::Exception& e) {
+    const std::string detail = strip_gloo_location(e.what());
+    fail(what, timeout, peer, classify_gloo_message(detail), detail);
+  }
+}
+
+void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, ErrorCode code,
+                            const std::string& detail) {
+  FailureReport own;
+  own.reporter = rank_;
+  own.code = code;
+  own.suspect = rank_of_address(detail);
+  if (own.suspect < 0) own.suspect = peer;
+  own.op = what;
+  own.detail = detail;
+
+  // failure_report.h, steps 2-5.
+  publish_failure_report(*store_, own);
+  try {
+    if (context_) context_->closeConnections();
+  } catch (const std::exception&) {
+  }
+  const Millis wait = std::min(options_.failure_report_wait, timeout / 2);
+  const CollectedReports others = collect_failure_reports(*store_, rank_, size_, wait);
+  const FailureVerdict v = judge_failure(own, others);
+
+  std::string m = what + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+                  " (gloo, host " + host_ + "): ";
+  if (v.code == ErrorCode::kPeerFailure && v.culprit >= 0) {
+    m += "peer rank " + std::to_string(v.culprit) + " (" + describe_rank(v.culprit) + ") failed: ";
+    if (v.witness == rank_) {
+      m += detail;
+    } else {
+      std::string seen;
+      for (const auto& r : others.reports) {
+        if (r.reporter == v.witness) seen = r.detail;
+      }
+      m += "rank " + std::to_string(v.witness) + " saw: " + seen + "; this rank saw: " + detail;
+    }
+  } else if (v.code == ErrorCode::kTimeout && !v.missing.empty()) {
+    m += "timed out after " + std::to_string(timeout.count()) + " ms; ";
+    if (v.missing.size() == 1) {
+      m += "peer rank " + std::to_string(v.missing[0]) + " (" + describe_rank(v.missing[0]) +
+           ") is not responding";
+    } else {
+      m += "peer ranks [" + rank_list(v.missing) + "] are not responding";
+    }
+    m += " (stopped, hung, or not in this operation); this rank saw: " + detail;
+  } else {
+    if (v.code == ErrorCode::kTimeout) {
+      m += "timed out after " + std::to_string(timeout.count()) + " ms";
+    } else {
+      m += "failed";
+    }
+    if (v.culprit >= 0) {
+      m += " talking to peer rank " + std::to_string(v.culprit) + " (" + describe_rank(v.culprit) +
+           ")";
+    }
+    m += ": " + detail;
+  }
+  options_.logger.error("comm", m);
+  latch_.fail(Error(v.code, m));
+}
+
+void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
+  run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
+    if (o.count == 0) return;
+    if (size_ > 1) {
+      gloo::AllreduceOptions g(context_);
+      with_element_type(o.dtype, [&](auto t) {
+        using T = decltype(t);
+        T* out = static_cast<T*>(o.output);
+        // Gloo reads the input only; its API just lacks the const.
+        T* in = static_cast<T*>(const_cast<void*>(o.input));
+        if (in != out) g.setInput(in, o.count);
+        g.setOutput(out, o.count);
+      });
+      const DataType dtype = o.dtype;
+      const ReduceOp op = o.op;
+      g.setReduceFunction([dtype, op](void* c, const void* a, const void* b, size_t n) {
+        reduce_elements(c, a, b, n, dtype, op);
+      });
+      g.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      g.setTag(o.tag);
+      g.setTimeout(o.timeout);
+      gloo::allreduce(g);
+    } else if (o.input != o.output) {
+      std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
+    }
+    if (o.op == ReduceOp::kAvg) finish_average(o.output, o.count, o.dtype, size_);
+  });
+}
+
+void GlooCommunicator::do_broadcast(const BroadcastOptions& o) {
+  run(describe_op("broadcast", o.count, o.dtype) + " from root " + std::to_string(o.root),
+      o.timeout, -1, [&] {
+        if (o.count == 0 || size_ == 1) return;
+        gloo::BroadcastOptions g(context_);
+        with_element_type(o.dtype, [&](auto t) {
+          g.setOutput(static_cast<decltype(t)*>(o.buffer), o.count);
+        });
+        g.setRoot(o.root);
+        g.setTag(o.tag);
+        g.setTimeout(o.timeout);
+        gloo::broadcast(g);
+      });
+}
+
+void GlooCommunicator::do_allgather(const AllgatherOptions& o) {
+  run(describe_op("allgather", o.count, o.dtype), o.timeout, -1, [&] {
+    if (o.count == 0) return;
+    if (size_ == 1) {
+      if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
+      return;
+    }
+    gloo::AllgatherOptions g(context_);
+    with_element_type(o.dtype, [&](auto t) {
+      using T = decltype(t);
+      g.setInput(static_cast<T*>(const_cast<void*>(o.input)), o.count);
+      g.setOutput(static_cast<T*>(o.output), o.count * size_);
+    });
+    g.setTag(o.tag);
+    g.setTimeout(o.timeout);
+    gloo::allgather(g);
+  });
+}
+
+void GlooCommunicator::do_allgatherv(const AllgathervOptions& o) {
+  size_t total = 0;
+  for (size_t c : o.counts) total += c;
+  run(describe_op("allgatherv", total, o.dtype), o.timeout, -1, [&] {
+    if (total == 0) return;
+    const size_t mine = o.counts[rank_];
+    if (size_ == 1) {
+      if (o.input != o.output) std::memmove(o.output, o.input, mine * dtype_size(o.dtype));
+      return;
+    }
+    gloo::AllgathervOptions g(context_);
+    with_element_type(o.dtype, [&](auto t) {
+      using T = decltype(t);
+      // Gloo wants a real pointer even for an empty contribution.
+      T dummy{};
+      T* in = mine == 0 ? &dummy : static_cast<T*>(const_cast<void*>(o.input));
+      g.setInput(in, mine);
+      g.setOutput(static_cast<T*>(o.output), o.counts);
+    });
+    g.setTag(o.tag);
+    g.setTimeout(o.timeout);
+    gloo::allgatherv(g);
+  });
+}
+
+void GlooCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) {
+  run(describe_op("reduce_scatter", o.count * size_, o.dtype), o.timeout, -1, [&] {
+    if (o.count == 0) return;
+    if (size_ == 1) {
+      if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
+    } else {
+      ring_reduce_scatter(o);
+    }
+    if (o.op == ReduceOp::kAvg) finish_average(o.output, o.count, o.dtype, size_);
+  });
+}
+
+// Ring reduce-scatter: in step s (0..n-2) rank r sends its partial sum of
+// block (r-s-1) to r+1 and receives the partial sum of block (r-s-2) from
+// r-1, adding its own input for that block. After n-1 steps the block it
+// received last is block r, reduced over every rank. Each rank sends and
+// receives (n-1)/n of the input, the minimum for this op.
+void GlooCommunicator::ring_reduce_scatter(const ReduceScatterOptions& o) {
+  const int n = size_;
+  const size_t bytes = o.count * dtype_size(o.dtype);
+  const int right = (rank_ + 1) % n, left = (rank_ + n - 1) % n;
+  const Deadline deadline(o.timeout);
+  const auto* input = static_cast<const unsigned char*>(o.input);
+  std::vector<unsigned char> partial(bytes), incoming(bytes);
+  auto in_buf = context_->createUnboundBuffer(const_cast<unsigned char*>(input), bytes * n);
+  auto partial_buf = context_->createUnboundBuffer(partial.data(), bytes);
+  auto incoming_buf = context_->createUnboundBuffer(incoming.data(), bytes);
+  const std::uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, o.tag);
+  for (int s = 0; s < n - 1; ++s) {
+    const int send_block = ((rank_ - s - 1) % n + n) % n;
+    const int recv_block = ((rank_ - s - 2) % n + n) % n;
+    incoming_buf->recv(left, slot);
+    gloo::transport::UnboundBuffer& out = s == 0 ? *in_buf : *partial_buf;
+    out.send(right, slot, s == 0 ? send_block * bytes : 0, bytes);
+    wait_recv(*incoming_buf, deadline);
+    wait_send(out, deadline);  // partial may be overwritten only after this
+    void* dst = s == n - 2 ? o.output : partial.data();
+    reduce_elements(dst, incoming.data(), input + recv_block * bytes, o.count, o.dtype, o.op);
+  }
+}
+
+void GlooCommunicator::do_barrier(const BarrierOptions& o) {
+  run("barrier", o.timeout, -1, [&] {
+    if (size_ == 1) return;
+    gloo::BarrierOptions g(context_);
+    g.setTag(o.tag);
+    g.setTimeout(o.timeout);
+    gloo::barrier(g);
+  });
+}
+
+void GlooCommunicator::do_send(const SendOptions& o) {
+  run(describe_op("send", o.count, o.dtype) + " to rank " + std::to_string(o.peer) + " tag " +
+          std::to_string(o.tag),
+      o.timeout, o.peer, [&] {
+        if (o.count == 0) return;
+        const Deadline deadline(o.timeout);
+        auto buf = context_->createUnboundBuffer(const_cast<void*>(o.data),
+                                                 o.count * dtype_size(o.dtype));
+        buf->send(o.peer, gloo::Slot::build(kSendRecvSlotPrefix, o.tag));
+        wait_send(*buf, deadline);
+      });
+}
+
+void GlooCommunicator::do_recv(const RecvOptions& o) {
+  run(describe_op("recv", o.count, o.dtype) + " from rank " + std::to_string(o.peer) + " tag " +
+          std::to_string(o.tag),
+      o.timeout, o.peer, [&] {
+        if (o.count == 0) return;
+        const Deadline deadline(o.timeout);
+        auto buf = context_->createUnboundBuffer(o.data, o.count * dtype_size(o.dtype));
+        buf->recv(o.peer, gloo::Slot::build(kSendRecvSlotPrefix, o.tag));
+        wait_recv(*buf, deadline);
+      });
+}
+
+}  // namespace hpct::comm

@@ -1,0 +1,135 @@
+// The Gloo backend of the Communicator: collectives over Gloo's TCP
+// transport, for ranks that were not started by an MPI launcher (and for
+// ranks living as threads of one test process).
+//
+// Connecting: GlooCommunicator::connect() binds a gloo::transport::tcp device
+// to GlooOptions::address (or the interface), meets the other ranks through
+// the Store (GlooStoreAdapter; Gloo's keys live under "gloo/"), builds a full
+// mesh of TCP connections (gloo::rendezvous::Context::connectFullMesh) and
+// publishes, under "hpct/addr/<rank>", the host and the listening address of
+// each of its connections, so that a Gloo error naming a peer's address
+// ("Connection closed by peer [127.0.0.1]:41234") can be mapped to a rank.
+// Use a fresh store, or a PrefixStore, per communicator: keys are never
+// deleted and a second world in the same namespace would read stale ones.
+//
+// Operations: allreduce (Gloo ring, our reduce_elements as the reduction so
+// every dtype reduces the same way on every backend; avg = sum then one
+// division), broadcast (Gloo's binomial tree), allgather and allgatherv
+// (Gloo ring), reduce_scatter (our ring over Gloo unbound buffers), barrier
+// (Gloo's dissemination barrier), send/recv (unbound buffers). Each passes
+// its timeout to every Gloo wait. Count 0 returns at once without touching
+// the network (every rank passes the same count); a world of one rank never
+// creates a Gloo context at all.
+//
+// Failures: a Gloo timeout becomes Timeout, a closed or reset connection
+// PeerFailure; the message names this rank, the op, the bytes, and the
+// failed peer rank and host. Before raising, the ranks exchange failure
+// reports through the store (failure_report.h) so that each names the root
+// cause. This adds at most failure_report_wait to the time an op takes to
+// fail (so an op fails within its timeout plus that wait). After a failure
+// every later op raises the same error at once (FailureLatch).
+//
+// Threads: as Communicator: one op at a time per communicator; separate
+// communicators may run in parallel (Gloo runs one I/O thread per device).
+// The destructor closes the connections and returns in bounded time, also
+// after a failure and with peers stopped or dead.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "comm/failure_latch.h"
+#include "core/clock.h"
+#include "core/log.h"
+#include "store/store.h"
+
+namespace gloo {
+class Context;
+namespace transport {
+class Device;
+}
+}  // namespace gloo
+
+namespace hpct::comm {
+
+struct GlooOptions {
+  int rank = 0;
+  int size = 1;
+  std::shared_ptr<store::Store> store;  // shared by all ranks of this world
+  // The IP address the TCP device binds to and that peers connect to. Empty:
+  // use `interface` instead.
+  std::string address = "127.0.0.1";
+  std::string interface;  // network interface name ("eth0"), used when address is empty
+  Millis timeout{30000};  // default for ops and for connecting (HPCT_TIMEOUT_S)
+  // How long a failing rank waits for the other ranks' failure reports
+  // (failure_report.h); capped at half the op's timeout.
+  Millis failure_report_wait{2000};
+  Logger logger;
+};
+
+class GlooCommunicator final : public Communicator {
+ public:
+  // Blocks until every rank has connected, or raises Timeout naming the ranks
+  // that never showed up (within options.timeout); InvalidArgument for bad
+  // options; Io when the address cannot be bound.
+  static std::unique_ptr<GlooCommunicator> connect(const GlooOptions& options);
+
+  ~GlooCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend_name() const override { return "gloo"; }
+  std::string algorithm(OpKind op, size_t bytes) const override;
+
+  // The host name and listening address(es) of a rank, as published at
+  // connect time ("node3 127.0.0.1"); for messages. Thread-safe.
+  std::string describe_rank(int rank) const;
+
+ protected:
+  void do_allreduce(const AllreduceOptions& o) override;
+  void do_broadcast(const BroadcastOptions& o) override;
+  void do_allgather(const AllgatherOptions& o) override;
+  void do_allgatherv(const AllgathervOptions& o) override;
+  void do_reduce_scatter(const ReduceScatterOptions& o) override;
+  void do_barrier(const BarrierOptions& o) override;
+  void do_send(const SendOptions& o) override;
+  void do_recv(const RecvOptions& o) override;
+
+ private:
+  // What this rank knows of another: its host and the listening addresses
+  // (Gloo's "[ip]:port" strings) of its connections.
+  struct PeerInfo {
+    std::string host;
+    std::string ip;
+    std::vector<std::string> addresses;
+  };
+
+  explicit GlooCommunicator(const GlooOptions& options);
+  void connect_mesh();
+  void publish_and_read_addresses();
+
+  // Runs one op: the latch check, then fn; any Gloo exception goes through
+  // fail(). `what` describes the op for messages ("allreduce of 4096 bytes
+  // (1024 float32)"); peer is the rank a point-to-point op talks to.
+  template <typename Fn>
+  void run(const std::string& what, Millis timeout, int peer, Fn&& fn);
+  [[noreturn]] void fail(const std::string& what, Millis timeout, int peer,
+                         ErrorCode code, const std::string& detail);
+  int rank_of_address(const std::string& gloo_message) const;
+
+  void ring_reduce_scatter(const ReduceScatterOptions& o);
+
+  const int rank_;
+  const int size_;
+  std::shared_ptr<store::Store> store_;
+  GlooOptions options_;
+  std::string host_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> context_;
+  std::vector<PeerInfo> peers_;  // by rank; written once in connect()
+  FailureLatch latch_;
+};
+
+}  // namespace hpct::comm

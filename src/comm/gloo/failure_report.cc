@@ -1,0 +1,141 @@
+#include "comm/gloo/failure_report.h"
+
+#include <algorithm>
+#include <sstream>
+
+namespace hpct::comm {
+namespace {
+
+bool parse_code(const std::string& s, ErrorCode* out) {
+  for (ErrorCode c : {ErrorCode::kTimeout, ErrorCode::kPeerFailure, ErrorCode::kInvalidArgument,
+                      ErrorCode::kDataCorrupt, ErrorCode::kIo, ErrorCode::kMismatch,
+                      ErrorCode::kAuth}) {
+    if (s == error_code_name(c)) {
+      *out = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+// Keeps every record to one line per field.
+std::string one_line(std::string s) {
+  std::replace(s.begin(), s.end(), '\n', ' ');
+  return s;
+}
+
+}  // namespace
+
+std::string failure_report_key(int rank) { return "hpct/failure/" + std::to_string(rank); }
+
+std::string encode_failure_report(const FailureReport& r) {
+  std::ostringstream os;
+  os << "reporter=" << r.reporter << "\ncode=" << error_code_name(r.code)
+     << "\nsuspect=" << r.suspect << "\nop=" << one_line(r.op) << "\ndetail=" << one_line(r.detail)
+     << "\n";
+  return os.str();
+}
+
+bool decode_failure_report(const std::string& text, FailureReport* out) {
+  std::istringstream is(text);
+  std::string line;
+  int fields = 0;
+  try {
+    while (std::getline(is, line)) {
+      const auto eq = line.find('=');
+      if (eq == std::string::npos) continue;
+      const std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+      if (k == "reporter") {
+        out->reporter = std::stoi(v);
+      } else if (k == "code") {
+        if (!parse_code(v, &out->code)) return false;
+      } else if (k == "suspect") {
+        out->suspect = std::stoi(v);
+      } else if (k == "op") {
+        out->op = v;
+      } else if (k == "detail") {
+        out->detail = v;
+      } else {
+        continue;
+      }
+      ++fields;
+    }
+  } catch (const std::exception&) {  // stoi on a torn record
+    return false;
+  }
+  return fields == 5;
+}
+
+void publish_failure_report(store::Store& store, const FailureReport& own) {
+  try {
+    store.set(failure_report_key(own.reporter), encode_failure_report(own));
+  } catch (const std::exception&) {
+    // The store may be what failed (a dead launcher); the local error stands.
+  }
+}
+
+CollectedReports collect_failure_reports(store::Store& store, int rank, int size, Millis wait) {
+  CollectedReports out;
+  std::vector<std::string> keys;
+  for (int r = 0; r < size; ++r) {
+    if (r != rank) keys.push_back(failure_report_key(r));
+  }
+  try {
+    store.wait(keys, wait);
+  } catch (const std::exception&) {
+    // Timeout: some ranks did not report; find out which below.
+  }
+  for (int r = 0; r < size; ++r) {
+    if (r == rank) continue;
+    try {
+      const std::string key = failure_report_key(r);
+      if (!store.check({key})) {
+        out.missing.push_back(r);
+        continue;
+      }
+      FailureReport rep;
+      if (decode_failure_report(store.get(key, Millis(100)), &rep)) {
+        out.reports.push_back(rep);
+      }
+    } catch (const std::exception&) {
+      out.missing.push_back(r);
+    }
+  }
+  return out;
+}
+
+FailureVerdict judge_failure(const FailureReport& own, const CollectedReports& others) {
+  FailureVerdict v;
+  v.missing = others.missing;
+  auto is_missing = [&](int r) {
+    return std::find(v.missing.begin(), v.missing.end(), r) != v.missing.end();
+  };
+  // A dead rank: someone saw its connection close, and it never reported.
+  if (own.code == ErrorCode::kPeerFailure && own.suspect >= 0 && is_missing(own.suspect)) {
+    v.code = ErrorCode::kPeerFailure;
+    v.culprit = own.suspect;
+    v.witness = own.reporter;
+    return v;
+  }
+  for (const auto& r : others.reports) {
+    if (r.code == ErrorCode::kPeerFailure && r.suspect >= 0 && is_missing(r.suspect)) {
+      v.code = ErrorCode::kPeerFailure;
+      v.culprit = r.suspect;
+      v.witness = r.reporter;
+      return v;
+    }
+  }
+  // Stopped or hung ranks: nobody saw them close, they just went quiet.
+  if (!v.missing.empty()) {
+    v.code = ErrorCode::kTimeout;
+    v.culprit = v.missing.size() == 1 ? v.missing[0] : -1;
+    return v;
+  }
+  // Everyone is alive and failed: trust what this rank saw.
+  v.code = own.code;
+  v.culprit = own.suspect;
+  v.witness = own.suspect >= 0 ? own.reporter : -1;
+  return v;
+}
+
+}  // namespace hpct::comm
