@@ -1,0 +1,509 @@
+#include "comm/mpi/communicator.h"
+
+#include <mpi.h>
+
+#include <climits>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "comm/reduce.h"
+#include "core/env.h"
+#include "core/error.h"
+
+namespace hpct::comm {
+
+// The handoff state between callers and the worker thread (protocol in the
+// header). Shared by the communicator and the worker thread, so a worker
+// detached while stuck in MPI keeps it alive.
+struct MpiCommunicator::Worker {
+  std::mutex mu;
+  std::condition_variable wake;  // a job was posted, or stop
+  std::condition_variable done;  // finished moved
+  std::function<void()> job;     // guarded by mu; empty when none is waiting
+  std::uint64_t posted = 0;      // guarded by mu; tickets handed out
+  std::uint64_t finished = 0;    // guarded by mu; last ticket the worker completed
+  std::exception_ptr error;      // guarded by mu; the error of ticket `finished`
+  bool stop = false;             // guarded by mu
+  std::thread thread;            // joined or detached by the communicator
+
+  // Written by the start-up job, then only read (publication: the mutex above).
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Op ops16[2][5] = {{MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL},
+                        {MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL, MPI_OP_NULL}};
+  int rank = 0;
+  int size = 1;
+  int tag_ub = 32767;
+  bool started_mpi = false;
+  bool set_yield = false;
+  std::string library_version;
+};
+
+namespace {
+
+constexpr const char* kYieldVariable = "OMPI_MCA_mpi_yield_when_idle";
+
+void worker_loop(std::shared_ptr<MpiCommunicator::Worker> w) {
+  std::unique_lock<std::mutex> lock(w->mu);
+  for (;;) {
+    w->wake.wait(lock, [&] { return static_cast<bool>(w->job) || w->stop; });
+    if (!w->job) return;  // stop with nothing left to run
+    std::function<void()> job = std::move(w->job);
+    w->job = nullptr;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      job();
+    } catch (...) {
+      error = std::current_exception();
+    }
+    job = nullptr;  // release the captures before reporting, outside the lock
+    lock.lock();
+    w->error = error;
+    ++w->finished;
+    // Notify under the lock: once the caller sees `finished` it may destroy
+    // the communicator, but w itself lives on (shared) so this is safe.
+    w->done.notify_all();
+  }
+}
+
+// Turns an MPI return code into an hpct::Error: "MPI_Allreduce: MPI_ERR_TRUNCATE: ...".
+// The caller's run() prefixes the operation and rank.
+void check_mpi(int rc, const char* call) {
+  if (rc == MPI_SUCCESS) return;
+  char text[MPI_MAX_ERROR_STRING] = {0};
+  int len = 0;
+  if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
+  int cls = MPI_ERR_UNKNOWN;
+  MPI_Error_class(rc, &cls);
+  ErrorCode code = ErrorCode::kPeerFailure;  // what a failing transfer usually means
+  switch (cls) {
+    case MPI_ERR_TRUNCATE: code = ErrorCode::kMismatch; break;
+    case MPI_ERR_ARG:
+    case MPI_ERR_COUNT:
+    case MPI_ERR_TYPE:
+    case MPI_ERR_OP:
+    case MPI_ERR_ROOT:
+    case MPI_ERR_RANK:
+    case MPI_ERR_TAG:
+    case MPI_ERR_BUFFER: code = ErrorCode::kInvalidArgument; break;
+    default: break;
+  }
+  throw Error(code, std::string(call) + " failed: " + std::string(text, len) + " (MPI error " +
+                        std::to_string(rc) + ", class " + std::to_string(cls) + ")");
+}
+
+MPI_Datatype mpi_type(DataType t) {
+  switch (t) {
+    case DataType::kFloat32: return MPI_FLOAT;
+    case DataType::kFloat64: return MPI_DOUBLE;
+    case DataType::kInt32: return MPI_INT32_T;
+    case DataType::kInt64: return MPI_INT64_T;
+    case DataType::kUInt8: return MPI_UINT8_T;
+    // MPI has no 16-bit floats: move them as 2-byte integers and reduce them
+    // with our own ops (ops16), never with MPI's integer arithmetic.
+    case DataType::kFloat16:
+    case DataType::kBFloat16: return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+// The user-defined MPI ops for 16-bit floats. MPI passes no context to an op,
+// so each (dtype, op) pair is its own instantiation instead of a lookup in
+// some global table. MPI computes inout = in op inout; every op here commutes.
+template <DataType D, ReduceOp Op>
+void reduce16(void* in, void* inout, int* len, MPI_Datatype*) {
+  reduce_elements(inout, in, inout, static_cast<size_t>(*len), D, Op);
+}
+
+template <DataType D>
+void create_ops16(MPI_Op (&ops)[5]) {
+  MPI_User_function* fns[5] = {reduce16<D, ReduceOp::kSum>, reduce16<D, ReduceOp::kSum>,
+                               reduce16<D, ReduceOp::kMin>, reduce16<D, ReduceOp::kMax>,
+                               reduce16<D, ReduceOp::kProduct>};
+  static_assert(static_cast<int>(ReduceOp::kSum) == 0 && static_cast<int>(ReduceOp::kAvg) == 1 &&
+                    static_cast<int>(ReduceOp::kMin) == 2 && static_cast<int>(ReduceOp::kMax) == 3 &&
+                    static_cast<int>(ReduceOp::kProduct) == 4,
+                "fns is indexed by ReduceOp");
+  for (int i = 0; i < 5; ++i) check_mpi(MPI_Op_create(fns[i], /*commute=*/1, &ops[i]), "MPI_Op_create");
+}
+
+MPI_Op mpi_op(const MpiCommunicator::Worker& w, DataType t, ReduceOp op) {
+  if (t == DataType::kFloat16) return w.ops16[0][static_cast<int>(op)];
+  if (t == DataType::kBFloat16) return w.ops16[1][static_cast<int>(op)];
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kAvg: return MPI_SUM;  // then finish_average
+    case ReduceOp::kMin: return MPI_MIN;
+    case ReduceOp::kMax: return MPI_MAX;
+    case ReduceOp::kProduct: return MPI_PROD;
+  }
+  return MPI_OP_NULL;
+}
+
+const char* thread_level_name(int level) {
+  if (level == MPI_THREAD_SINGLE) return "MPI_THREAD_SINGLE";
+  if (level == MPI_THREAD_FUNNELED) return "MPI_THREAD_FUNNELED";
+  if (level == MPI_THREAD_SERIALIZED) return "MPI_THREAD_SERIALIZED";
+  if (level == MPI_THREAD_MULTIPLE) return "MPI_THREAD_MULTIPLE";
+  return "an unknown thread level";
+}
+
+// Runs on the worker: starts MPI if nobody has, then makes our communicator.
+void start_mpi(MpiCommunicator::Worker& w, bool yield_when_idle) {
+  int initialized = 0, finalized = 0;
+  check_mpi(MPI_Initialized(&initialized), "MPI_Initialized");
+  check_mpi(MPI_Finalized(&finalized), "MPI_Finalized");
+  if (finalized) {
+    throw_invalid_argument("MPI was already finalized in this process and cannot be started again");
+  }
+  if (!initialized) {
+    if (yield_when_idle && !ProcessEnv().get(kYieldVariable)) {
+      // The one environment write in hpctrain (see MpiOptions::yield_when_idle).
+      ::setenv(kYieldVariable, "1", /*overwrite=*/0);
+      w.set_yield = true;
+    }
+    int provided = MPI_THREAD_SINGLE;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "MPI_Init_thread");
+    w.started_mpi = true;
+    // Only this thread, the one that started MPI, ever calls it: FUNNELED is enough.
+    if (provided < MPI_THREAD_FUNNELED) {
+      throw_invalid_argument(std::string("MPI provides only ") + thread_level_name(provided) +
+                             "; the MPI backend calls MPI from its worker thread and needs "
+                             "MPI_THREAD_FUNNELED or better");
+    }
+  } else {
+    int provided = MPI_THREAD_SINGLE;
+    check_mpi(MPI_Query_thread(&provided), "MPI_Query_thread");
+    if (provided < MPI_THREAD_SERIALIZED) {
+      throw_invalid_argument(
+          std::string("MPI was started by the program with ") + thread_level_name(provided) +
+          "; the MPI backend calls MPI from its own worker thread and needs MPI_THREAD_SERIALIZED "
+          "or MPI_THREAD_MULTIPLE: start MPI with MPI_Init_thread(..., MPI_THREAD_SERIALIZED, "
+          "&provided), or let hpctrain start it");
+    }
+  }
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &w.comm), "MPI_Comm_dup");
+  check_mpi(MPI_Comm_set_errhandler(w.comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
+  check_mpi(MPI_Comm_rank(w.comm, &w.rank), "MPI_Comm_rank");
+  check_mpi(MPI_Comm_size(w.comm, &w.size), "MPI_Comm_size");
+  void* tag_ub = nullptr;
+  int found = 0;
+  check_mpi(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found), "MPI_Comm_get_attr");
+  if (found && tag_ub != nullptr) w.tag_ub = *static_cast<int*>(tag_ub);
+  char version[MPI_MAX_LIBRARY_VERSION_STRING] = {0};
+  int len = 0;
+  check_mpi(MPI_Get_library_version(version, &len), "MPI_Get_library_version");
+  w.library_version.assign(version, len);
+  const size_t eol = w.library_version.find_first_of("\r\n");
+  if (eol != std::string::npos) w.library_version.resize(eol);
+  create_ops16<DataType::kFloat16>(w.ops16[0]);
+  create_ops16<DataType::kBFloat16>(w.ops16[1]);
+}
+
+// Runs on the worker: undoes start_mpi. Best effort: reports the first error.
+void stop_mpi(MpiCommunicator::Worker& w) {
+  int first_error = MPI_SUCCESS;
+  const char* first_call = "";
+  auto note = [&](int rc, const char* call) {
+    if (rc != MPI_SUCCESS && first_error == MPI_SUCCESS) {
+      first_error = rc;
+      first_call = call;
+    }
+  };
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized) {
+    for (auto& row : w.ops16) {
+      for (MPI_Op& op : row) {
+        if (op != MPI_OP_NULL) note(MPI_Op_free(&op), "MPI_Op_free");
+      }
+    }
+    if (w.comm != MPI_COMM_NULL) note(MPI_Comm_free(&w.comm), "MPI_Comm_free");
+    if (w.started_mpi) note(MPI_Finalize(), "MPI_Finalize");
+  }
+  check_mpi(first_error, first_call);
+}
+
+}  // namespace
+
+MpiCommunicator::MpiCommunicator(const MpiOptions& options, std::shared_ptr<Worker> worker)
+    : Communicator(options.default_timeout), logger_(options.logger), worker_(std::move(worker)) {}
+
+std::unique_ptr<MpiCommunicator> MpiCommunicator::create(const MpiOptions& options) {
+  if (options.default_timeout.count() <= 0) {
+    throw_invalid_argument("MPI communicator: default timeout must be positive, got " +
+                           std::to_string(options.default_timeout.count()) + " ms");
+  }
+  auto w = std::make_shared<Worker>();
+  w->thread = std::thread(worker_loop, w);
+  // From here the destructor owns the thread: it joins or detaches it even
+  // when start-up fails below.
+  std::unique_ptr<MpiCommunicator> c(new MpiCommunicator(options, w));
+  const bool yield = options.yield_when_idle;
+  c->run(
+      "start", options.default_timeout,
+      [] { return std::string("MPI_Init_thread and MPI_Comm_dup(MPI_COMM_WORLD)"); },
+      [wp = w.get(), yield] { start_mpi(*wp, yield); });
+  c->rank_ = w->rank;
+  c->size_ = w->size;
+  c->tag_ub_ = w->tag_ub;
+  c->started_mpi_ = w->started_mpi;
+  c->library_version_ = w->library_version;
+  c->logger_ = c->logger_.with_rank(c->rank_);
+  c->logger_.debug("comm", std::string("MPI backend up: ") + c->library_version_ + "; " +
+                               (c->started_mpi_ ? "started MPI" : "MPI was started by the program") +
+                               (w->set_yield ? "; set OMPI_MCA_mpi_yield_when_idle=1" : ""));
+  return c;
+}
+
+MpiCommunicator::~MpiCommunicator() {
+  Worker& w = *worker_;
+  auto idle = [&w] {
+    std::lock_guard<std::mutex> lock(w.mu);
+    return w.finished == w.posted;
+  };
+  if (idle()) {
+    try {
+      // handoff, not run: a broken communicator with an idle worker still
+      // finalizes, so the MPI job ends cleanly.
+      handoff("shutdown", default_timeout(),
+          [] { return std::string("MPI_Comm_free and MPI_Finalize"); },
+          [wp = worker_.get()] { stop_mpi(*wp); });
+    } catch (const std::exception& e) {
+      logger_.warn("comm", e.what());
+    }
+  }
+  const bool stuck = !idle();
+  {
+    std::lock_guard<std::mutex> lock(w.mu);
+    w.stop = true;
+  }
+  w.wake.notify_one();
+  if (stuck) {
+    logger_.warn("comm", "MPI worker thread is stuck in a timed-out MPI call; leaving it behind "
+                         "without MPI_Finalize (an MPI job usually reports this rank as exited "
+                         "without finalizing)");
+    w.thread.detach();
+  } else {
+    w.thread.join();
+  }
+}
+
+std::string MpiCommunicator::algorithm(OpKind op, size_t /*bytes*/) const {
+  switch (op) {
+    case OpKind::kAllreduce: return "mpi:MPI_Allreduce";
+    case OpKind::kBroadcast: return "mpi:MPI_Bcast";
+    case OpKind::kAllgather: return "mpi:MPI_Allgather";
+    case OpKind::kAllgatherv: return "mpi:MPI_Allgatherv";
+    case OpKind::kReduceScatter: return "mpi:MPI_Reduce_scatter_block";
+    case OpKind::kBarrier: return "mpi:MPI_Barrier";
+  }
+  return "mpi";
+}
+
+std::string MpiCommunicator::where(const char* op) const {
+  return std::string(op) + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
+         " (mpi)";
+}
+
+int MpiCommunicator::to_int(const char* op, const char* what, size_t count) const {
+  if (count > static_cast<size_t>(INT_MAX)) {
+    throw_invalid_argument(where(op) + ": " + what + " " + std::to_string(count) +
+                           " does not fit MPI's int counts (at most " + std::to_string(INT_MAX) +
+                           "); split the operation");
+  }
+  return static_cast<int>(count);
+}
+
+template <typename Describe, typename Job>
+void MpiCommunicator::run(const char* op, Millis timeout, Describe&& describe, Job&& job) {
+  latch_.throw_if_failed();
+  handoff(op, timeout, std::forward<Describe>(describe), std::forward<Job>(job));
+}
+
+template <typename Describe, typename Job>
+void MpiCommunicator::handoff(const char* op, Millis timeout, Describe&& waiting_for, Job&& job) {
+  const Deadline deadline(timeout);
+  Worker& w = *worker_;
+  std::unique_lock<std::mutex> lock(w.mu);
+  w.job = std::forward<Job>(job);
+  w.error = nullptr;
+  const std::uint64_t ticket = ++w.posted;
+  lock.unlock();  // so the worker does not wake into a held lock
+  w.wake.notify_one();
+  lock.lock();
+  if (!w.done.wait_until(lock, deadline.end(), [&] { return w.finished >= ticket; })) {
+    lock.unlock();
+    latch_.fail(Error(ErrorCode::kTimeout,
+                      where(op) + ": timed out after " + std::to_string(deadline.budget().count()) +
+                          " ms waiting for " + waiting_for() +
+                          " to complete; a peer rank is stopped, dead or in another "
+                          "operation. The communicator is broken"));
+  }
+  std::exception_ptr error = std::exchange(w.error, nullptr);
+  lock.unlock();
+  if (!error) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    Error named(e.code(), where(op) + ": " + e.what());
+    // Bad arguments and a mismatched receive leave MPI's state intact; any
+    // other MPI failure leaves it unknown.
+    if (e.code() == ErrorCode::kInvalidArgument || e.code() == ErrorCode::kMismatch) throw named;
+    latch_.fail(named);
+  }
+}
+
+void MpiCommunicator::do_allreduce(const AllreduceOptions& o) {
+  const int n = to_int("allreduce", "count", o.count);
+  const void* in = o.input == o.output ? MPI_IN_PLACE : o.input;
+  run(
+      "allreduce", o.timeout,
+      [&] {
+        return "MPI_Allreduce of " + std::to_string(o.count) + " " + dtype_name(o.dtype) + " (" +
+               reduce_op_name(o.op) + ")";
+      },
+      [in, out = o.output, n, dtype = o.dtype, op = o.op, t = mpi_type(o.dtype),
+       mop = mpi_op(*worker_, o.dtype, o.op), comm = worker_->comm, size = size_] {
+        check_mpi(MPI_Allreduce(in, out, n, t, mop, comm), "MPI_Allreduce");
+        if (op == ReduceOp::kAvg) finish_average(out, static_cast<size_t>(n), dtype, size);
+      });
+}
+
+void MpiCommunicator::do_broadcast(const BroadcastOptions& o) {
+  const int n = to_int("broadcast", "count", o.count);
+  run(
+      "broadcast", o.timeout,
+      [&] {
+        return "MPI_Bcast of " + std::to_string(o.count) + " " + dtype_name(o.dtype) +
+               " from rank " + std::to_string(o.root);
+      },
+      [buf = o.buffer, n, t = mpi_type(o.dtype), root = o.root, comm = worker_->comm] {
+        check_mpi(MPI_Bcast(buf, n, t, root, comm), "MPI_Bcast");
+      });
+}
+
+void MpiCommunicator::do_allgather(const AllgatherOptions& o) {
+  const int n = to_int("allgather", "count", o.count);
+  to_int("allgather", "count * size (the output)", o.count * static_cast<size_t>(size_));
+  run(
+      "allgather", o.timeout,
+      [&] {
+        return "MPI_Allgather of " + std::to_string(o.count) + " " + dtype_name(o.dtype) +
+               " per rank";
+      },
+      [in = o.input, out = o.output, n, t = mpi_type(o.dtype), comm = worker_->comm] {
+        check_mpi(MPI_Allgather(in, n, t, out, n, t, comm), "MPI_Allgather");
+      });
+}
+
+void MpiCommunicator::do_allgatherv(const AllgathervOptions& o) {
+  std::vector<int> counts(o.counts.size()), displs(o.counts.size());
+  size_t total = 0;
+  for (size_t q = 0; q < o.counts.size(); ++q) {
+    const std::string what = "counts[" + std::to_string(q) + "]";
+    counts[q] = to_int("allgatherv", what.c_str(), o.counts[q]);
+    displs[q] = static_cast<int>(total);  // total <= INT_MAX, checked below
+    total += o.counts[q];
+    to_int("allgatherv", "the total count (the output's last displacement)", total);
+  }
+  const int mine = counts[static_cast<size_t>(rank_)];
+  run(
+      "allgatherv", o.timeout,
+      [&] {
+        return "MPI_Allgatherv of " + std::to_string(total) + " " + dtype_name(o.dtype) +
+               " in all (" + std::to_string(mine) + " from this rank)";
+      },
+      [in = o.input, out = o.output, mine, counts = std::move(counts), displs = std::move(displs),
+       t = mpi_type(o.dtype), comm = worker_->comm] {
+        check_mpi(MPI_Allgatherv(in, mine, t, out, counts.data(), displs.data(), t, comm),
+                  "MPI_Allgatherv");
+      });
+}
+
+void MpiCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) {
+  const int n = to_int("reduce_scatter", "count", o.count);
+  // Libraries compute count * size internally, in int.
+  to_int("reduce_scatter", "count * size (the input)", o.count * static_cast<size_t>(size_));
+  run(
+      "reduce_scatter", o.timeout,
+      [&] {
+        return "MPI_Reduce_scatter_block of " + std::to_string(o.count) + " " +
+               dtype_name(o.dtype) + " per rank (" + reduce_op_name(o.op) + ")";
+      },
+      [in = o.input, out = o.output, n, dtype = o.dtype, op = o.op, t = mpi_type(o.dtype),
+       mop = mpi_op(*worker_, o.dtype, o.op), comm = worker_->comm, size = size_] {
+        check_mpi(MPI_Reduce_scatter_block(in, out, n, t, mop, comm), "MPI_Reduce_scatter_block");
+        if (op == ReduceOp::kAvg) finish_average(out, static_cast<size_t>(n), dtype, size);
+      });
+}
+
+void MpiCommunicator::do_barrier(const BarrierOptions& o) {
+  run(
+      "barrier", o.timeout, [] { return std::string("MPI_Barrier"); },
+      [comm = worker_->comm] { check_mpi(MPI_Barrier(comm), "MPI_Barrier"); });
+}
+
+void MpiCommunicator::do_send(const SendOptions& o) {
+  const int n = to_int("send", "count", o.count);
+  if (o.tag > static_cast<std::uint32_t>(tag_ub_)) {
+    throw_invalid_argument(where("send") + ": tag " + std::to_string(o.tag) +
+                           " is above this MPI's largest tag (MPI_TAG_UB " +
+                           std::to_string(tag_ub_) + ")");
+  }
+  run(
+      "send", o.timeout,
+      [&] {
+        return "MPI_Send of " + std::to_string(o.count) + " " + dtype_name(o.dtype) + " to rank " +
+               std::to_string(o.peer) + " tag " + std::to_string(o.tag) +
+               " (rank " + std::to_string(o.peer) + " to receive it)";
+      },
+      [data = o.data, n, t = mpi_type(o.dtype), peer = o.peer, tag = static_cast<int>(o.tag),
+       comm = worker_->comm] { check_mpi(MPI_Send(data, n, t, peer, tag, comm), "MPI_Send"); });
+}
+
+void MpiCommunicator::do_recv(const RecvOptions& o) {
+  const int n = to_int("recv", "count", o.count);
+  if (o.tag > static_cast<std::uint32_t>(tag_ub_)) {
+    throw_invalid_argument(where("recv") + ": tag " + std::to_string(o.tag) +
+                           " is above this MPI's largest tag (MPI_TAG_UB " +
+                           std::to_string(tag_ub_) + ")");
+  }
+  run(
+      "recv", o.timeout,
+      [&] {
+        return "MPI_Recv of " + std::to_string(o.count) + " " + dtype_name(o.dtype) +
+               " from rank " + std::to_string(o.peer) + " tag " + std::to_string(o.tag);
+      },
+      [data = o.data, n, dtype = o.dtype, t = mpi_type(o.dtype), peer = o.peer,
+       tag = static_cast<int>(o.tag), comm = worker_->comm] {
+        auto what = [&] {
+          return " from rank " + std::to_string(peer) + " tag " + std::to_string(tag) +
+                 ", expected " + std::to_string(n) + " " + dtype_name(dtype);
+        };
+        MPI_Status status;
+        const int rc = MPI_Recv(data, n, t, peer, tag, comm, &status);
+        int cls = MPI_SUCCESS;
+        if (rc != MPI_SUCCESS) MPI_Error_class(rc, &cls);
+        if (cls == MPI_ERR_TRUNCATE) {
+          throw_mismatch("MPI_Recv: the message" + what() + " is longer (the sender sent more)");
+        }
+        check_mpi(rc, "MPI_Recv");
+        int got = 0;
+        check_mpi(MPI_Get_count(&status, t, &got), "MPI_Get_count");
+        if (got != n) {
+          const std::string got_text =
+              got == MPI_UNDEFINED ? std::string("a partial element") : std::to_string(got);
+          throw_mismatch("MPI_Recv: received " + got_text + what() + " (the sender sent fewer)");
+        }
+      });
+}
+
+}  // namespace hpct::comm

@@ -1,0 +1,144 @@
+// The MPI backend of the Communicator: every operation is one standard MPI
+// call (MPI_Allreduce, MPI_Bcast, ...) on a private duplicate of
+// MPI_COMM_WORLD, run by one worker thread so that a caller can stop waiting
+// for it when its timeout runs out. Works with any MPI-3 library (Open MPI,
+// MPICH); nothing here is specific to one of them except the yield knob below.
+//
+// Why a worker thread: a blocking MPI call cannot time out, and polling a
+// non-blocking one (MPI_Test in a loop) either spins a core, which starves
+// 2-core ranks, or sleeps, which adds latency. So the MPI calls stay blocking
+// and the waiting moves to a condition variable that has a deadline.
+//
+// Handoff protocol (Worker in communicator.cc; all fields under Worker::mu):
+//   1. The caller checks the FailureLatch (a broken communicator fails at
+//      once), packs the MPI call into a job that captures its arguments by
+//      value (pointers, counts, handles; never the caller's stack), stores it
+//      in Worker::job, bumps Worker::posted to ticket n, and signals
+//      Worker::wake.
+//   2. The worker, asleep on Worker::wake (it never polls), takes the job out,
+//      drops the lock and runs the blocking MPI call at MPI's own speed.
+//   3. When the call returns the worker stores its error (if any), sets
+//      Worker::finished = n and signals Worker::done.
+//   4. The caller waits on Worker::done until finished == n or the deadline.
+//      Done: it rethrows the job's error or returns. Deadline: it raises
+//      Timeout naming the operation, this rank and the MPI call it waited
+//      for, and latches it; the communicator is broken from then on.
+// The worker is the only thread that calls MPI (MPI_Init_thread, every
+// operation, MPI_Finalize), so the thread level MPI must provide is at most
+// MPI_THREAD_SERIALIZED. The worker's state is shared-owned by the worker
+// thread, so a worker left stuck in MPI never touches freed memory.
+//
+// After a Timeout: the worker may still be inside the MPI call and MPI may
+// still write to that call's output buffer if the peer comes back. Keep the
+// buffers of a timed-out call alive, or end the process (the usual answer to
+// a Timeout; the CLI exits with code 124). The destructor then detaches the
+// stuck worker and skips MPI_Comm_free and MPI_Finalize (they would block
+// forever); under mpirun the job ends as "exited without calling finalize".
+//
+// MPI start and stop: create() starts MPI (MPI_Init_thread asking for
+// MPI_THREAD_SERIALIZED) when nobody has, and the destructor finalizes it
+// again only in that case. When the program started MPI itself it must have
+// asked for MPI_THREAD_SERIALIZED or better (our worker is not its main
+// thread), and it must not call MPI while one of our operations runs. MPI
+// cannot be started twice in one process: create() after MPI_Finalize raises
+// InvalidArgument. Destroy the communicator that started MPI last.
+//
+// Blocking and threads: as for every Communicator (comm/communicator.h):
+// each operation blocks its caller until it is done on this rank or timed
+// out; one operation at a time; buffers are caller-owned. Collectives ignore
+// the tag (MPI orders them per communicator); send/recv use it as the MPI tag.
+// MPI counts are ints: an operation whose count (or, for allgatherv, total)
+// does not fit in an int raises InvalidArgument before touching MPI.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "comm/communicator.h"
+#include "comm/failure_latch.h"
+#include "core/clock.h"
+#include "core/log.h"
+
+namespace hpct::comm {
+
+struct MpiOptions {
+  // Timeout of operations whose options leave it at 0, and of MPI start-up
+  // and shutdown (HPCT_TIMEOUT_S).
+  Millis default_timeout{300000};
+  Logger logger;
+  // Before starting MPI, set OMPI_MCA_mpi_yield_when_idle=1 unless the
+  // variable is already set (HPCT_MPI_YIELD). Open MPI busy-polls while it
+  // waits otherwise, which takes the core a 2-core rank computes on (+29% for
+  // Horovod, shared/notes). Other MPI libraries ignore the variable. This is
+  // the one place hpctrain writes the process environment: Open MPI reads its
+  // parameters from there at MPI_Init and offers no API to set them.
+  bool yield_when_idle = true;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Starts the worker thread and, through it, MPI if needed; duplicates
+  // MPI_COMM_WORLD with MPI_ERRORS_RETURN. Blocks until MPI is up (bounded by
+  // default_timeout: Timeout if MPI_Init hangs). InvalidArgument when MPI was
+  // already started below MPI_THREAD_SERIALIZED or was finalized; MPI errors
+  // become hpct::Error with MPI's text. Not thread-safe against other threads
+  // starting or using MPI.
+  static std::unique_ptr<MpiCommunicator> create(const MpiOptions& options);
+
+  // Frees the communicator and, if create() started MPI, finalizes it
+  // (bounded by default_timeout). A worker stuck in a timed-out call is
+  // detached instead (see the file comment). Never throws.
+  ~MpiCommunicator() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const char* backend_name() const override { return "mpi"; }
+  // "mpi:MPI_Allreduce", ...: the MPI library picks the actual algorithm per
+  // message size and cannot be asked which one it chose.
+  std::string algorithm(OpKind op, size_t bytes) const override;
+
+  // MPI_Get_library_version, e.g. "Open MPI v4.1.4, ...", first line only.
+  const std::string& library_version() const { return library_version_; }
+  // True when create() started MPI (and the destructor will finalize it).
+  bool started_mpi() const { return started_mpi_; }
+
+  struct Worker;  // the handoff state, defined in communicator.cc
+
+ protected:
+  void do_allreduce(const AllreduceOptions& o) override;
+  void do_broadcast(const BroadcastOptions& o) override;
+  void do_allgather(const AllgatherOptions& o) override;
+  void do_allgatherv(const AllgathervOptions& o) override;
+  void do_reduce_scatter(const ReduceScatterOptions& o) override;
+  void do_barrier(const BarrierOptions& o) override;
+  void do_send(const SendOptions& o) override;
+  void do_recv(const RecvOptions& o) override;
+
+ private:
+  MpiCommunicator(const MpiOptions& options, std::shared_ptr<Worker> worker);
+
+  // Runs job on the worker and waits for it until timeout (steps 1-4 above).
+  // op and describe() (called only on a timeout) name the operation and the
+  // MPI call in errors. run() fails at once on a broken communicator;
+  // handoff() does not (for shutdown).
+  template <typename Describe, typename Job>
+  void run(const char* op, Millis timeout, Describe&& describe, Job&& job);
+  template <typename Describe, typename Job>
+  void handoff(const char* op, Millis timeout, Describe&& describe, Job&& job);
+
+  // "allreduce on rank 1 of 4 (mpi)", the prefix of every error message.
+  std::string where(const char* op) const;
+  // count as an MPI int; InvalidArgument naming op and what when it is larger.
+  int to_int(const char* op, const char* what, size_t count) const;
+
+  Logger logger_;
+  std::shared_ptr<Worker> worker_;
+  FailureLatch latch_;
+  int rank_ = 0;
+  int size_ = 1;
+  int tag_ub_ = 32767;  // MPI_TAG_UB of this MPI; the standard guarantees 32767
+  bool started_mpi_ = false;
+  std::string library_version_;
+};
+
+}  // namespace hpct::comm
