@@ -1,0 +1,670 @@
+#include "store/tcp_store.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <thread>
+
+#include "core/error.h"
+#include "core/fd.h"
+#include "store/auth.h"
+
+namespace hpct::store {
+
+// ---------------------------------------------------------------- wire codec
+
+namespace tcp_wire {
+namespace {
+
+void put_u32(std::string* out, std::uint32_t v) {
+  char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+  out->append(b, 4);
+}
+
+void put_str(std::string* out, const std::string& s) {
+  put_u32(out, static_cast<std::uint32_t>(s.size()));
+  out->append(s);
+}
+
+class Reader {
+ public:
+  Reader(std::string_view bytes, const std::string& from) : bytes_(bytes), from_(from) {}
+  std::uint64_t uint(int n) {
+    need(static_cast<size_t>(n));
+    std::uint64_t v = 0;
+    for (int i = 0; i < n; ++i) v = (v << 8) | static_cast<unsigned char>(bytes_[pos_++]);
+    return v;
+  }
+  std::string str() {
+    const size_t len = uint(4);
+    need(len);  // checked against the bytes present before anything is allocated
+    std::string s(bytes_.substr(pos_, len));
+    pos_ += len;
+    return s;
+  }
+  void finish() const {
+    if (pos_ != bytes_.size()) bad("trailing bytes");
+  }
+
+ private:
+  void need(size_t n) const {
+    if (bytes_.size() - pos_ < n) bad("truncated");
+  }
+  [[noreturn]] void bad(const char* why) const {
+    throw_data_corrupt("malformed store message from " + from_ + ": " + why + " at byte " + std::to_string(pos_));
+  }
+  std::string_view bytes_;
+  const std::string& from_;
+  size_t pos_ = 0;
+};
+
+}  // namespace
+
+std::string encode(const Message& m) {
+  std::string out;
+  out += static_cast<char>(m.kind);
+  put_u32(&out, static_cast<std::uint32_t>(m.keys.size()));
+  for (const auto& k : m.keys) put_str(&out, k);
+  put_str(&out, m.value);
+  const auto n = static_cast<std::uint64_t>(m.number);
+  put_u32(&out, static_cast<std::uint32_t>(n >> 32));
+  put_u32(&out, static_cast<std::uint32_t>(n));
+  return out;
+}
+
+Message decode(std::string_view bytes, const std::string& from) {
+  Reader r(bytes, from);
+  Message m;
+  m.kind = static_cast<std::uint8_t>(r.uint(1));
+  // No reserve(count): the count is the peer's word, the bytes are not.
+  for (std::uint64_t i = 0, count = r.uint(4); i < count; ++i) m.keys.push_back(r.str());
+  m.value = r.str();
+  m.number = static_cast<std::int64_t>(r.uint(8));
+  r.finish();
+  return m;
+}
+
+}  // namespace tcp_wire
+
+using tcp_wire::Message;
+using tcp_wire::Op;
+using tcp_wire::Status;
+
+namespace {
+
+constexpr Millis kMaxWait(7LL * 24 * 3600 * 1000);  // waits beyond a week are clamped to one
+constexpr Millis kWaitSlice(100);                    // how often a blocked wait checks for stop and hang-up
+
+Millis clamp_wait(Millis t) { return std::clamp(t, Millis(0), kMaxWait); }
+
+std::string address_of(const sockaddr* sa) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  int port = 0;
+  if (sa->sa_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    port = ntohs(in->sin_port);
+    return std::string(host) + ":" + std::to_string(port);
+  }
+  if (sa->sa_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    port = ntohs(in6->sin6_port);
+    return "[" + std::string(host) + "]:" + std::to_string(port);
+  }
+  return "?";
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* ai) const { ::freeaddrinfo(ai); }
+};
+using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
+
+// Numeric or named host; the error says which host:port failed and why.
+AddrInfoPtr resolve(const std::string& host, int port, bool passive, ErrorCode code) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0) throw Error(code, "cannot resolve " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(rc));
+  return AddrInfoPtr(res);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------- server
+
+struct TcpStoreServer::State {
+  explicit State(TcpStoreServerOptions o) : options(std::move(o)) {}
+
+  void accept_loop();
+  void serve(std::uint64_t id, UniqueFd fd, std::string peer);
+  // DataCorrupt unless request is a known op with the keys it needs.
+  static void check_request(const Message& request, const std::string& peer);
+  Message handle(const Message& request, int fd, const std::string& peer);
+  // Blocks until every key exists, the timeout passes, the server stops
+  // (Woken) or the client hangs up (PeerFailure). Returns the missing keys.
+  std::vector<std::string> wait_for(const std::vector<std::string>& keys, Millis timeout, int fd,
+                                    const std::string& peer);
+  void note_allocation(size_t n) {
+    size_t seen = largest_allocation.load();
+    while (n > seen && !largest_allocation.compare_exchange_weak(seen, n)) {
+    }
+  }
+
+  const TcpStoreServerOptions options;
+  UniqueFd listen_fd;
+  UniqueFd wake_fd;  // an eventfd, written once at stop and never read: stays readable
+  int port = 0;
+  std::atomic<bool> stopping{false};
+  std::thread acceptor;
+
+  std::mutex data_mu;
+  std::condition_variable data_changed;
+  std::map<std::string, std::string> data;  // guarded by data_mu
+
+  std::mutex conn_mu;
+  std::map<std::uint64_t, std::thread> connections;  // guarded by conn_mu
+  std::vector<std::uint64_t> finished;               // guarded by conn_mu: threads to join
+  size_t active = 0;                                  // guarded by conn_mu
+
+  std::atomic<std::uint64_t> accepted{0}, refused_at_capacity{0}, authenticated{0}, auth_failures{0},
+      protocol_mismatches{0}, timed_out{0}, oversize_frames{0}, bad_macs{0}, malformed_requests{0}, requests{0};
+  std::atomic<size_t> largest_allocation{0};
+};
+
+TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options)
+    : state_(std::make_unique<State>(std::move(options))) {
+  State& s = *state_;
+  const auto& o = s.options;
+  const std::string where = o.bind_address + ":" + std::to_string(o.port);
+  if (o.secret.empty()) throw_invalid_argument("TCP store server on " + where + ": the job secret is empty");
+  if (o.max_connections == 0) throw_invalid_argument("TCP store server on " + where + ": max_connections is 0");
+  if (o.bind_address.empty()) throw_invalid_argument("TCP store server: no bind address given");
+
+  AddrInfoPtr addrs = resolve(o.bind_address, o.port, true, ErrorCode::kInvalidArgument);
+  int last_errno = 0;
+  for (addrinfo* ai = addrs.get(); ai; ai = ai->ai_next) {
+    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd.valid()) {
+      last_errno = errno;
+      continue;
+    }
+    int one = 1;
+    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd.get(), 128) != 0) {
+      last_errno = errno;
+      continue;
+    }
+    s.listen_fd = std::move(fd);
+    break;
+  }
+  if (!s.listen_fd.valid()) throw_io("TCP store server: bind " + where, last_errno);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  if (::getsockname(s.listen_fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
+    throw_io("TCP store server: getsockname " + where, errno);
+  }
+  s.port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!s.wake_fd.valid()) throw_io("TCP store server: eventfd", errno);
+  s.acceptor = std::thread([&s] { s.accept_loop(); });
+}
+
+TcpStoreServer::~TcpStoreServer() {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.data_mu);
+    s.stopping = true;
+  }
+  std::uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(s.wake_fd.get(), &one, sizeof one);
+  s.data_changed.notify_all();
+  s.acceptor.join();
+  std::map<std::uint64_t, std::thread> connections;
+  {
+    std::lock_guard<std::mutex> lock(s.conn_mu);
+    connections.swap(s.connections);
+  }
+  for (auto& [id, t] : connections) t.join();
+}
+
+int TcpStoreServer::port() const { return state_->port; }
+const std::string& TcpStoreServer::bind_address() const { return state_->options.bind_address; }
+
+TcpStoreServerStats TcpStoreServer::stats() const {
+  State& s = *state_;
+  TcpStoreServerStats out;
+  out.accepted = s.accepted;
+  out.refused_at_capacity = s.refused_at_capacity;
+  out.authenticated = s.authenticated;
+  out.auth_failures = s.auth_failures;
+  out.protocol_mismatches = s.protocol_mismatches;
+  out.timed_out = s.timed_out;
+  out.oversize_frames = s.oversize_frames;
+  out.bad_macs = s.bad_macs;
+  out.malformed_requests = s.malformed_requests;
+  out.requests = s.requests;
+  out.largest_frame_allocated = s.largest_allocation;
+  {
+    std::lock_guard<std::mutex> lock(s.conn_mu);
+    out.active_connections = s.active;
+  }
+  return out;
+}
+
+void TcpStoreServer::State::accept_loop() {
+  std::uint64_t next_id = 0;
+  while (true) {
+    // Join the threads of connections that ended.
+    std::vector<std::thread> done;
+    {
+      std::lock_guard<std::mutex> lock(conn_mu);
+      for (auto id : finished) {
+        auto it = connections.find(id);
+        if (it == connections.end()) continue;
+        done.push_back(std::move(it->second));
+        connections.erase(it);
+      }
+      finished.clear();
+    }
+    for (auto& t : done) t.join();
+
+    pollfd fds[2] = {{listen_fd.get(), POLLIN, 0}, {wake_fd.get(), POLLIN, 0}};
+    int ready = ::poll(fds, 2, 1000);
+    if (ready < 0 && errno != EINTR) {
+      options.logger.error("store", std::string("TCP store server: poll: ") + std::strerror(errno));
+      std::this_thread::sleep_for(Millis(10));
+      continue;
+    }
+    if (fds[1].revents != 0) return;
+    if (ready <= 0 || fds[0].revents == 0) continue;
+
+    sockaddr_storage peer_addr{};
+    socklen_t len = sizeof peer_addr;
+    UniqueFd fd(::accept4(listen_fd.get(), reinterpret_cast<sockaddr*>(&peer_addr), &len,
+                          SOCK_NONBLOCK | SOCK_CLOEXEC));
+    if (!fd.valid()) {
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        options.logger.warn("store", std::string("TCP store server: accept: ") + std::strerror(errno));
+        std::this_thread::sleep_for(Millis(10));  // out of descriptors: do not spin
+      }
+      continue;
+    }
+    const std::string peer = "store client " + address_of(reinterpret_cast<sockaddr*>(&peer_addr));
+    std::lock_guard<std::mutex> lock(conn_mu);
+    if (active >= options.max_connections) {
+      ++refused_at_capacity;
+      options.logger.warn("store", "refused " + peer + ": " + std::to_string(active) +
+                                       " connections are open (max_connections)");
+      continue;  // fd closes here
+    }
+    set_nodelay(fd.get());
+    const std::uint64_t id = next_id++;
+    try {
+      // conn_mu is held: a thread that ends at once registers as finished
+      // only after it is in `connections`.
+      std::thread t([this, id, f = fd.get(), peer] { serve(id, UniqueFd(f), peer); });
+      fd.release();
+      connections.emplace(id, std::move(t));
+      ++active;
+      ++accepted;
+    } catch (const std::system_error& e) {
+      ++refused_at_capacity;
+      options.logger.warn("store", "refused " + peer + ": cannot start a thread: " + e.what());
+    }
+  }
+}
+
+void TcpStoreServer::State::serve(std::uint64_t id, UniqueFd fd, std::string peer) {
+  std::optional<auth::FrameChannel> channel;
+  bool in_handshake = true;
+  try {
+    const auto key = auth::server_handshake(fd.get(), options.secret,
+                                            SteadyClock::now() + options.handshake_timeout, wake_fd.get(), peer);
+    in_handshake = false;
+    ++authenticated;
+    channel.emplace(fd.get(), key, auth::Direction::kServerToClient, options.max_frame_bytes, wake_fd.get(), peer);
+    while (true) {
+      std::string bytes = channel->recv(auth::kNoDeadline, options.io_timeout);
+      note_allocation(channel->largest_allocation());
+      Message request;
+      try {
+        request = tcp_wire::decode(bytes, peer);
+        check_request(request, peer);
+      } catch (const Error& e) {
+        ++malformed_requests;
+        options.logger.warn("store", std::string("dropping ") + peer + ": " + e.what());
+        break;
+      }
+      Message reply = handle(request, fd.get(), peer);
+      channel->send(tcp_wire::encode(reply), SteadyClock::now() + options.io_timeout);
+      ++requests;
+    }
+  } catch (const auth::Woken&) {
+    // The server is stopping.
+  } catch (const Error& e) {
+    switch (e.code()) {
+      case ErrorCode::kAuth:
+        ++(in_handshake ? auth_failures : bad_macs);
+        options.logger.warn("store", std::string("dropping ") + peer + ": " + e.what());
+        break;
+      case ErrorCode::kMismatch:
+        ++protocol_mismatches;
+        options.logger.warn("store", std::string("dropping ") + peer + ": " + e.what());
+        break;
+      case ErrorCode::kDataCorrupt:
+        ++oversize_frames;
+        options.logger.warn("store", std::string("dropping ") + peer + ": " + e.what());
+        break;
+      case ErrorCode::kTimeout:
+        ++timed_out;
+        options.logger.warn("store", std::string("dropping ") + peer + ": " + e.what() +
+                                         (in_handshake ? " (handshake not finished in time)" : " (frame stalled)"));
+        break;
+      case ErrorCode::kPeerFailure:
+        options.logger.debug("store", e.what());  // clients leaving is normal
+        break;
+      default:
+        options.logger.warn("store", std::string("dropping ") + peer + ": " + e.what());
+    }
+  } catch (const std::exception& e) {
+    options.logger.error("store", std::string("dropping ") + peer + ": " + e.what());
+  }
+  if (channel) note_allocation(channel->largest_allocation());
+  fd.reset();  // the client sees the close only after the counters are updated
+  std::lock_guard<std::mutex> lock(conn_mu);
+  --active;
+  finished.push_back(id);
+}
+
+std::vector<std::string> TcpStoreServer::State::wait_for(const std::vector<std::string>& keys, Millis timeout,
+                                                         int fd, const std::string& peer) {
+  const auto deadline = SteadyClock::now() + clamp_wait(timeout);
+  std::unique_lock<std::mutex> lock(data_mu);
+  while (true) {
+    std::vector<std::string> missing;
+    for (const auto& k : keys) {
+      if (data.find(k) == data.end()) missing.push_back(k);
+    }
+    if (missing.empty() || SteadyClock::now() >= deadline) return missing;
+    if (stopping) throw auth::Woken{};
+    data_changed.wait_until(lock, std::min(deadline, SteadyClock::now() + kWaitSlice));
+    if (stopping) throw auth::Woken{};
+    // A client waiting for its reply sends nothing: anything readable means
+    // it closed (or broke the protocol), so stop holding a thread for it.
+    lock.unlock();
+    pollfd p{fd, POLLIN | POLLRDHUP, 0};
+    const bool gone = ::poll(&p, 1, 0) > 0;
+    lock.lock();
+    if (gone) throw_peer_failure(peer + " hung up while waiting for store keys");
+  }
+}
+
+void TcpStoreServer::State::check_request(const Message& request, const std::string& peer) {
+  const auto op = static_cast<Op>(request.kind);
+  if (request.kind < static_cast<std::uint8_t>(Op::kSet) || request.kind > static_cast<std::uint8_t>(Op::kRemove)) {
+    throw_data_corrupt("a request from " + peer + " has unknown kind " + std::to_string(request.kind));
+  }
+  const bool one_key = op == Op::kSet || op == Op::kGet || op == Op::kAdd || op == Op::kRemove;
+  if (one_key && request.keys.size() != 1) {
+    throw_data_corrupt("a request from " + peer + " has " + std::to_string(request.keys.size()) +
+                       " keys where one is needed");
+  }
+}
+
+Message TcpStoreServer::State::handle(const Message& request, int fd, const std::string& peer) {
+  Message reply;
+  reply.kind = static_cast<std::uint8_t>(Status::kOk);
+  const auto op = static_cast<Op>(request.kind);
+  switch (op) {
+    case Op::kSet: {
+      {
+        std::lock_guard<std::mutex> lock(data_mu);
+        data[request.keys[0]] = request.value;
+      }
+      data_changed.notify_all();
+      return reply;
+    }
+    case Op::kGet:
+    case Op::kWait: {
+      auto missing = wait_for(request.keys, Millis(request.number), fd, peer);
+      if (!missing.empty()) {
+        reply.kind = static_cast<std::uint8_t>(Status::kTimeout);
+        reply.keys = std::move(missing);
+        return reply;
+      }
+      if (op == Op::kGet) {
+        std::lock_guard<std::mutex> lock(data_mu);
+        auto it = data.find(request.keys[0]);
+        if (it == data.end()) {  // removed between the wait and now: the wait it was
+          reply.kind = static_cast<std::uint8_t>(Status::kTimeout);
+          reply.keys = request.keys;
+        } else {
+          reply.value = it->second;
+        }
+      }
+      return reply;
+    }
+    case Op::kAdd: {
+      {
+        std::lock_guard<std::mutex> lock(data_mu);
+        std::string& v = data[request.keys[0]];
+        std::int64_t current = 0;
+        if (!v.empty()) {
+          size_t used = 0;
+          try {
+            current = std::stoll(v, &used);
+          } catch (const std::exception&) {
+            used = 0;
+          }
+          if (used != v.size()) {
+            reply.kind = static_cast<std::uint8_t>(Status::kError);
+            reply.number = static_cast<std::int64_t>(ErrorCode::kInvalidArgument);
+            reply.value = "add(" + request.keys[0] + "): the value at the store is not an integer";
+            return reply;
+          }
+        }
+        reply.number = current + request.number;
+        v = std::to_string(reply.number);
+      }
+      data_changed.notify_all();
+      return reply;
+    }
+    case Op::kCheck: {
+      std::lock_guard<std::mutex> lock(data_mu);
+      reply.number = 1;
+      for (const auto& k : request.keys) {
+        if (data.find(k) == data.end()) reply.number = 0;
+      }
+      return reply;
+    }
+    case Op::kRemove: {
+      std::lock_guard<std::mutex> lock(data_mu);
+      reply.number = data.erase(request.keys[0]) > 0 ? 1 : 0;
+      return reply;
+    }
+  }
+  throw_data_corrupt("a request from " + peer + " has unknown kind " + std::to_string(request.kind));
+}
+
+// ---------------------------------------------------------------- client
+
+struct TcpStore::Connection {
+  Connection(UniqueFd f, const auth::Mac& key, size_t max_frame, const std::string& what)
+      : fd(std::move(f)), channel(fd.get(), key, auth::Direction::kClientToServer, max_frame, -1, what) {}
+  UniqueFd fd;
+  auth::FrameChannel channel;
+};
+
+TcpStore::TcpStore(TcpStoreOptions options)
+    : options_(std::move(options)), endpoint_(options_.host + ":" + std::to_string(options_.port)) {
+  if (options_.secret.empty()) throw_invalid_argument("TCP store client for " + endpoint_ + ": the job secret is empty");
+  if (options_.port <= 0 || options_.port > 65535) {
+    throw_invalid_argument("TCP store client: " + endpoint_ + " does not name a port");
+  }
+  idle_.push_back(connect_with_retry(options_.connect_timeout));
+}
+
+TcpStore::~TcpStore() = default;
+
+std::unique_ptr<TcpStore::Connection> TcpStore::connect_once(SteadyClock::time_point until) {
+  const std::string what = "the store at " + endpoint_;
+  AddrInfoPtr addrs = resolve(options_.host, options_.port, false, ErrorCode::kPeerFailure);
+  std::string last_error = "no address";
+  for (addrinfo* ai = addrs.get(); ai; ai = ai->ai_next) {
+    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    if (!fd.valid()) throw_io("socket for " + what, errno);
+    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
+      if (errno != EINPROGRESS) {
+        last_error = std::strerror(errno);
+        continue;
+      }
+      // Connected (or refused) when writable; poll in slices up to until.
+      while (true) {
+        const auto left = std::chrono::duration_cast<Millis>(until - SteadyClock::now()).count();
+        if (left <= 0) throw_timeout("timed out connecting to " + what);
+        pollfd p{fd.get(), POLLOUT, 0};
+        int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
+        if (ready > 0) break;
+        if (ready < 0 && errno != EINTR) throw_io("poll connecting to " + what, errno);
+      }
+      int err = 0;
+      socklen_t len = sizeof err;
+      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
+      if (err != 0) {
+        last_error = std::strerror(err);
+        continue;
+      }
+    }
+    set_nodelay(fd.get());
+    const auth::Mac key = auth::client_handshake(fd.get(), options_.secret, until, what);
+    return std::make_unique<Connection>(std::move(fd), key, options_.max_frame_bytes, what);
+  }
+  throw_peer_failure("cannot connect to " + what + ": " + last_error);
+}
+
+std::unique_ptr<TcpStore::Connection> TcpStore::connect_with_retry(Millis budget) {
+  Deadline deadline(budget);
+  Millis step(10);
+  std::string last_error;
+  while (true) {
+    try {
+      return connect_once(deadline.end());
+    } catch (const Error& e) {
+      // A wrong secret or a stranger on the port will not fix itself.
+      if (e.code() == ErrorCode::kAuth || e.code() == ErrorCode::kMismatch) throw;
+      last_error = e.what();
+    }
+    if (deadline.expired()) {
+      throw_timeout("could not connect to the store at " + endpoint_ + " within " + std::to_string(budget.count()) +
+                    " ms: " + last_error);
+    }
+    std::this_thread::sleep_for(std::min(step, deadline.remaining()));
+    step = std::min(step * 2, Millis(500));
+  }
+}
+
+Message TcpStore::call(const Message& request, Millis wait_budget, const std::string& op) {
+  std::unique_ptr<Connection> conn;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (!idle_.empty()) {
+      conn = std::move(idle_.back());
+      idle_.pop_back();
+    }
+  }
+  if (!conn) conn = connect_with_retry(options_.connect_timeout);
+
+  Message reply;
+  try {
+    conn->channel.send(tcp_wire::encode(request), SteadyClock::now() + options_.io_timeout);
+    const auto reply_until = SteadyClock::now() + clamp_wait(wait_budget) + options_.io_timeout;
+    reply = tcp_wire::decode(conn->channel.recv(reply_until, options_.io_timeout), "the store at " + endpoint_);
+  } catch (const Error& e) {
+    // The connection is dropped (conn goes out of scope): its sequence
+    // numbers may be out of step with the server's.
+    if (e.code() == ErrorCode::kTimeout && (request.kind == static_cast<std::uint8_t>(Op::kGet) ||
+                                            request.kind == static_cast<std::uint8_t>(Op::kWait))) {
+      throw_timeout(describe_wait(request.keys, request.keys, wait_budget) + ": no reply from the store at " +
+                    endpoint_);
+    }
+    throw Error(e.code(), op + ": " + e.what());
+  }
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    idle_.push_back(std::move(conn));
+  }
+  switch (static_cast<Status>(reply.kind)) {
+    case Status::kOk:
+      return reply;
+    case Status::kTimeout:
+      throw_timeout(describe_wait(request.keys, reply.keys, wait_budget) + " at the store " + endpoint_);
+    case Status::kError:
+      if (reply.number < 0 || reply.number > static_cast<std::int64_t>(ErrorCode::kAuth)) {
+        throw_data_corrupt(op + ": the store at " + endpoint_ + " replied with an unknown error code");
+      }
+      throw Error(static_cast<ErrorCode>(reply.number), reply.value + " (store " + endpoint_ + ")");
+  }
+  throw_data_corrupt(op + ": the store at " + endpoint_ + " replied with unknown kind " + std::to_string(reply.kind));
+}
+
+namespace {
+Message make(Op op, std::vector<std::string> keys, std::string value = {}, std::int64_t number = 0) {
+  Message m;
+  m.kind = static_cast<std::uint8_t>(op);
+  m.keys = std::move(keys);
+  m.value = std::move(value);
+  m.number = number;
+  return m;
+}
+}  // namespace
+
+void TcpStore::set(const std::string& key, const std::string& value) {
+  call(make(Op::kSet, {key}, value), Millis(0), "set(" + key + ")");
+}
+
+std::string TcpStore::get(const std::string& key, Millis timeout) {
+  timeout = clamp_wait(timeout);
+  return call(make(Op::kGet, {key}, {}, timeout.count()), timeout, "get(" + key + ")").value;
+}
+
+std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
+  return call(make(Op::kAdd, {key}, {}, delta), Millis(0), "add(" + key + ")").number;
+}
+
+void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+  timeout = clamp_wait(timeout);
+  call(make(Op::kWait, keys, {}, timeout.count()), timeout, "wait");
+}
+
+bool TcpStore::check(const std::vector<std::string>& keys) {
+  return call(make(Op::kCheck, keys), Millis(0), "check").number != 0;
+}
+
+bool TcpStore::remove(const std::string& key) {
+  return call(make(Op::kRemove, {key}), Millis(0), "remove(" + key + ")").number != 0;
+}
+
+}  // namespace hpct::store
