@@ -296,7 +296,7 @@ void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, E
   } catch (const std::exception&) {
   }
   const Millis wait = std::min(options_.failure_report_wait, timeout / 2);
-  const CollectedReports others = collect_failure_reports(*store_, rank_, size_, wait);
+  const CollectedReports others = collect_failure_reports(*store_, own, size_, wait);
   const FailureVerdict v = judge_failure(own, others);
 
   std::string m = what + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +

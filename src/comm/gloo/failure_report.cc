@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <thread>
 
 namespace hpct::comm {
 namespace {
@@ -74,33 +75,47 @@ void publish_failure_report(store::Store& store, const FailureReport& own) {
   }
 }
 
-CollectedReports collect_failure_reports(store::Store& store, int rank, int size, Millis wait) {
+CollectedReports collect_failure_reports(store::Store& store, const FailureReport& own, int size,
+                                         Millis wait) {
+  const Deadline deadline(wait);
+  const Millis settle = std::min(kFailureReportSettle, wait);
+  std::vector<bool> have(size, false);
+  have[own.reporter] = true;
+  std::vector<bool> accused(size, false);
+  if (own.code == ErrorCode::kPeerFailure && own.suspect >= 0 && own.suspect < size) {
+    accused[own.suspect] = true;
+  }
   CollectedReports out;
-  std::vector<std::string> keys;
-  for (int r = 0; r < size; ++r) {
-    if (r != rank) keys.push_back(failure_report_key(r));
-  }
-  try {
-    store.wait(keys, wait);
-  } catch (const std::exception&) {
-    // Timeout: some ranks did not report; find out which below.
-  }
-  for (int r = 0; r < size; ++r) {
-    if (r == rank) continue;
-    try {
-      const std::string key = failure_report_key(r);
-      if (!store.check({key})) {
-        out.missing.push_back(r);
-        continue;
+  while (true) {
+    out.missing.clear();
+    for (int r = 0; r < size; ++r) {
+      if (have[r]) continue;
+      try {
+        const std::string key = failure_report_key(r);
+        FailureReport rep;
+        if (store.check({key}) && decode_failure_report(store.get(key, Millis(100)), &rep)) {
+          have[r] = true;
+          out.reports.push_back(rep);
+          if (rep.code == ErrorCode::kPeerFailure && rep.suspect >= 0 && rep.suspect < size) {
+            accused[rep.suspect] = true;
+          }
+          continue;
+        }
+      } catch (const std::exception&) {
+        // A failing store: the rank counts as missing, the wait stays bounded.
       }
-      FailureReport rep;
-      if (decode_failure_report(store.get(key, Millis(100)), &rep)) {
-        out.reports.push_back(rep);
-      }
-    } catch (const std::exception&) {
       out.missing.push_back(r);
     }
+    if (out.missing.empty() || deadline.expired()) break;
+    // Only ranks someone saw close are missing: they died. Waiting longer
+    // would only delay the same verdict (see the header for the settle time).
+    const bool all_accused = std::all_of(out.missing.begin(), out.missing.end(),
+                                         [&](int r) { return accused[r]; });
+    if (all_accused && deadline.elapsed() >= settle) break;
+    std::this_thread::sleep_for(std::min(kFailureReportPoll, deadline.remaining()));
   }
+  std::sort(out.reports.begin(), out.reports.end(),
+            [](const FailureReport& a, const FailureReport& b) { return a.reporter < b.reporter; });
   return out;
 }
 

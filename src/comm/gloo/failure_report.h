@@ -19,7 +19,13 @@
 //      that sees the close can find the record.
 //   3. It closes all its connections, so ranks blocked on it fail at once.
 //   4. It waits, bounded (GlooOptions::failure_report_wait, at most half the
-//      op's timeout), until every other rank has written its record.
+//      op's timeout), until every other rank has written its record, polling
+//      the store every kFailureReportPoll. It stops early, but not before
+//      kFailureReportSettle, when every rank still missing is one that some
+//      record says closed its connection: those ranks are dead and more
+//      waiting would not change the verdict. The settle time covers a healthy
+//      rank that Gloo made close its connections (on its own timeout) just
+//      before that rank wrote its record.
 //   5. Ranks that wrote no record in that time are the suspects: a killed,
 //      stopped or hung process cannot write one. judge() picks the verdict:
 //      - some record blames a rank that never reported -> PeerFailure naming
@@ -63,9 +69,13 @@ struct CollectedReports {
 // Step 2. Never throws.
 void publish_failure_report(store::Store& store, const FailureReport& own);
 
-// Step 4: blocks at most `wait`. Never throws; when the store fails, every
-// other rank counts as missing only if nothing could be read at all.
-CollectedReports collect_failure_reports(store::Store& store, int rank, int size, Millis wait);
+constexpr Millis kFailureReportPoll{20};
+constexpr Millis kFailureReportSettle{300};
+
+// Step 4: blocks at most `wait` (plus one store call). Never throws; a rank
+// whose record cannot be read (store failure) counts as missing.
+CollectedReports collect_failure_reports(store::Store& store, const FailureReport& own, int size,
+                                         Millis wait);
 
 struct FailureVerdict {
   ErrorCode code = ErrorCode::kTimeout;

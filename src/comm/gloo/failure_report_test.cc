@@ -63,10 +63,22 @@ TEST(FailureReportTest, CollectIsBoundedAndNamesMissingRanks) {
   store::MemoryStore s;
   publish_failure_report(s, report(0, ErrorCode::kPeerFailure, 2));
   const auto start = SteadyClock::now();
-  auto c = collect_failure_reports(s, 1, 3, Millis(200));
+  auto c = collect_failure_reports(s, report(1, ErrorCode::kTimeout, -1), 3, Millis(200));
+  EXPECT_GE(SteadyClock::now() - start, Millis(200));  // rank 2 is accused by nobody
   EXPECT_LT(SteadyClock::now() - start, Millis(1000));
   ASSERT_EQ(c.reports.size(), 1u);
   EXPECT_EQ(c.reports[0].suspect, 2);
+  EXPECT_EQ(c.missing, std::vector<int>{2});
+}
+
+TEST(FailureReportTest, CollectStopsEarlyWhenOnlyAccusedRanksAreMissing) {
+  store::MemoryStore s;
+  publish_failure_report(s, report(0, ErrorCode::kPeerFailure, 2));
+  const auto start = SteadyClock::now();
+  auto c = collect_failure_reports(s, report(1, ErrorCode::kTimeout, -1), 3, Millis(3000));
+  const auto took = SteadyClock::now() - start;
+  EXPECT_GE(took, kFailureReportSettle);
+  EXPECT_LT(took, Millis(1500));
   EXPECT_EQ(c.missing, std::vector<int>{2});
 }
 
