@@ -142,18 +142,14 @@ Mac client_handshake(int fd, std::string_view secret, SteadyClock::time_point un
   Mac proof = hmac_sha256(secret, {kClientLabel, cn, sn});
   write_all(fd, reinterpret_cast<const char*>(proof.data()), proof.size(), until, -1, what);
 
+  // A close instead of a verdict stays a PeerFailure (the server may be
+  // stopping): a wrong secret always gets an explicit refusal.
   char verdict[1 + kMacBytes];
-  try {
-    read_exact(fd, verdict, sizeof verdict, until, -1, what);
-  } catch (const Error& e) {
-    if (e.code() != ErrorCode::kPeerFailure) throw;
-    throw Error(ErrorCode::kAuth, "the job secret does not match: " + what +
-                                      " closed the connection after this client's proof (" + e.what() + ")");
-  }
+  read_exact(fd, verdict, sizeof verdict, until, -1, what);
   if (verdict[0] != 1) {
     throw Error(ErrorCode::kAuth, "the job secret does not match: " + what +
-                                      " refused this client's proof (is this rank running with its own "
-                                      "launcher's secret?)");
+                                      " refused this client's proof (the rank and the store were given "
+                                      "different secrets)");
   }
   Mac server_proof;
   std::memcpy(server_proof.data(), verdict + 1, kMacBytes);

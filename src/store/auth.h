@@ -88,11 +88,10 @@ class FrameChannel {
 
   void send(std::string_view payload, SteadyClock::time_point until);
 
-  // Waits until first_byte_until for a frame to start, then until
-  // frame_until for all of it (whichever is later is not extended: the
-  // frame deadline starts when the first byte arrives, frame_timeout long).
-  // DataCorrupt (nothing allocated) when len exceeds max_frame_bytes; Auth
-  // when the MAC fails.
+  // Waits until first_byte_until (kNoDeadline: until woken) for a frame to
+  // start; from its first byte the whole frame must arrive within
+  // frame_timeout. DataCorrupt, with nothing allocated, when len exceeds
+  // max_frame_bytes; Auth when the MAC fails; else as read_exact.
   std::string recv(SteadyClock::time_point first_byte_until, Millis frame_timeout);
 
   // The largest payload buffer recv ever allocated.
