@@ -45,8 +45,8 @@ std::string random_nonce() {
 }
 
 // Waits for events on fd; see read_exact for the errors.
-void wait_ready(int fd, short events, SteadyClock::time_point until, int wake_fd, const std::string& what,
-                const char* doing) {
+void wait_ready(int fd, short events, SteadyClock::time_point until, int wake_fd,
+                const std::string& what, const char* doing) {
   while (true) {
     auto now = SteadyClock::now();
     if (now >= until) throw_timeout("timed out " + std::string(doing) + " " + what);
@@ -67,27 +67,38 @@ void wait_ready(int fd, short events, SteadyClock::time_point until, int wake_fd
 }  // namespace
 
 Mac hmac_sha256(std::string_view key, std::initializer_list<std::string_view> parts) {
-  std::unique_ptr<EVP_MAC, decltype(&EVP_MAC_free)> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr), EVP_MAC_free);
+  std::unique_ptr<EVP_MAC, decltype(&EVP_MAC_free)> mac(EVP_MAC_fetch(nullptr, "HMAC", nullptr),
+                                                        EVP_MAC_free);
   if (!mac) throw Error(ErrorCode::kIo, "OpenSSL has no HMAC implementation");
-  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(mac.get()), EVP_MAC_CTX_free);
+  std::unique_ptr<EVP_MAC_CTX, decltype(&EVP_MAC_CTX_free)> ctx(EVP_MAC_CTX_new(mac.get()),
+                                                                EVP_MAC_CTX_free);
   char digest[] = "SHA256";
-  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0), OSSL_PARAM_construct_end()};
+  OSSL_PARAM params[] = {OSSL_PARAM_construct_utf8_string(OSSL_MAC_PARAM_DIGEST, digest, 0),
+                         OSSL_PARAM_construct_end()};
   Mac out{};
   size_t out_len = 0;
-  bool ok = ctx && EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()), key.size(), params) == 1;
+  bool ok = ctx && EVP_MAC_init(ctx.get(), reinterpret_cast<const unsigned char*>(key.data()),
+                                key.size(), params) == 1;
   for (auto part : parts) {
-    ok = ok && EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(part.data()), part.size()) == 1;
+    ok = ok && EVP_MAC_update(ctx.get(), reinterpret_cast<const unsigned char*>(part.data()),
+                              part.size()) == 1;
   }
-  ok = ok && EVP_MAC_final(ctx.get(), out.data(), &out_len, out.size()) == 1 && out_len == out.size();
+  ok = ok && EVP_MAC_final(ctx.get(), out.data(), &out_len, out.size()) == 1 &&
+       out_len == out.size();
   if (!ok) throw Error(ErrorCode::kIo, "HMAC-SHA256 failed in OpenSSL");
   return out;
 }
 
-bool macs_equal(const Mac& a, const Mac& b) { return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0; }
+bool macs_equal(const Mac& a, const Mac& b) {
+  return CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
 
-std::string_view as_view(const Mac& m) { return {reinterpret_cast<const char*>(m.data()), m.size()}; }
+std::string_view as_view(const Mac& m) {
+  return {reinterpret_cast<const char*>(m.data()), m.size()};
+}
 
-void read_exact(int fd, char* buf, size_t n, SteadyClock::time_point until, int wake_fd, const std::string& what) {
+void read_exact(int fd, char* buf, size_t n, SteadyClock::time_point until, int wake_fd,
+                const std::string& what) {
   size_t off = 0;
   while (off < n) {
     ssize_t got = ::recv(fd, buf + off, n - off, MSG_DONTWAIT);
@@ -126,7 +137,8 @@ void wait_readable(int fd, SteadyClock::time_point until, int wake_fd, const std
   wait_ready(fd, POLLIN, until, wake_fd, what, "waiting for a message from");
 }
 
-Mac client_handshake(int fd, std::string_view secret, SteadyClock::time_point until, const std::string& what) {
+Mac client_handshake(int fd, std::string_view secret, SteadyClock::time_point until,
+                     const std::string& what) {
   const std::string cn = random_nonce();
   std::string hello(kMagic, sizeof(kMagic));
   hello += cn;
@@ -147,15 +159,17 @@ Mac client_handshake(int fd, std::string_view secret, SteadyClock::time_point un
   char verdict[1 + kMacBytes];
   read_exact(fd, verdict, sizeof verdict, until, -1, what);
   if (verdict[0] != 1) {
-    throw Error(ErrorCode::kAuth, "the job secret does not match: " + what +
-                                      " refused this client's proof (the rank and the store were given "
-                                      "different secrets)");
+    throw Error(ErrorCode::kAuth,
+                "the job secret does not match: " + what +
+                    " refused this client's proof (the rank and the store were given "
+                    "different secrets)");
   }
   Mac server_proof;
   std::memcpy(server_proof.data(), verdict + 1, kMacBytes);
   if (!macs_equal(server_proof, hmac_sha256(secret, {kServerLabel, cn, sn}))) {
-    throw Error(ErrorCode::kAuth, "the job secret does not match: " + what +
-                                      " accepted this client but could not prove it holds the job secret");
+    throw Error(ErrorCode::kAuth,
+                "the job secret does not match: " + what +
+                    " accepted this client but could not prove it holds the job secret");
   }
   return hmac_sha256(secret, {kSessionLabel, cn, sn});
 }
@@ -174,7 +188,8 @@ Mac server_handshake(int fd, std::string_view secret, SteadyClock::time_point un
   write_all(fd, reply.data(), reply.size(), until, wake_fd, what);
 
   Mac client_proof;
-  read_exact(fd, reinterpret_cast<char*>(client_proof.data()), client_proof.size(), until, wake_fd, what);
+  read_exact(fd, reinterpret_cast<char*>(client_proof.data()), client_proof.size(), until, wake_fd,
+             what);
   char verdict[1 + kMacBytes] = {};
   if (!macs_equal(client_proof, hmac_sha256(secret, {kClientLabel, cn, sn}))) {
     try {
@@ -182,7 +197,8 @@ Mac server_handshake(int fd, std::string_view secret, SteadyClock::time_point un
     } catch (const Error&) {
       // The client left already; its proof was wrong either way.
     }
-    throw Error(ErrorCode::kAuth, what + " failed authentication: its proof does not match the job secret");
+    throw Error(ErrorCode::kAuth,
+                what + " failed authentication: its proof does not match the job secret");
   }
   verdict[0] = 1;
   Mac proof = hmac_sha256(secret, {kServerLabel, cn, sn});
@@ -197,8 +213,9 @@ std::string seal_frame(const Mac& key, Direction dir, std::uint64_t seq, std::st
   char seq_bytes[8];
   put_be(seq_bytes, seq, 8);
   const char dir_byte = static_cast<char>(dir);
-  Mac mac = hmac_sha256(as_view(key), {std::string_view(&dir_byte, 1), std::string_view(seq_bytes, 8),
-                                       std::string_view(header, kFrameHeaderBytes), payload});
+  Mac mac =
+      hmac_sha256(as_view(key), {std::string_view(&dir_byte, 1), std::string_view(seq_bytes, 8),
+                                 std::string_view(header, kFrameHeaderBytes), payload});
   std::string frame;
   frame.reserve(kFrameHeaderBytes + payload.size() + kMacBytes);
   frame.append(header, kFrameHeaderBytes);
@@ -207,20 +224,21 @@ std::string seal_frame(const Mac& key, Direction dir, std::uint64_t seq, std::st
   return frame;
 }
 
-FrameChannel::FrameChannel(int fd, const Mac& key, Direction outgoing, size_t max_frame_bytes, int wake_fd,
-                           std::string what)
+FrameChannel::FrameChannel(int fd, const Mac& key, Direction outgoing, size_t max_frame_bytes,
+                           int wake_fd, std::string what)
     : fd_(fd),
       key_(key),
       out_(outgoing),
-      in_(outgoing == Direction::kClientToServer ? Direction::kServerToClient : Direction::kClientToServer),
+      in_(outgoing == Direction::kClientToServer ? Direction::kServerToClient
+                                                 : Direction::kClientToServer),
       max_frame_bytes_(max_frame_bytes),
       wake_fd_(wake_fd),
       what_(std::move(what)) {}
 
 void FrameChannel::send(std::string_view payload, SteadyClock::time_point until) {
   if (payload.size() > max_frame_bytes_ || payload.size() > 0xffffffffu) {
-    throw_invalid_argument("a store message of " + std::to_string(payload.size()) + " bytes for " + what_ +
-                           " exceeds the limit of " + std::to_string(max_frame_bytes_) +
+    throw_invalid_argument("a store message of " + std::to_string(payload.size()) + " bytes for " +
+                           what_ + " exceeds the limit of " + std::to_string(max_frame_bytes_) +
                            " bytes (HPCT_MAX_FRAME_BYTES)");
   }
   const std::string frame = seal_frame(key_, out_, send_seq_, payload);
@@ -247,8 +265,9 @@ std::string FrameChannel::recv(SteadyClock::time_point first_byte_until, Millis 
   char seq_bytes[8];
   put_be(seq_bytes, recv_seq_, 8);
   const char dir_byte = static_cast<char>(in_);
-  Mac want = hmac_sha256(as_view(key_), {std::string_view(&dir_byte, 1), std::string_view(seq_bytes, 8),
-                                         std::string_view(header, kFrameHeaderBytes), payload});
+  Mac want =
+      hmac_sha256(as_view(key_), {std::string_view(&dir_byte, 1), std::string_view(seq_bytes, 8),
+                                  std::string_view(header, kFrameHeaderBytes), payload});
   if (!macs_equal(got, want)) {
     throw Error(ErrorCode::kAuth, "a message from " + what_ +
                                       " failed its MAC check (altered, replayed or out of order); "

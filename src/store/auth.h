@@ -60,7 +60,8 @@ std::string_view as_view(const Mac& m);
 // 127.0.0.1:4242") for messages. Raise PeerFailure when the peer closes or
 // resets, Timeout when until passes, Io for other socket errors, Woken when
 // wake_fd (may be -1) is readable.
-void read_exact(int fd, char* buf, size_t n, SteadyClock::time_point until, int wake_fd, const std::string& what);
+void read_exact(int fd, char* buf, size_t n, SteadyClock::time_point until, int wake_fd,
+                const std::string& what);
 void write_all(int fd, const char* buf, size_t n, SteadyClock::time_point until, int wake_fd,
                const std::string& what);
 // Waits until fd is readable; same errors as read_exact, except that a
@@ -70,7 +71,8 @@ void wait_readable(int fd, SteadyClock::time_point until, int wake_fd, const std
 // Client side of the handshake; returns the session key. Auth ("the job
 // secret does not match: ...") when either side's proof fails, Mismatch when
 // the peer does not speak this protocol.
-Mac client_handshake(int fd, std::string_view secret, SteadyClock::time_point until, const std::string& what);
+Mac client_handshake(int fd, std::string_view secret, SteadyClock::time_point until,
+                     const std::string& what);
 // Server side; on a wrong client proof, tells the client and raises Auth.
 Mac server_handshake(int fd, std::string_view secret, SteadyClock::time_point until, int wake_fd,
                      const std::string& what);
@@ -84,7 +86,8 @@ std::string seal_frame(const Mac& key, Direction dir, std::uint64_t seq, std::st
 // user at a time); does not own fd.
 class FrameChannel {
  public:
-  FrameChannel(int fd, const Mac& key, Direction outgoing, size_t max_frame_bytes, int wake_fd, std::string what);
+  FrameChannel(int fd, const Mac& key, Direction outgoing, size_t max_frame_bytes, int wake_fd,
+               std::string what);
 
   void send(std::string_view payload, SteadyClock::time_point until);
 

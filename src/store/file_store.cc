@@ -34,7 +34,8 @@ std::string to_hex(const unsigned char* p, size_t n) {
 
 std::string random_tag() {
   unsigned char b[8];
-  if (RAND_bytes(b, sizeof b) != 1) throw Error(ErrorCode::kIo, "RAND_bytes failed for a file store temp name");
+  if (RAND_bytes(b, sizeof b) != 1)
+    throw Error(ErrorCode::kIo, "RAND_bytes failed for a file store temp name");
   return to_hex(b, sizeof b);
 }
 
@@ -80,16 +81,19 @@ void write_all(int fd, const std::string& data, const std::string& what) {
 FileStore::FileStore(std::string dir, Millis lock_timeout)
     : dir_(std::move(dir)), lock_timeout_(lock_timeout), tmp_tag_(random_tag()) {
   if (dir_.empty()) throw_invalid_argument("file store: the directory is empty");
-  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) throw_io("file store: mkdir " + dir_, errno);
+  if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST)
+    throw_io("file store: mkdir " + dir_, errno);
   struct stat st;
   if (::stat(dir_.c_str(), &st) != 0) throw_io("file store: stat " + dir_, errno);
-  if (!S_ISDIR(st.st_mode)) throw Error(ErrorCode::kIo, "file store: " + dir_ + " is not a directory");
+  if (!S_ISDIR(st.st_mode))
+    throw Error(ErrorCode::kIo, "file store: " + dir_ + " is not a directory");
 }
 
 std::string FileStore::file_name_for_key(const std::string& key) {
   std::string name = "k_";
   for (unsigned char c : key) {
-    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-') {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+        c == '-') {
       name += static_cast<char>(c);
     } else {
       name += '%';
@@ -106,22 +110,26 @@ std::string FileStore::file_name_for_key(const std::string& key) {
   return "h_" + to_hex(digest, len);
 }
 
-void FileStore::write_atomically(const std::string& path, const std::string& value, const std::string& key) {
-  const std::string tmp =
-      dir_ + "/.tmp." + tmp_tag_ + "." + std::to_string(tmp_counter_.fetch_add(1)) + "." + std::to_string(::getpid());
+void FileStore::write_atomically(const std::string& path, const std::string& value,
+                                 const std::string& key) {
+  const std::string tmp = dir_ + "/.tmp." + tmp_tag_ + "." +
+                          std::to_string(tmp_counter_.fetch_add(1)) + "." +
+                          std::to_string(::getpid());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) throw_io("file store: create " + tmp + " for key " + printable(key), errno);
   try {
     write_all(fd.get(), value, tmp + " for key " + printable(key));
     if (::close(fd.release()) != 0) throw_io("file store: close " + tmp, errno);
-    if (::rename(tmp.c_str(), path.c_str()) != 0) throw_io("file store: rename " + tmp + " to " + path, errno);
+    if (::rename(tmp.c_str(), path.c_str()) != 0)
+      throw_io("file store: rename " + tmp + " to " + path, errno);
   } catch (...) {
     ::unlink(tmp.c_str());
     throw;
   }
 }
 
-bool FileStore::try_read(const std::string& path, const std::string& key, std::string* value) const {
+bool FileStore::try_read(const std::string& path, const std::string& key,
+                         std::string* value) const {
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) return false;
@@ -153,7 +161,8 @@ std::string FileStore::get(const std::string& key, Millis timeout) {
   std::string value;
   while (true) {
     if (try_read(path, key, &value)) return value;
-    if (deadline.expired()) throw_timeout(describe_wait({printable(key)}, {printable(key)}, timeout) + " in " + dir_);
+    if (deadline.expired())
+      throw_timeout(describe_wait({printable(key)}, {printable(key)}, timeout) + " in " + dir_);
     backoff_sleep(&step, deadline);
   }
 }
@@ -169,8 +178,9 @@ std::int64_t FileStore::add(const std::string& key, std::int64_t delta) {
   while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) throw_io("file store: flock " + lock_path, errno);
     if (deadline.expired()) {
-      throw_timeout("file store: add(" + printable(key) + ") could not take the lock " + lock_path + " within " +
-                    std::to_string(lock_timeout_.count()) + " ms (another rank holds it)");
+      throw_timeout("file store: add(" + printable(key) + ") could not take the lock " + lock_path +
+                    " within " + std::to_string(lock_timeout_.count()) +
+                    " ms (another rank holds it)");
     }
     backoff_sleep(&step, deadline);
   }
@@ -186,7 +196,8 @@ std::int64_t FileStore::add(const std::string& key, std::int64_t delta) {
       used = 0;
     }
     if (used != current.size()) {
-      throw_invalid_argument("file store: add(" + printable(key) + "): the value is not an integer");
+      throw_invalid_argument("file store: add(" + printable(key) +
+                             "): the value is not an integer");
     }
   }
   value += delta;
@@ -199,7 +210,8 @@ std::vector<std::string> FileStore::missing(const std::vector<std::string>& keys
   for (const auto& k : keys) {
     const std::string path = path_for(k);
     if (::access(path.c_str(), F_OK) != 0) {
-      if (errno != ENOENT) throw_io("file store: access " + path + " for key " + printable(k), errno);
+      if (errno != ENOENT)
+        throw_io("file store: access " + path + " for key " + printable(k), errno);
       out.push_back(k);
     }
   }
@@ -212,7 +224,8 @@ void FileStore::wait(const std::vector<std::string>& keys, Millis timeout) {
   while (true) {
     auto absent = missing(keys);
     if (absent.empty()) return;
-    if (deadline.expired()) throw_timeout(describe_wait(printable(keys), printable(absent), timeout) + " in " + dir_);
+    if (deadline.expired())
+      throw_timeout(describe_wait(printable(keys), printable(absent), timeout) + " in " + dir_);
     backoff_sleep(&step, deadline);
   }
 }

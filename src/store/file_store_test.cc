@@ -1,7 +1,7 @@
 #include "store/file_store.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -48,10 +48,21 @@ TEST_F(FileStoreTest, SetGetAddRemove) {
 
 TEST_F(FileStoreTest, KeysWithSlashesAndBinaryBytes) {
   FileStore s(dir_);
-  std::vector<std::string> keys = {"a/b",  "../escape", "/abs", ".", "..", "", std::string("\0\xff\n", 3),
-                                   "a%2Fb", "A", "a", std::string(300, '/'), std::string(301, '/')};
+  std::vector<std::string> keys = {"a/b",
+                                   "../escape",
+                                   "/abs",
+                                   ".",
+                                   "..",
+                                   "",
+                                   std::string("\0\xff\n", 3),
+                                   "a%2Fb",
+                                   "A",
+                                   "a",
+                                   std::string(300, '/'),
+                                   std::string(301, '/')};
   for (size_t i = 0; i < keys.size(); ++i) s.set(keys[i], "v" + std::to_string(i));
-  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(s.get(keys[i], Millis(100)), "v" + std::to_string(i)) << i;
+  for (size_t i = 0; i < keys.size(); ++i)
+    EXPECT_EQ(s.get(keys[i], Millis(100)), "v" + std::to_string(i)) << i;
   std::set<std::string> names;
   for (const auto& k : keys) {
     std::string n = FileStore::file_name_for_key(k);

@@ -15,7 +15,8 @@ constexpr size_t kMaxSecretBytes = 4096;
 
 std::string generate_secret() {
   unsigned char bytes[32];
-  if (RAND_bytes(bytes, sizeof bytes) != 1) throw Error(ErrorCode::kIo, "RAND_bytes failed to make a job secret");
+  if (RAND_bytes(bytes, sizeof bytes) != 1)
+    throw Error(ErrorCode::kIo, "RAND_bytes failed to make a job secret");
   static const char kDigits[] = "0123456789abcdef";
   std::string hex;
   for (unsigned char b : bytes) {
@@ -38,7 +39,8 @@ std::string read_secret_from_fd(int fd, Millis timeout) {
       if (errno == EINTR) continue;
       throw_io("poll " + what, errno);
     }
-    if (ready == 0) throw_timeout(what + ": nothing arrived within " + std::to_string(timeout.count()) + " ms");
+    if (ready == 0)
+      throw_timeout(what + ": nothing arrived within " + std::to_string(timeout.count()) + " ms");
     // One byte at a time: the secret is short, and reading past the newline
     // would swallow bytes that belong to whoever reads fd next.
     ssize_t n = ::read(fd, &c, 1);
@@ -48,7 +50,8 @@ std::string read_secret_from_fd(int fd, Millis timeout) {
     }
     if (n == 0 || c == '\n') break;
     if (secret.size() == kMaxSecretBytes) {
-      throw_invalid_argument(what + " is longer than " + std::to_string(kMaxSecretBytes) + " bytes");
+      throw_invalid_argument(what + " is longer than " + std::to_string(kMaxSecretBytes) +
+                             " bytes");
     }
     secret += c;
   }

@@ -12,7 +12,8 @@ namespace {
 struct Pipe {
   explicit Pipe(const std::string& content, bool close_writer = true) {
     EXPECT_EQ(::pipe(fds), 0);
-    EXPECT_EQ(::write(fds[1], content.data(), content.size()), static_cast<ssize_t>(content.size()));
+    EXPECT_EQ(::write(fds[1], content.data(), content.size()),
+              static_cast<ssize_t>(content.size()));
     if (close_writer) close_write();
   }
   ~Pipe() {
@@ -62,7 +63,8 @@ TEST(Secret, EmptyTooLongSilentOrBadFdAreClearErrors) {
   Pipe long_secret(std::string(5000, 'a'));
   expect_error(long_secret.fds[0], Millis(1000), ErrorCode::kInvalidArgument, "longer than");
   Pipe silent("", false);
-  expect_error(silent.fds[0], Millis(50), ErrorCode::kTimeout, "fd " + std::to_string(silent.fds[0]));
+  expect_error(silent.fds[0], Millis(50), ErrorCode::kTimeout,
+               "fd " + std::to_string(silent.fds[0]));
   expect_error(-1, Millis(50), ErrorCode::kInvalidArgument, "fd -1");
 }
 

@@ -30,7 +30,8 @@ namespace tcp_wire {
 namespace {
 
 void put_u32(std::string* out, std::uint32_t v) {
-  char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8), static_cast<char>(v)};
+  char b[4] = {static_cast<char>(v >> 24), static_cast<char>(v >> 16), static_cast<char>(v >> 8),
+               static_cast<char>(v)};
   out->append(b, 4);
 }
 
@@ -64,7 +65,8 @@ class Reader {
     if (bytes_.size() - pos_ < n) bad("truncated");
   }
   [[noreturn]] void bad(const char* why) const {
-    throw_data_corrupt("malformed store message from " + from_ + ": " + why + " at byte " + std::to_string(pos_));
+    throw_data_corrupt("malformed store message from " + from_ + ": " + why + " at byte " +
+                       std::to_string(pos_));
   }
   std::string_view bytes_;
   const std::string& from_;
@@ -106,7 +108,7 @@ using tcp_wire::Status;
 namespace {
 
 constexpr Millis kMaxWait(7LL * 24 * 3600 * 1000);  // waits beyond a week are clamped to one
-constexpr Millis kWaitSlice(100);                    // how often a blocked wait checks for stop and hang-up
+constexpr Millis kWaitSlice(100);  // how often a blocked wait checks for stop and hang-up
 
 Millis clamp_wait(Millis t) { return std::clamp(t, Millis(0), kMaxWait); }
 
@@ -146,7 +148,9 @@ AddrInfoPtr resolve(const std::string& host, int port, bool passive, ErrorCode c
   hints.ai_flags = passive ? AI_PASSIVE : 0;
   addrinfo* res = nullptr;
   int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0) throw Error(code, "cannot resolve " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(rc));
+  if (rc != 0)
+    throw Error(code,
+                "cannot resolve " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(rc));
   return AddrInfoPtr(res);
 }
 
@@ -186,10 +190,11 @@ struct TcpStoreServer::State {
   std::mutex conn_mu;
   std::map<std::uint64_t, std::thread> connections;  // guarded by conn_mu
   std::vector<std::uint64_t> finished;               // guarded by conn_mu: threads to join
-  size_t active = 0;                                  // guarded by conn_mu
+  size_t active = 0;                                 // guarded by conn_mu
 
-  std::atomic<std::uint64_t> accepted{0}, refused_at_capacity{0}, authenticated{0}, auth_failures{0},
-      protocol_mismatches{0}, timed_out{0}, oversize_frames{0}, bad_macs{0}, malformed_requests{0}, requests{0};
+  std::atomic<std::uint64_t> accepted{0}, refused_at_capacity{0}, authenticated{0},
+      auth_failures{0}, protocol_mismatches{0}, timed_out{0}, oversize_frames{0}, bad_macs{0},
+      malformed_requests{0}, requests{0};
   std::atomic<size_t> largest_allocation{0};
 };
 
@@ -198,14 +203,17 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options)
   State& s = *state_;
   const auto& o = s.options;
   const std::string where = o.bind_address + ":" + std::to_string(o.port);
-  if (o.secret.empty()) throw_invalid_argument("TCP store server on " + where + ": the job secret is empty");
-  if (o.max_connections == 0) throw_invalid_argument("TCP store server on " + where + ": max_connections is 0");
+  if (o.secret.empty())
+    throw_invalid_argument("TCP store server on " + where + ": the job secret is empty");
+  if (o.max_connections == 0)
+    throw_invalid_argument("TCP store server on " + where + ": max_connections is 0");
   if (o.bind_address.empty()) throw_invalid_argument("TCP store server: no bind address given");
 
   AddrInfoPtr addrs = resolve(o.bind_address, o.port, true, ErrorCode::kInvalidArgument);
   int last_errno = 0;
   for (addrinfo* ai = addrs.get(); ai; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    UniqueFd fd(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
     if (!fd.valid()) {
       last_errno = errno;
       continue;
@@ -307,7 +315,8 @@ void TcpStoreServer::State::accept_loop() {
                           SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!fd.valid()) {
       if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        options.logger.warn("store", std::string("TCP store server: accept: ") + std::strerror(errno));
+        options.logger.warn("store",
+                            std::string("TCP store server: accept: ") + std::strerror(errno));
         std::this_thread::sleep_for(Millis(10));  // out of descriptors: do not spin
       }
       continue;
@@ -341,11 +350,13 @@ void TcpStoreServer::State::serve(std::uint64_t id, UniqueFd fd, std::string pee
   std::optional<auth::FrameChannel> channel;
   bool in_handshake = true;
   try {
-    const auto key = auth::server_handshake(fd.get(), options.secret,
-                                            SteadyClock::now() + options.handshake_timeout, wake_fd.get(), peer);
+    const auto key =
+        auth::server_handshake(fd.get(), options.secret,
+                               SteadyClock::now() + options.handshake_timeout, wake_fd.get(), peer);
     in_handshake = false;
     ++authenticated;
-    channel.emplace(fd.get(), key, auth::Direction::kServerToClient, options.max_frame_bytes, wake_fd.get(), peer);
+    channel.emplace(fd.get(), key, auth::Direction::kServerToClient, options.max_frame_bytes,
+                    wake_fd.get(), peer);
     while (true) {
       std::string bytes = channel->recv(auth::kNoDeadline, options.io_timeout);
       note_allocation(channel->largest_allocation());
@@ -380,8 +391,9 @@ void TcpStoreServer::State::serve(std::uint64_t id, UniqueFd fd, std::string pee
         break;
       case ErrorCode::kTimeout:
         ++timed_out;
-        options.logger.warn("store", std::string("dropping ") + peer + ": " + e.what() +
-                                         (in_handshake ? " (handshake not finished in time)" : " (frame stalled)"));
+        options.logger.warn(
+            "store", std::string("dropping ") + peer + ": " + e.what() +
+                         (in_handshake ? " (handshake not finished in time)" : " (frame stalled)"));
         break;
       case ErrorCode::kPeerFailure:
         options.logger.debug("store", e.what());  // clients leaving is normal
@@ -399,8 +411,9 @@ void TcpStoreServer::State::serve(std::uint64_t id, UniqueFd fd, std::string pee
   finished.push_back(id);
 }
 
-std::vector<std::string> TcpStoreServer::State::wait_for(const std::vector<std::string>& keys, Millis timeout,
-                                                         int fd, const std::string& peer) {
+std::vector<std::string> TcpStoreServer::State::wait_for(const std::vector<std::string>& keys,
+                                                         Millis timeout, int fd,
+                                                         const std::string& peer) {
   const auto deadline = SteadyClock::now() + clamp_wait(timeout);
   std::unique_lock<std::mutex> lock(data_mu);
   while (true) {
@@ -424,8 +437,10 @@ std::vector<std::string> TcpStoreServer::State::wait_for(const std::vector<std::
 
 void TcpStoreServer::State::check_request(const Message& request, const std::string& peer) {
   const auto op = static_cast<Op>(request.kind);
-  if (request.kind < static_cast<std::uint8_t>(Op::kSet) || request.kind > static_cast<std::uint8_t>(Op::kRemove)) {
-    throw_data_corrupt("a request from " + peer + " has unknown kind " + std::to_string(request.kind));
+  if (request.kind < static_cast<std::uint8_t>(Op::kSet) ||
+      request.kind > static_cast<std::uint8_t>(Op::kRemove)) {
+    throw_data_corrupt("a request from " + peer + " has unknown kind " +
+                       std::to_string(request.kind));
   }
   const bool one_key = op == Op::kSet || op == Op::kGet || op == Op::kAdd || op == Op::kRemove;
   if (one_key && request.keys.size() != 1) {
@@ -506,21 +521,24 @@ Message TcpStoreServer::State::handle(const Message& request, int fd, const std:
       return reply;
     }
   }
-  throw_data_corrupt("a request from " + peer + " has unknown kind " + std::to_string(request.kind));
+  throw_data_corrupt("a request from " + peer + " has unknown kind " +
+                     std::to_string(request.kind));
 }
 
 // ---------------------------------------------------------------- client
 
 struct TcpStore::Connection {
   Connection(UniqueFd f, const auth::Mac& key, size_t max_frame, const std::string& what)
-      : fd(std::move(f)), channel(fd.get(), key, auth::Direction::kClientToServer, max_frame, -1, what) {}
+      : fd(std::move(f)),
+        channel(fd.get(), key, auth::Direction::kClientToServer, max_frame, -1, what) {}
   UniqueFd fd;
   auth::FrameChannel channel;
 };
 
 TcpStore::TcpStore(TcpStoreOptions options)
     : options_(std::move(options)), endpoint_(options_.host + ":" + std::to_string(options_.port)) {
-  if (options_.secret.empty()) throw_invalid_argument("TCP store client for " + endpoint_ + ": the job secret is empty");
+  if (options_.secret.empty())
+    throw_invalid_argument("TCP store client for " + endpoint_ + ": the job secret is empty");
   if (options_.port <= 0 || options_.port > 65535) {
     throw_invalid_argument("TCP store client: " + endpoint_ + " does not name a port");
   }
@@ -534,7 +552,8 @@ std::unique_ptr<TcpStore::Connection> TcpStore::connect_once(SteadyClock::time_p
   AddrInfoPtr addrs = resolve(options_.host, options_.port, false, ErrorCode::kPeerFailure);
   std::string last_error = "no address";
   for (addrinfo* ai = addrs.get(); ai; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    UniqueFd fd(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
     if (!fd.valid()) throw_io("socket for " + what, errno);
     if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
       if (errno != EINPROGRESS) {
@@ -578,8 +597,8 @@ std::unique_ptr<TcpStore::Connection> TcpStore::connect_with_retry(Millis budget
       last_error = e.what();
     }
     if (deadline.expired()) {
-      throw_timeout("could not connect to the store at " + endpoint_ + " within " + std::to_string(budget.count()) +
-                    " ms: " + last_error);
+      throw_timeout("could not connect to the store at " + endpoint_ + " within " +
+                    std::to_string(budget.count()) + " ms: " + last_error);
     }
     std::this_thread::sleep_for(std::min(step, deadline.remaining()));
     step = std::min(step * 2, Millis(500));
@@ -601,14 +620,15 @@ Message TcpStore::call(const Message& request, Millis wait_budget, const std::st
   try {
     conn->channel.send(tcp_wire::encode(request), SteadyClock::now() + options_.io_timeout);
     const auto reply_until = SteadyClock::now() + clamp_wait(wait_budget) + options_.io_timeout;
-    reply = tcp_wire::decode(conn->channel.recv(reply_until, options_.io_timeout), "the store at " + endpoint_);
+    reply = tcp_wire::decode(conn->channel.recv(reply_until, options_.io_timeout),
+                             "the store at " + endpoint_);
   } catch (const Error& e) {
     // The connection is dropped (conn goes out of scope): its sequence
     // numbers may be out of step with the server's.
     if (e.code() == ErrorCode::kTimeout && (request.kind == static_cast<std::uint8_t>(Op::kGet) ||
                                             request.kind == static_cast<std::uint8_t>(Op::kWait))) {
-      throw_timeout(describe_wait(request.keys, request.keys, wait_budget) + ": no reply from the store at " +
-                    endpoint_);
+      throw_timeout(describe_wait(request.keys, request.keys, wait_budget) +
+                    ": no reply from the store at " + endpoint_);
     }
     throw Error(e.code(), op + ": " + e.what());
   }
@@ -620,18 +640,22 @@ Message TcpStore::call(const Message& request, Millis wait_budget, const std::st
     case Status::kOk:
       return reply;
     case Status::kTimeout:
-      throw_timeout(describe_wait(request.keys, reply.keys, wait_budget) + " at the store " + endpoint_);
+      throw_timeout(describe_wait(request.keys, reply.keys, wait_budget) + " at the store " +
+                    endpoint_);
     case Status::kError:
       if (reply.number < 0 || reply.number > static_cast<std::int64_t>(ErrorCode::kAuth)) {
-        throw_data_corrupt(op + ": the store at " + endpoint_ + " replied with an unknown error code");
+        throw_data_corrupt(op + ": the store at " + endpoint_ +
+                           " replied with an unknown error code");
       }
       throw Error(static_cast<ErrorCode>(reply.number), reply.value + " (store " + endpoint_ + ")");
   }
-  throw_data_corrupt(op + ": the store at " + endpoint_ + " replied with unknown kind " + std::to_string(reply.kind));
+  throw_data_corrupt(op + ": the store at " + endpoint_ + " replied with unknown kind " +
+                     std::to_string(reply.kind));
 }
 
 namespace {
-Message make(Op op, std::vector<std::string> keys, std::string value = {}, std::int64_t number = 0) {
+Message make(Op op, std::vector<std::string> keys, std::string value = {},
+             std::int64_t number = 0) {
   Message m;
   m.kind = static_cast<std::uint8_t>(op);
   m.keys = std::move(keys);

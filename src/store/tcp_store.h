@@ -96,7 +96,7 @@ struct TcpStoreServerStats {
   std::uint64_t malformed_requests = 0;   // authenticated but unparseable
   std::uint64_t requests = 0;             // requests answered
   std::uint64_t active_connections = 0;
-  size_t largest_frame_allocated = 0;     // largest payload buffer ever allocated for a frame
+  size_t largest_frame_allocated = 0;  // largest payload buffer ever allocated for a frame
 };
 
 // Serves the Store operations to TcpStore clients, one thread per connection
@@ -129,9 +129,10 @@ class TcpStoreServer {
 struct TcpStoreOptions {
   std::string host = "127.0.0.1";
   int port = 0;
-  std::string secret;                  // the job secret; required, non-empty
-  Millis connect_timeout{60000};       // retry connecting until this runs out, then Timeout naming host:port
-  Millis io_timeout{30000};            // a reply's time beyond any wait the request asked for
+  std::string secret;  // the job secret; required, non-empty
+  Millis connect_timeout{
+      60000};                // retry connecting until this runs out, then Timeout naming host:port
+  Millis io_timeout{30000};  // a reply's time beyond any wait the request asked for
   size_t max_frame_bytes = 64u << 20;  // Config::max_frame_bytes
 };
 
@@ -163,7 +164,8 @@ class TcpStore final : public Store {
   struct Connection;
   // Sends request on a pooled connection and returns the reply; raises the
   // reply's Timeout or Error. wait_budget: how long the server may block.
-  tcp_wire::Message call(const tcp_wire::Message& request, Millis wait_budget, const std::string& op);
+  tcp_wire::Message call(const tcp_wire::Message& request, Millis wait_budget,
+                         const std::string& op);
   std::unique_ptr<Connection> connect_with_retry(Millis budget);
   std::unique_ptr<Connection> connect_once(SteadyClock::time_point until);
 

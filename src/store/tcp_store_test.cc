@@ -54,7 +54,8 @@ UniqueFd raw_connect(int port) {
 }
 
 void send_raw(int fd, const std::string& bytes) {
-  auth::write_all(fd, bytes.data(), bytes.size(), SteadyClock::now() + Millis(2000), -1, "test server");
+  auth::write_all(fd, bytes.data(), bytes.size(), SteadyClock::now() + Millis(2000), -1,
+                  "test server");
 }
 
 // True when the server closes fd within `within` (reading and discarding
@@ -74,7 +75,8 @@ bool closed_by_server(int fd, Millis within) {
 // A raw client that completed the handshake; tests then misbehave on it.
 struct RawSession {
   explicit RawSession(int port, std::string secret = kSecret) : fd(raw_connect(port)) {
-    key = auth::client_handshake(fd.get(), secret, SteadyClock::now() + Millis(2000), "test server");
+    key =
+        auth::client_handshake(fd.get(), secret, SteadyClock::now() + Millis(2000), "test server");
   }
   UniqueFd fd;
   auth::Mac key;
@@ -199,8 +201,10 @@ TEST(TcpStore, WrongSecretIsRefusedWithAuthAndGoodClientsKeepWorking) {
     FAIL() << "connected with a wrong secret";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kAuth) << e.what();
-    EXPECT_NE(std::string(e.what()).find("the job secret does not match"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(server.port())), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("the job secret does not match"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(server.port())),
+              std::string::npos);
   }
   EXPECT_LT(SteadyClock::now() - start, Millis(1000));  // not retried until connect_timeout
   EXPECT_EQ(good.get("k", Millis(1000)), "v");
@@ -226,7 +230,8 @@ TEST(TcpStore, ClientNotHoldingTheSecretCannotPassAsServer) {
     send_raw(c.get(), std::string(hello, 8) + std::string(32, 'n'));
     char proof[32];
     auth::read_exact(c.get(), proof, 32, SteadyClock::now() + Millis(2000), -1, "client");
-    send_raw(c.get(), std::string(1, '\1') + std::string(32, 'x'));  // "accepted", with a forged proof
+    send_raw(c.get(),
+             std::string(1, '\1') + std::string(32, 'x'));  // "accepted", with a forged proof
     closed_by_server(c.get(), Millis(1000));
   });
   try {
@@ -248,7 +253,8 @@ TEST(TcpStore, ReplayedReorderedReflectedOrAlteredFramesAreRefused) {
     send_raw(s.fd.get(), first);
     // The server answers with its own seq 0, which a fresh channel expects.
     auth::FrameChannel reader(s.fd.get(), s.key, C, 1 << 20, -1, "test server");
-    const auto reply = tcp_wire::decode(reader.recv(SteadyClock::now() + Millis(2000), Millis(2000)), "server");
+    const auto reply =
+        tcp_wire::decode(reader.recv(SteadyClock::now() + Millis(2000), Millis(2000)), "server");
     EXPECT_EQ(reply.kind, static_cast<std::uint8_t>(tcp_wire::Status::kOk));
     send_raw(s.fd.get(), first);  // the same bytes again
     EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
@@ -260,7 +266,8 @@ TEST(TcpStore, ReplayedReorderedReflectedOrAlteredFramesAreRefused) {
   }
   {
     RawSession s(server.port());  // reflected: a server-to-client frame sent to the server
-    send_raw(s.fd.get(), auth::seal_frame(s.key, auth::Direction::kServerToClient, 0, set_request("reflected", "1")));
+    send_raw(s.fd.get(), auth::seal_frame(s.key, auth::Direction::kServerToClient, 0,
+                                          set_request("reflected", "1")));
     EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
   }
   {
@@ -278,8 +285,8 @@ TEST(TcpStore, ReplayedReorderedReflectedOrAlteredFramesAreRefused) {
   expect_serves_good_clients(server.port());
   TcpStore check(client_options(server.port()));
   EXPECT_TRUE(check.check({"replayed"}));
-  EXPECT_FALSE(check.check({"reordered"}) || check.check({"reflected"}) || check.check({"altered"}) ||
-               check.check({"cross"}));
+  EXPECT_FALSE(check.check({"reordered"}) || check.check({"reflected"}) ||
+               check.check({"altered"}) || check.check({"cross"}));
   EXPECT_EQ(server.stats().bad_macs, 5u);
 }
 
@@ -316,7 +323,8 @@ TEST(TcpStore, ConfiguredFrameLimitApplies) {
   o.max_frame_bytes = 4096;
   TcpStoreServer server(o);
   RawSession s(server.port());
-  send_raw(s.fd.get(), auth::seal_frame(s.key, auth::Direction::kClientToServer, 0, set_request("k", std::string(8192, 'v'))));
+  send_raw(s.fd.get(), auth::seal_frame(s.key, auth::Direction::kClientToServer, 0,
+                                        set_request("k", std::string(8192, 'v'))));
   EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
   EXPECT_EQ(server.stats().oversize_frames, 1u);
   EXPECT_LE(server.stats().largest_frame_allocated, 4096u);
@@ -364,13 +372,15 @@ TEST(TcpStore, SilentAndStalledClientsAreDroppedWhileGoodClientsAreServed) {
 TEST(TcpStore, MalformedRequestIsRefused) {
   TcpStoreServer server(server_options());
   RawSession s(server.port());
-  send_raw(s.fd.get(), auth::seal_frame(s.key, auth::Direction::kClientToServer, 0, "\x01\xff\xff\xff\xff"));
+  send_raw(s.fd.get(),
+           auth::seal_frame(s.key, auth::Direction::kClientToServer, 0, "\x01\xff\xff\xff\xff"));
   EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
   RawSession t(server.port());
   tcp_wire::Message m;
   m.kind = static_cast<std::uint8_t>(tcp_wire::Op::kGet);  // get with two keys
   m.keys = {"a", "b"};
-  send_raw(t.fd.get(), auth::seal_frame(t.key, auth::Direction::kClientToServer, 0, tcp_wire::encode(m)));
+  send_raw(t.fd.get(),
+           auth::seal_frame(t.key, auth::Direction::kClientToServer, 0, tcp_wire::encode(m)));
   EXPECT_TRUE(closed_by_server(t.fd.get(), Millis(2000)));
   EXPECT_EQ(server.stats().malformed_requests, 2u);
   expect_serves_good_clients(server.port());
@@ -420,7 +430,8 @@ TEST(TcpStore, ConnectTimeoutNamesHostAndPort) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kTimeout);
-    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(port)), std::string::npos)
+        << e.what();
   }
   const auto took = SteadyClock::now() - start;
   EXPECT_GE(took, Millis(300));
@@ -456,12 +467,14 @@ TEST(TcpStore, ClientGoneDuringWaitFreesItsThread) {
     m.kind = static_cast<std::uint8_t>(tcp_wire::Op::kWait);
     m.keys = {"never"};
     m.number = 60000;
-    send_raw(s.fd.get(), auth::seal_frame(s.key, auth::Direction::kClientToServer, 0, tcp_wire::encode(m)));
+    send_raw(s.fd.get(),
+             auth::seal_frame(s.key, auth::Direction::kClientToServer, 0, tcp_wire::encode(m)));
     std::this_thread::sleep_for(Millis(50));
     EXPECT_EQ(server.stats().active_connections, 1u);
   }
   const auto until = SteadyClock::now() + Millis(2000);
-  while (server.stats().active_connections != 0 && SteadyClock::now() < until) std::this_thread::sleep_for(Millis(10));
+  while (server.stats().active_connections != 0 && SteadyClock::now() < until)
+    std::this_thread::sleep_for(Millis(10));
   EXPECT_EQ(server.stats().active_connections, 0u);
 }
 
