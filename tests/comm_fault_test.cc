@@ -11,13 +11,12 @@
 // and exits with error_exit_code(code). The parent kills only its own
 // children, by PID, and reaps every one of them.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -92,8 +91,8 @@ void write_line(int fd, std::string line) {
 
 struct Result {
   std::string code;
-  long elapsed_ms = 0;           // as the child measured its failing op
-  long since_fault_ms = 0;       // from the fault to the parent reading the line
+  long elapsed_ms = 0;      // as the child measured its failing op
+  long since_fault_ms = 0;  // from the fault to the parent reading the line
   std::string message;
 };
 
@@ -137,7 +136,8 @@ class ForkedWorld {
     const Deadline deadline(budget);
     while (!done() && !deadline.expired()) {
       pollfd p{read_fd_, POLLIN, 0};
-      if (::poll(&p, 1, static_cast<int>(std::min<long long>(deadline.remaining().count(), 200))) <= 0) {
+      if (::poll(&p, 1, static_cast<int>(std::min<long long>(deadline.remaining().count(), 200))) <=
+          0) {
         continue;
       }
       char buf[4096];

@@ -87,11 +87,20 @@ std::string rank_list(const std::vector<int>& ranks) {
 template <typename Fn>
 void with_element_type(DataType t, Fn&& fn) {
   switch (dtype_size(t)) {
-    case 1: fn(std::uint8_t{}); break;
-    case 2: fn(std::uint16_t{}); break;
-    case 4: fn(std::uint32_t{}); break;
-    case 8: fn(std::uint64_t{}); break;
-    default: throw_invalid_argument(std::string("gloo: unsupported dtype ") + dtype_name(t));
+    case 1:
+      fn(std::uint8_t{});
+      break;
+    case 2:
+      fn(std::uint16_t{});
+      break;
+    case 4:
+      fn(std::uint32_t{});
+      break;
+    case 8:
+      fn(std::uint64_t{});
+      break;
+    default:
+      throw_invalid_argument(std::string("gloo: unsupported dtype ") + dtype_name(t));
   }
 }
 
@@ -171,8 +180,8 @@ void GlooCommunicator::connect_mesh() {
   try {
     device_ = gloo::transport::tcp::CreateDevice(attr);
   } catch (const std::exception& e) {
-    throw Error(ErrorCode::kIo, who + ": cannot use " + where_bound + ": " +
-                                    strip_gloo_location(e.what()));
+    throw Error(ErrorCode::kIo,
+                who + ": cannot use " + where_bound + ": " + strip_gloo_location(e.what()));
   }
   auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
   context->setTimeout(options_.timeout);
@@ -254,12 +263,18 @@ int GlooCommunicator::rank_of_address(const std::string& message) const {
 std::string GlooCommunicator::algorithm(OpKind op, size_t bytes) const {
   if (size_ == 1 || bytes == 0) return "local";
   switch (op) {
-    case OpKind::kAllreduce: return "ring";
-    case OpKind::kBroadcast: return "binomial-tree";
-    case OpKind::kAllgather: return "ring";
-    case OpKind::kAllgatherv: return "ring";
-    case OpKind::kReduceScatter: return "ring";
-    case OpKind::kBarrier: return "dissemination";
+    case OpKind::kAllreduce:
+      return "ring";
+    case OpKind::kBroadcast:
+      return "binomial-tree";
+    case OpKind::kAllgather:
+      return "ring";
+    case OpKind::kAllgatherv:
+      return "ring";
+    case OpKind::kReduceScatter:
+      return "ring";
+    case OpKind::kBarrier:
+      return "dissemination";
   }
   return "unknown";
 }
@@ -310,7 +325,10 @@ void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, E
       for (const auto& r : others.reports) {
         if (r.reporter == v.witness) seen = r.detail;
       }
-      m += "rank " + std::to_string(v.witness) + " saw: " + seen + "; this rank saw: " + detail;
+      m += "rank " + std::to_string(v.witness) + " saw: " + seen + "; this rank saw";
+      if (own.suspect >= 0)
+        m += " (from rank " + std::to_string(own.suspect) + ", after it failed)";
+      m += ": " + detail;
     }
   } else if (v.code == ErrorCode::kTimeout && !v.missing.empty()) {
     m += "timed out after " + std::to_string(timeout.count()) + " ms; ";
@@ -371,9 +389,8 @@ void GlooCommunicator::do_broadcast(const BroadcastOptions& o) {
       o.timeout, -1, [&] {
         if (o.count == 0 || size_ == 1) return;
         gloo::BroadcastOptions g(context_);
-        with_element_type(o.dtype, [&](auto t) {
-          g.setOutput(static_cast<decltype(t)*>(o.buffer), o.count);
-        });
+        with_element_type(
+            o.dtype, [&](auto t) { g.setOutput(static_cast<decltype(t)*>(o.buffer), o.count); });
         g.setRoot(o.root);
         g.setTag(o.tag);
         g.setTimeout(o.timeout);
@@ -482,8 +499,8 @@ void GlooCommunicator::do_send(const SendOptions& o) {
       o.timeout, o.peer, [&] {
         if (o.count == 0) return;
         const Deadline deadline(o.timeout);
-        auto buf = context_->createUnboundBuffer(const_cast<void*>(o.data),
-                                                 o.count * dtype_size(o.dtype));
+        auto buf =
+            context_->createUnboundBuffer(const_cast<void*>(o.data), o.count * dtype_size(o.dtype));
         buf->send(o.peer, gloo::Slot::build(kSendRecvSlotPrefix, o.tag));
         wait_send(*buf, deadline);
       });

@@ -115,8 +115,8 @@ class GlooCommunicator final : public Communicator {
   // (1024 float32)"); peer is the rank a point-to-point op talks to.
   template <typename Fn>
   void run(const std::string& what, Millis timeout, int peer, Fn&& fn);
-  [[noreturn]] void fail(const std::string& what, Millis timeout, int peer,
-                         ErrorCode code, const std::string& detail);
+  [[noreturn]] void fail(const std::string& what, Millis timeout, int peer, ErrorCode code,
+                         const std::string& detail);
   int rank_of_address(const std::string& gloo_message) const;
 
   void ring_reduce_scatter(const ReduceScatterOptions& o);

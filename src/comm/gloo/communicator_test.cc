@@ -102,7 +102,8 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooWorldTest, ::testing::Range(1, 9),
                            return "size" + std::to_string(info.param);
                          });
 
-void expect_code(ErrorCode code, const std::function<void()>& fn, const std::string& contains = "") {
+void expect_code(ErrorCode code, const std::function<void()>& fn,
+                 const std::string& contains = "") {
   try {
     fn();
     ADD_FAILURE() << "expected " << error_code_name(code) << ", nothing was raised";
@@ -122,15 +123,18 @@ TEST(GlooCommunicatorTest, ArgumentErrorsAreInvalidArgument) {
     b.buffer = x;
     b.count = 4;
     b.root = 2;
-    expect_code(ErrorCode::kInvalidArgument, [&] { broadcast(comm, b); }, "root 2");
+    expect_code(
+        ErrorCode::kInvalidArgument, [&] { broadcast(comm, b); }, "root 2");
     AllreduceOptions a;
     a.output = nullptr;
     a.count = 4;
-    expect_code(ErrorCode::kInvalidArgument, [&] { allreduce(comm, a); }, "null");
+    expect_code(
+        ErrorCode::kInvalidArgument, [&] { allreduce(comm, a); }, "null");
     a.output = i;
     a.dtype = DataType::kInt32;
     a.op = ReduceOp::kAvg;
-    expect_code(ErrorCode::kInvalidArgument, [&] { allreduce(comm, a); }, "avg");
+    expect_code(
+        ErrorCode::kInvalidArgument, [&] { allreduce(comm, a); }, "avg");
     SendOptions s;
     s.data = x;
     s.count = 1;
@@ -162,13 +166,15 @@ TEST(GlooCommunicatorTest, RankThatNeverJoinsMakesOthersTimeOut) {
     a.output = x;
     a.count = 16;
     const auto start = SteadyClock::now();
-    expect_code(ErrorCode::kTimeout, [&] { allreduce(comm, a); }, "peer rank 2");
+    expect_code(
+        ErrorCode::kTimeout, [&] { allreduce(comm, a); }, "peer rank 2");
     const auto elapsed = std::chrono::duration_cast<Millis>(SteadyClock::now() - start);
     EXPECT_GE(elapsed.count(), timeout.count() / 2) << "failed before anyone could know";
     EXPECT_LE(elapsed.count(), 2 * timeout.count());
     // Broken now: the next op fails at once with the same code.
     const auto again = SteadyClock::now();
-    expect_code(ErrorCode::kTimeout, [&] { allreduce(comm, a); }, "broken");
+    expect_code(
+        ErrorCode::kTimeout, [&] { allreduce(comm, a); }, "broken");
     EXPECT_LT(SteadyClock::now() - again, 100ms);
     if (++finished == 2) done.open();
   });
@@ -187,7 +193,8 @@ TEST(GlooCommunicatorTest, RecvFromSilentPeerTimesOutNamingIt) {
     r.data = buf;
     r.count = 8;
     r.peer = 0;
-    expect_code(ErrorCode::kTimeout, [&] { recv(comm, r); }, "peer rank 0");
+    expect_code(
+        ErrorCode::kTimeout, [&] { recv(comm, r); }, "peer rank 0");
     done.open();
   });
 }

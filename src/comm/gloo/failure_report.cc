@@ -8,9 +8,9 @@ namespace hpct::comm {
 namespace {
 
 bool parse_code(const std::string& s, ErrorCode* out) {
-  for (ErrorCode c : {ErrorCode::kTimeout, ErrorCode::kPeerFailure, ErrorCode::kInvalidArgument,
-                      ErrorCode::kDataCorrupt, ErrorCode::kIo, ErrorCode::kMismatch,
-                      ErrorCode::kAuth}) {
+  for (ErrorCode c :
+       {ErrorCode::kTimeout, ErrorCode::kPeerFailure, ErrorCode::kInvalidArgument,
+        ErrorCode::kDataCorrupt, ErrorCode::kIo, ErrorCode::kMismatch, ErrorCode::kAuth}) {
     if (s == error_code_name(c)) {
       *out = c;
       return true;
@@ -109,8 +109,8 @@ CollectedReports collect_failure_reports(store::Store& store, const FailureRepor
     if (out.missing.empty() || deadline.expired()) break;
     // Only ranks someone saw close are missing: they died. Waiting longer
     // would only delay the same verdict (see the header for the settle time).
-    const bool all_accused = std::all_of(out.missing.begin(), out.missing.end(),
-                                         [&](int r) { return accused[r]; });
+    const bool all_accused =
+        std::all_of(out.missing.begin(), out.missing.end(), [&](int r) { return accused[r]; });
     if (all_accused && deadline.elapsed() >= settle) break;
     std::this_thread::sleep_for(std::min(kFailureReportPoll, deadline.remaining()));
   }

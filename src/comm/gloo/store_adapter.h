@@ -30,7 +30,8 @@ class GlooStoreAdapter final : public gloo::rendezvous::Store {
   void set(const std::string& key, const std::vector<char>& data) override;
   std::vector<char> get(const std::string& key) override;
   void wait(const std::vector<std::string>& keys) override;
-  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& timeout) override;
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override;
 
   // The store key under which Gloo's key is kept ("gloo/" + key).
   static std::string store_key(const std::string& gloo_key) { return "gloo/" + gloo_key; }
