@@ -14,7 +14,11 @@
 // frozen rank, whose PID it learned at start, so the job ends. For kill,
 // mpirun itself must end the job and name the dead rank (ctest matches
 // mpirun's message and bounds the time).
+//
+// --mpi-init=serialized|funneled: the program starts MPI itself (see
+// run_started_by_program); the verdict is every rank's exit code.
 #include <gtest/gtest.h>
+#include <mpi.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -287,7 +291,8 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 };
 
 // --fault=stop|kill on 2 ranks: see the file comment. Returns the exit code.
-int run_fault(MpiCommunicator& c, const std::string& fault) {
+int run_fault(std::unique_ptr<MpiCommunicator>& comm_owner, const std::string& fault) {
+  MpiCommunicator& c = *comm_owner;
   if (c.size() != 2) {
     std::fprintf(stderr, "--fault needs exactly 2 ranks, got %d\n", c.size());
     return 2;
@@ -315,7 +320,8 @@ int run_fault(MpiCommunicator& c, const std::string& fault) {
       ::raise(sig);
     }).detach();
   }
-  std::vector<float> data(1u << 20, 1.0f);  // 4 MiB
+  // 4 MiB; static because a worker left stuck in MPI may still hold it.
+  static std::vector<float> data(1u << 20, 1.0f);
   AllreduceOptions ar;
   ar.output = data.data();
   ar.count = data.size();
@@ -329,26 +335,88 @@ int run_fault(MpiCommunicator& c, const std::string& fault) {
       const std::string what = e.what();
       std::printf("rank %d: allreduce %d raised %s after %lld ms: %s\n", c.rank(), i,
                   error_code_name(e.code()), waited, what.c_str());
-      const bool ok = e.code() == ErrorCode::kTimeout &&
-                      what.find("allreduce on rank 0 of 2") != std::string::npos &&
-                      what.find("MPI_Allreduce of 1048576 float32") != std::string::npos &&
-                      waited >= c.default_timeout().count() &&
-                      waited < c.default_timeout().count() + 2000;
+      bool ok = e.code() == ErrorCode::kTimeout &&
+                what.find("allreduce on rank 0 of 2") != std::string::npos &&
+                what.find("MPI_Allreduce of 1048576 float32") != std::string::npos &&
+                waited >= c.default_timeout().count() &&
+                waited < c.default_timeout().count() + 2000;
+      const int rank = c.rank();
+      // The worker is stuck in MPI_Allreduce: the destructor must not wait
+      // for it (it detaches it and skips MPI_Finalize).
+      const auto t1 = Clock::now();
+      comm_owner.reset();
+      const long long destroy_ms = ms_since(t1);
+      std::printf("rank %d: destroyed the broken communicator in %lld ms\n", rank, destroy_ms);
+      ok = ok && destroy_ms < 500;
       if (ok) std::printf("FAULT-TEST-PASSED %s\n", fault.c_str());
       std::fflush(stdout);
       std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let mpirun forward the line
-      if (c.rank() == 0) {
+      if (rank == 0) {
         std::printf("rank 0: killing the frozen rank 1 (pid %lld)\n",
                     static_cast<long long>(pids[1]));
         std::fflush(stdout);
         ::kill(static_cast<pid_t>(pids[1]), SIGKILL);
       }
-      // The worker is stuck in MPI: leave without destructors or MPI_Finalize.
-      std::_Exit(ok ? 0 : 1);
+      return ok ? 0 : 1;
     }
   }
   std::printf("rank %d: no failure within 30 s\n", c.rank());
   return 1;
+}
+
+// --mpi-init=serialized|funneled: the program starts MPI itself, at that
+// thread level, before making the communicator. SERIALIZED must work and be
+// left running for the program to finalize; FUNNELED must be refused (our
+// worker is not MPI's main thread). After MPI_Finalize, create() must refuse
+// to start MPI again. Returns the exit code; every rank checks.
+int run_started_by_program(const std::string& level) {
+  const int wanted = level == "funneled" ? MPI_THREAD_FUNNELED : MPI_THREAD_SERIALIZED;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(nullptr, nullptr, wanted, &provided);
+  MpiOptions options;
+  options.default_timeout = std::chrono::milliseconds(20000);
+  bool ok = true;
+  auto fail = [&](const std::string& why) {
+    std::fprintf(stderr, "--mpi-init=%s: %s\n", level.c_str(), why.c_str());
+    ok = false;
+  };
+  if (provided < MPI_THREAD_SERIALIZED) {
+    try {
+      MpiCommunicator::create(options);
+      fail("create() accepted MPI started below MPI_THREAD_SERIALIZED");
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kInvalidArgument ||
+          std::string(e.what()).find("needs MPI_THREAD_SERIALIZED") == std::string::npos) {
+        fail(std::string("wrong error: ") + e.what());
+      }
+    }
+  } else {
+    if (wanted != MPI_THREAD_SERIALIZED) fail("MPI gave more than FUNNELED; cannot test refusal");
+    auto c = MpiCommunicator::create(options);
+    if (c->started_mpi()) fail("started_mpi() is true although the program started MPI");
+    std::int32_t one = 1;
+    AllreduceOptions a;
+    a.output = &one;
+    a.count = 1;
+    a.dtype = DataType::kInt32;
+    allreduce(*c, a);
+    if (one != c->size()) fail("allreduce gave " + std::to_string(one));
+    c.reset();
+    int finalized = 1;
+    MPI_Finalized(&finalized);
+    if (finalized) fail("the communicator finalized MPI that the program started");
+  }
+  MPI_Finalize();
+  try {
+    MpiCommunicator::create(options);
+    fail("create() after MPI_Finalize succeeded");
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kInvalidArgument ||
+        std::string(e.what()).find("already finalized") == std::string::npos) {
+      fail(std::string("wrong error after MPI_Finalize: ") + e.what());
+    }
+  }
+  return ok ? 0 : 1;
 }
 
 }  // namespace
@@ -360,6 +428,7 @@ int main(int argc, char** argv) {
   std::string fault;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--fault=", 8) == 0) fault = argv[i] + 8;
+    if (std::strncmp(argv[i], "--mpi-init=", 11) == 0) return run_started_by_program(argv[i] + 11);
   }
   MpiOptions options;
   // Bounds every test: a rank that diverges makes the others time out, not hang.
@@ -373,7 +442,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "MpiCommunicator::create: %s\n", e.what());
     return 1;
   }
-  if (!fault.empty()) return run_fault(*comm, fault);
+  if (!fault.empty()) return run_fault(comm, fault);
 
   the_comm = comm.get();
   if (comm->rank() != 0) {
