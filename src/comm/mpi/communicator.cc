@@ -2,6 +2,8 @@
 
 #include <mpi.h>
 
+#include <algorithm>
+#include <cctype>
 #include <climits>
 #include <condition_variable>
 #include <cstdint>
@@ -222,8 +224,13 @@ void start_mpi(MpiCommunicator::Worker& w, bool yield_when_idle) {
   int len = 0;
   check_mpi(MPI_Get_library_version(version, &len), "MPI_Get_library_version");
   w.library_version.assign(version, len);
-  const size_t eol = w.library_version.find_first_of("\r\n");
-  if (eol != std::string::npos) w.library_version.resize(eol);
+  // First line only, without the trailing blanks some libraries pad it with.
+  w.library_version.resize(
+      std::min(w.library_version.find_first_of("\r\n"), w.library_version.size()));
+  while (!w.library_version.empty() &&
+         std::isspace(static_cast<unsigned char>(w.library_version.back()))) {
+    w.library_version.pop_back();
+  }
   create_ops16<DataType::kFloat16>(w.ops16[0]);
   create_ops16<DataType::kBFloat16>(w.ops16[1]);
 }
