@@ -29,6 +29,7 @@ int main(int argc, char** argv) {
   app.add_option("--set", sets, "Override a setting: --set HPCT_TIMEOUT_S=60 (see `hpctrain config`)")
       ->type_name("NAME=VALUE");
   cli::add_config_command(app, state);
+  cli::add_bench_command(app, state);
 
   try {
     app.parse(argc, argv);

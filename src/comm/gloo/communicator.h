@@ -87,6 +87,11 @@ class GlooCommunicator final : public Communicator {
   // connect time ("node3 127.0.0.1"); for messages. Thread-safe.
   std::string describe_rank(int rank) const;
 
+  // Gloo's own context, for the benchmark that times gloo::allreduce beside
+  // ours on the same connections. Null for a world of one rank. Not for
+  // regular use: an op on it bypasses our timeouts and failure handling.
+  std::shared_ptr<gloo::Context> gloo_context() const { return context_; }
+
  protected:
   void do_allreduce(const AllreduceOptions& o) override;
   void do_broadcast(const BroadcastOptions& o) override;

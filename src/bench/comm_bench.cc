@@ -1,0 +1,220 @@
+#include "bench/comm_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace hpct::bench {
+namespace {
+
+using comm::OpKind;
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// NCCL-tests' bus bandwidth: the bytes each link carries, comparable across
+// world sizes. For 2 ranks an allreduce's bus bandwidth equals bytes / time.
+double bus_factor(OpKind op, int n) {
+  switch (op) {
+    case OpKind::kAllreduce: return 2.0 * (n - 1) / n;
+    case OpKind::kAllgather:
+    case OpKind::kReduceScatter: return static_cast<double>(n - 1) / n;
+    default: return 1.0;
+  }
+}
+
+// Buffers for one op at one size: `bytes` per rank, float32.
+struct Buffers {
+  std::vector<float> in, out;
+};
+
+Buffers make_buffers(OpKind op, size_t count, int n) {
+  Buffers b;
+  switch (op) {
+    case OpKind::kAllgather:
+      b.in.assign(std::max<size_t>(count, 1), 1.0f);
+      b.out.assign(std::max<size_t>(count * n, 1), 0.0f);
+      break;
+    case OpKind::kReduceScatter:
+      b.in.assign(std::max<size_t>(count * n, 1), 1.0f);
+      b.out.assign(std::max<size_t>(count, 1), 0.0f);
+      break;
+    default:
+      b.in.assign(std::max<size_t>(count, 1), 1.0f);
+      break;
+  }
+  return b;
+}
+
+void run_ours(comm::Communicator& c, OpKind op, Buffers& b, size_t count) {
+  switch (op) {
+    case OpKind::kAllreduce: {
+      comm::AllreduceOptions o;
+      o.output = b.in.data();
+      o.count = count;
+      comm::allreduce(c, o);
+      break;
+    }
+    case OpKind::kBroadcast: {
+      comm::BroadcastOptions o;
+      o.buffer = b.in.data();
+      o.count = count;
+      comm::broadcast(c, o);
+      break;
+    }
+    case OpKind::kAllgather: {
+      comm::AllgatherOptions o;
+      o.input = b.in.data();
+      o.output = b.out.data();
+      o.count = count;
+      comm::allgather(c, o);
+      break;
+    }
+    case OpKind::kReduceScatter: {
+      comm::ReduceScatterOptions o;
+      o.input = b.in.data();
+      o.output = b.out.data();
+      o.count = count;
+      comm::reduce_scatter(c, o);
+      break;
+    }
+    case OpKind::kBarrier:
+    case OpKind::kAllgatherv:
+      comm::barrier(c);
+      break;
+  }
+}
+
+// The slowest rank's time for each iteration: what a training step waits for.
+std::vector<double> slowest(comm::Communicator& c, std::vector<double> times) {
+  comm::AllreduceOptions o;
+  o.output = times.data();
+  o.count = times.size();
+  o.dtype = comm::DataType::kFloat64;
+  o.op = comm::ReduceOp::kMax;
+  comm::allreduce(c, o);
+  return times;
+}
+
+}  // namespace
+
+const char* op_name(OpKind op) {
+  switch (op) {
+    case OpKind::kAllreduce: return "allreduce";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kAllgather: return "allgather";
+    case OpKind::kAllgatherv: return "allgatherv";
+    case OpKind::kReduceScatter: return "reduce_scatter";
+    case OpKind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+std::vector<OpKind> parse_ops(const std::string& text) {
+  if (text == "all") {
+    return {OpKind::kAllreduce, OpKind::kBroadcast, OpKind::kAllgather, OpKind::kReduceScatter,
+            OpKind::kBarrier};
+  }
+  std::vector<OpKind> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    bool found = false;
+    for (OpKind k : {OpKind::kAllreduce, OpKind::kBroadcast, OpKind::kAllgather,
+                     OpKind::kReduceScatter, OpKind::kBarrier}) {
+      if (item == op_name(k)) out.push_back(k), found = true;
+    }
+    if (!found) {
+      throw_invalid_argument("unknown op '" + item +
+                             "'; choose allreduce, broadcast, allgather, reduce_scatter, barrier "
+                             "or all");
+    }
+  }
+  return out;
+}
+
+void run_comm_bench(comm::Communicator& c, const CommBenchOptions& opts, RawAllreduce* raw,
+                    const std::function<void(const nlohmann::json&)>& emit) {
+  const int n = c.size();
+  for (OpKind op : opts.ops) {
+    const auto sizes = op == OpKind::kBarrier ? std::vector<std::uint64_t>{0} : opts.sizes;
+    for (std::uint64_t bytes : sizes) {
+      const size_t count = bytes / sizeof(float);
+      Buffers b = make_buffers(op, count, n);
+      const bool with_raw = raw != nullptr && op == OpKind::kAllreduce;
+
+      // Warm up both paths (connections, page faults), then let rank 0 pick
+      // an iteration count that fills the time budget, the same on all ranks.
+      auto t0 = Clock::now();
+      for (int i = 0; i < opts.warmup; ++i) {
+        run_ours(c, op, b, count);
+        if (with_raw) raw->run(b.in.data(), count);
+      }
+      double per_iter = seconds_since(t0) / std::max(1, opts.warmup * (with_raw ? 2 : 1));
+      std::int64_t iters = opts.iters;
+      if (iters <= 0) iters = std::clamp<std::int64_t>(static_cast<std::int64_t>(opts.budget_s / std::max(per_iter, 1e-6)), 5, 200);
+      comm::BroadcastOptions bo;
+      bo.buffer = &iters;
+      bo.count = 1;
+      bo.dtype = comm::DataType::kInt64;
+      comm::broadcast(c, bo);
+
+      std::vector<double> ours, theirs;
+      for (std::int64_t i = 0; i < iters; ++i) {
+        // Alternate which goes first so drift and cache effects hit both.
+        for (int k = 0; k < (with_raw ? 2 : 1); ++k) {
+          const bool do_raw = with_raw && ((i + k) % 2 == 1);
+          comm::barrier(c);
+          auto start = Clock::now();
+          if (do_raw) {
+            raw->run(b.in.data(), count);
+            theirs.push_back(seconds_since(start));
+          } else {
+            run_ours(c, op, b, count);
+            ours.push_back(seconds_since(start));
+          }
+        }
+      }
+      ours = slowest(c, ours);
+      if (with_raw) theirs = slowest(c, theirs);
+      if (c.rank() != 0) continue;
+
+      const double t = median(ours);
+      nlohmann::json j = {{"bench", "comm"},
+                          {"backend", c.backend_name()},
+                          {"op", op_name(op)},
+                          {"np", n},
+                          {"bytes", bytes},
+                          {"dtype", "float32"},
+                          {"iters", iters},
+                          {"algorithm", c.algorithm(op, bytes)},
+                          {"time_us", t * 1e6}};
+      if (op != OpKind::kBarrier) {
+        j["busbw_GBps"] = t > 0 ? bytes * bus_factor(op, n) / t / 1e9 : 0.0;
+      }
+      if (with_raw) {
+        const double r = median(theirs);
+        j["raw_call"] = raw->name();
+        j["raw_time_us"] = r * 1e6;
+        j["raw_busbw_GBps"] = r > 0 ? bytes * bus_factor(op, n) / r / 1e9 : 0.0;
+        j["overhead_ratio"] = r > 0 ? t / r : 0.0;
+      }
+      emit(j);
+    }
+  }
+}
+
+}  // namespace hpct::bench

@@ -1,0 +1,47 @@
+// `hpctrain bench comm`: how long each collective takes through our
+// Communicator, next to the raw library call on the same buffer in the same
+// run, so the overhead of our layer is a ratio rather than a guess across
+// noisy runs.
+//
+// Every rank of the communicator calls run_comm_bench with the same options;
+// rank 0 emits one JSON object per (op, size).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "comm/communicator.h"
+
+namespace hpct::bench {
+
+// The backend library's own allreduce (float32 sum, in place), called on the
+// same buffer as ours. Implemented next to each backend's bench glue.
+class RawAllreduce {
+ public:
+  virtual ~RawAllreduce() = default;
+  virtual std::string name() const = 0;  // "MPI_Allreduce", "gloo::allreduce"
+  virtual void run(float* data, size_t count) = 0;
+};
+
+struct CommBenchOptions {
+  std::vector<std::uint64_t> sizes;                     // bytes per rank
+  std::vector<comm::OpKind> ops = {comm::OpKind::kAllreduce};
+  int iters = 0;                                        // 0: about budget_s per size
+  double budget_s = 0.4;
+  int warmup = 2;
+};
+
+// Parses "allreduce,broadcast,allgather,reduce_scatter,barrier" (or "all").
+std::vector<comm::OpKind> parse_ops(const std::string& text);
+const char* op_name(comm::OpKind op);
+
+// Blocks for the whole benchmark; raw may be null (no raw comparison).
+void run_comm_bench(comm::Communicator& comm, const CommBenchOptions& opts, RawAllreduce* raw,
+                    const std::function<void(const nlohmann::json&)>& emit);
+
+}  // namespace hpct::bench

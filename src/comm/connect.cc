@@ -1,0 +1,175 @@
+#include "comm/connect.h"
+
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "comm/gloo/communicator.h"
+#include "comm/mpi/communicator.h"
+#include "core/error.h"
+#include "core/fd.h"
+#include "store/file_store.h"
+#include "store/memory_store.h"
+#include "store/secret.h"
+#include "store/tcp_store.h"
+
+namespace hpct::comm {
+namespace {
+
+// "host:port" -> (host, port); InvalidArgument naming the variable otherwise.
+std::pair<std::string, int> split_endpoint(const std::string& text) {
+  auto colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == text.size()) {
+    throw_invalid_argument("HPCT_STORE_ADDR=" + text + " is not host:port");
+  }
+  std::string host = text.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  char* end = nullptr;
+  long port = std::strtol(text.c_str() + colon + 1, &end, 10);
+  if (*end != '\0' || port <= 0 || port > 65535) {
+    throw_invalid_argument("HPCT_STORE_ADDR=" + text + " has no valid port");
+  }
+  return {host, static_cast<int>(port)};
+}
+
+std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& world,
+                                         const Env& env, std::string* store_host) {
+  const Millis timeout = seconds_to_millis(config.timeout_s);
+  std::shared_ptr<store::Store> base;
+  if (!config.store_addr.empty()) {
+    if (config.secret_fd < 0) {
+      throw_invalid_argument("HPCT_STORE_ADDR is set but HPCT_SECRET_FD is not: the job secret "
+                             "is handed over by hpctrain launch on a file descriptor");
+    }
+    auto [host, port] = split_endpoint(config.store_addr);
+    store::TcpStoreOptions o;
+    o.host = host;
+    o.port = port;
+    o.secret = store::read_secret_from_fd(static_cast<int>(config.secret_fd));
+    o.connect_timeout = timeout;
+    o.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
+    *store_host = host;
+    base = std::make_shared<store::TcpStore>(o);
+  } else if (!config.store_dir.empty()) {
+    base = std::make_shared<store::FileStore>(config.store_dir, timeout);
+  } else if (world.size == 1) {
+    base = std::make_shared<store::MemoryStore>();
+  } else {
+    throw_invalid_argument("rank " + std::to_string(world.rank) + " of " + std::to_string(world.size) +
+                           " has no rendezvous store for Gloo: start the job with `hpctrain launch`, "
+                           "or set HPCT_STORE_DIR to an empty directory every rank can see, or use "
+                           "--backend mpi under mpirun");
+  }
+  // Keys of a restarted job must not meet the keys of its earlier run.
+  std::string job = env.get("HPCT_JOB_ID").value_or("job");
+  return std::make_shared<store::PrefixStore>(job + "/restart" + std::to_string(world.restart), base);
+}
+
+}  // namespace
+
+Backend parse_backend(const std::string& name) {
+  if (name == "auto") return Backend::kAuto;
+  if (name == "mpi") return Backend::kMpi;
+  if (name == "gloo") return Backend::kGloo;
+  throw_invalid_argument("backend '" + name + "' is not one of auto, mpi, gloo");
+}
+
+const char* backend_name(Backend b) {
+  switch (b) {
+    case Backend::kAuto: return "auto";
+    case Backend::kMpi: return "mpi";
+    case Backend::kGloo: return "gloo";
+  }
+  return "?";
+}
+
+Backend resolve_backend(Backend requested, const WorldInfo& world) {
+  if (requested != Backend::kAuto) return requested;
+  return world.mpi_runtime ? Backend::kMpi : Backend::kGloo;
+}
+
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  int rc = getaddrinfo(host.c_str(), "9", &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    throw Error(ErrorCode::kIo, "cannot resolve store host '" + host + "': " + gai_strerror(rc));
+  }
+  UniqueFd fd(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) {
+    freeaddrinfo(res);
+    throw_io("socket", errno);
+  }
+  int c = ::connect(fd.get(), res->ai_addr, res->ai_addrlen);
+  int err = errno;
+  freeaddrinfo(res);
+  if (c != 0) throw_io("no route from this host to store host '" + host + "'", err);
+  sockaddr_in local{};
+  socklen_t len = sizeof local;
+  if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&local), &len) != 0) {
+    throw_io("getsockname", errno);
+  }
+  char buf[INET_ADDRSTRLEN];
+  inet_ntop(AF_INET, &local.sin_addr, buf, sizeof buf);
+  return buf;
+}
+
+World connect_world(const Config& config, const Env& env, const Logger& logger) {
+  World w;
+  w.info = discover_world(env);
+  const Millis timeout = seconds_to_millis(config.timeout_s);
+  const Backend backend = resolve_backend(parse_backend(config.backend), w.info);
+  Logger log = logger.with_rank(w.info.rank);
+
+  if (backend == Backend::kMpi) {
+    MpiOptions o;
+    o.default_timeout = timeout;
+    o.logger = log;
+    o.yield_when_idle = config.mpi_yield;
+    auto mpi = MpiCommunicator::create(o);
+    if (w.info.launcher != Launcher::kNone && mpi->size() != w.info.size) {
+      throw_mismatch("MPI reports " + std::to_string(mpi->size()) + " ranks but " +
+                     launcher_name(w.info.launcher) + " started " + std::to_string(w.info.size) +
+                     "; start MPI jobs with mpirun (or hpctrain launch --spawner mpirun)");
+    }
+    w.info.rank = mpi->rank();
+    w.info.size = mpi->size();
+    w.comm = std::move(mpi);
+    return w;
+  }
+
+  std::string store_host;
+  w.store = open_store(config, w.info, env, &store_host);
+  GlooOptions o;
+  o.rank = w.info.rank;
+  o.size = w.info.size;
+  o.store = w.store;
+  o.timeout = timeout;
+  o.logger = log;
+  if (!config.bind_address.empty()) {
+    o.address = config.bind_address;
+  } else if (!config.network_interface.empty()) {
+    o.address.clear();
+    o.interface = config.network_interface;
+  } else if (!store_host.empty()) {
+    o.address = local_address_towards(store_host);
+  } else if (w.info.cross_size > 1) {
+    throw_invalid_argument("ranks run on " + std::to_string(w.info.cross_size) +
+                           " hosts but no address to bind is known: set HPCT_NETWORK_INTERFACE "
+                           "(e.g. eth0) or HPCT_BIND_ADDRESS");
+  } else {
+    o.address = "127.0.0.1";
+  }
+  log.debug("comm", std::string("connecting gloo world of ") + std::to_string(o.size) +
+                        " ranks, binding " + (o.address.empty() ? o.interface : o.address));
+  w.comm = GlooCommunicator::connect(o);
+  return w;
+}
+
+}  // namespace hpct::comm
