@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "comm/testing/collective_checks.h"
+#include "comm/testing/thread_world.h"
 #include "core/error.h"
 #include "store/memory_store.h"
 
@@ -23,44 +24,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The ranks of one test case share one MemoryStore, under the test's name.
-std::shared_ptr<store::Store> test_store() {
-  const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-  return std::make_shared<store::PrefixStore>(
-      std::string(info->test_suite_name()) + "." + info->name(),
-      std::make_shared<store::MemoryStore>());
-}
+using testing::test_store;
 
 GlooOptions options_for(int rank, int size, std::shared_ptr<store::Store> store, Millis timeout) {
-  GlooOptions o;
-  o.rank = rank;
-  o.size = size;
-  o.store = std::move(store);
-  o.timeout = timeout;
-  o.logger = Logger(LogLevel::kWarn, "all", rank, [](const std::string&) {});
-  return o;
+  return testing::gloo_options_for(rank, size, std::move(store), timeout);
 }
 
-// Runs fn on every rank of a world of `size` threads; rethrows the lowest
-// failing rank's exception.
 void run_world(int size, Millis timeout, const std::function<void(GlooCommunicator&)>& fn) {
-  auto store = test_store();
-  std::vector<std::exception_ptr> errors(size);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto comm = GlooCommunicator::connect(options_for(r, size, store, timeout));
-        fn(*comm);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
+  testing::run_gloo_world(size, timeout, fn);
 }
 
 // A one-shot gate: ranks that must outlive the others' failure wait on it.
