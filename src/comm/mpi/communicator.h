@@ -23,6 +23,9 @@
 //      Done: it rethrows the job's error or returns. Deadline: it raises
 //      Timeout naming the operation, this rank and the MPI call it waited
 //      for, and latches it; the communicator is broken from then on.
+// Cost: two thread switches per operation, about 5 us (min; 7 us median) on
+// a 2-core VM with 2 ranks: within 5% of a raw MPI_Allreduce from 1 MiB up
+// (1 MiB takes ~105 us there), lost in the noise from 16 MiB.
 // The worker is the only thread that calls MPI (MPI_Init_thread, every
 // operation, MPI_Finalize), so the thread level MPI must provide is at most
 // MPI_THREAD_SERIALIZED. The worker's state is shared-owned by the worker
@@ -34,6 +37,12 @@
 // a Timeout; the CLI exits with code 124). The destructor then detaches the
 // stuck worker and skips MPI_Comm_free and MPI_Finalize (they would block
 // forever); under mpirun the job ends as "exited without calling finalize".
+//
+// Dead peers: MPI does not tell the other ranks that one died (no ULFM); the
+// blocked call waits on. Under Open MPI's mpirun the job ends anyway: mpirun
+// sees the dead rank, names it, SIGTERMs the others and SIGKILLs them after
+// odls_base_sigkill_timeout (1 s by default). Elsewhere our Timeout is the
+// bound.
 //
 // MPI start and stop: create() starts MPI (MPI_Init_thread asking for
 // MPI_THREAD_SERIALIZED) when nobody has, and the destructor finalizes it
