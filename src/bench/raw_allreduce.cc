@@ -34,6 +34,7 @@ class GlooRawAllreduce final : public RawAllreduce {
     o.setOutput(data, count);
     o.setReduceFunction(
         static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
     o.setTag(0x7f000000u);  // apart from the tags our own ops use
     gloo::allreduce(o);
   }
