@@ -19,7 +19,9 @@ struct Cli {
 
 void add_config_command(CLI::App& app, Cli& cli);
 void add_bench_command(CLI::App& app, Cli& cli);
-void add_demo_command(CLI::App& app, Cli& cli);
+
+// Subcommands of `bench`, each in its own file.
+void add_bench_comm_command(CLI::App& bench, Cli& cli);
 
 // Prints the effective configuration as a table (or JSON lines).
 void print_config(const Config& config, bool json);
