@@ -1,0 +1,60 @@
+// The sample index of a set of tar shards: every sample's key and where its
+// fields lie, found by walking the tar headers (the data is not read).
+//
+// The index gives the loader and the data server random access to samples
+// by global id, which the epoch plan (sampler.h), exact resume and server
+// reconnects rely on. It costs one header read per member: about 0.1 s per
+// 100k members from the page cache. It holds the shards open.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/log.h"
+#include "data/file.h"
+#include "data/sample.h"
+
+namespace hpct::data {
+
+struct ShardIndexStats {
+  std::uint64_t skipped_samples = 0;  // samples lost to damage (on_error skip)
+  std::uint64_t damaged_shards = 0;
+  std::vector<std::string> errors;    // the first few damage reports
+};
+
+// Immutable after build; thread-safe to read (files use pread).
+class ShardIndex {
+ public:
+  // Walks every shard in order. With OnError::kFail the first damage raises
+  // DataCorrupt (shard, member, byte offset); with kSkip a damaged shard
+  // keeps the samples before the damage, the sample being read when it hit
+  // is counted as skipped, and a shard that cannot be opened is skipped
+  // whole. Blocks on disk.
+  static std::shared_ptr<const ShardIndex> build(const std::vector<std::string>& shards,
+                                                 std::shared_ptr<FileSystem> fs, OnError on_error,
+                                                 const Logger& log = Logger());
+
+  const std::vector<std::string>& shards() const { return shards_; }
+  const std::vector<std::uint64_t>& shard_samples() const { return shard_samples_; }
+  std::uint64_t size() const { return samples_.size(); }
+  const SampleRef& sample(std::uint64_t id) const { return samples_.at(id); }
+  const ShardIndexStats& stats() const { return stats_; }
+  // A hash of the shard names and their sample counts: ranks, servers and
+  // saved loader states compare it to make sure they mean the same data.
+  std::uint64_t fingerprint() const { return fingerprint_; }
+
+  // Reads a sample's fields (DataCorrupt/Io naming shard, member, offset).
+  RawSample read(std::uint64_t id) const;
+
+ private:
+  std::vector<std::string> shards_;
+  std::vector<std::unique_ptr<RandomAccessFile>> files_;  // null for a skipped shard
+  std::vector<std::uint64_t> shard_samples_;
+  std::vector<SampleRef> samples_;
+  ShardIndexStats stats_;
+  std::uint64_t fingerprint_ = 0;
+};
+
+}  // namespace hpct::data
