@@ -38,8 +38,26 @@ namespace hpct {
     "Least severe log level printed: error, warn, info, debug, trace")                          \
   X(std::string, log_subsystems, "HPCT_LOG_SUBSYSTEMS", "all",                                  \
     "Comma-separated subsystems to log (core,store,comm,engine,...) or all")                    \
+  X(double, launch_grace_s, "HPCT_LAUNCH_GRACE_S", 3.0,                                        \
+    "launch: seconds between SIGTERM and SIGKILL when a job's ranks are stopped")               \
+  X(double, launch_start_timeout_s, "HPCT_LAUNCH_START_TIMEOUT_S", 30.0,                        \
+    "launch: seconds every rank has to start (ssh connect included) before the job fails")     \
   X(bool, mpi_yield, "HPCT_MPI_YIELD", true,                                                    \
-    "Let MPI yield the core while it waits (mpi_yield_when_idle); spinning starves 2-core ranks")
+    "Let MPI yield the core while it waits (mpi_yield_when_idle); spinning starves 2-core ranks") \
+  X(std::int64_t, fusion_bytes, "HPCT_FUSION_BYTES", 64 << 20,                                  \
+    "Engine: most bytes of ready tensors packed into one allreduce (docs/engine.md)")          \
+  X(double, cycle_ms, "HPCT_CYCLE_MS", 5.0,                                                     \
+    "Engine: least time between negotiation rounds while tensors are pending (docs/engine.md)") \
+  X(std::int64_t, cache_capacity, "HPCT_CACHE_CAPACITY", 1024,                                  \
+    "Engine: tensors remembered by the response cache that skips negotiation (0: no cache)")  \
+  X(double, stall_warn_s, "HPCT_STALL_WARN_S", 60.0,                                            \
+    "Engine: warn when a tensor is submitted by some ranks but not others for this long")      \
+  X(double, stall_abort_s, "HPCT_STALL_ABORT_S", 0.0,                                           \
+    "Engine: fail such a tensor on every rank after this long (0: never, only warn)")          \
+  X(std::string, timeline, "HPCT_TIMELINE", "",                                                 \
+    "Engine: rank 0 writes a Chrome-trace JSON of every tensor's phases to this file")         \
+  X(std::string, compression, "HPCT_COMPRESSION", "none",                                       \
+    "Engine: wire type of float32 allreduces: none, fp16, bf16 (cast costs CPU; see docs)")
 
 // Variables that describe the job rather than tune it: set by hpctrain launch
 // for every rank, read by discover_world() (core/world.h), never by hand.

@@ -1,0 +1,518 @@
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "comm/reduce.h"
+#include "engine/compression.h"
+#include "engine/controller.h"
+#include "engine/timeline.h"
+
+namespace hpct::engine {
+
+struct Handle::State {
+  std::string name;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;                  // GUARDED_BY(mu)
+  std::exception_ptr error;           // GUARDED_BY(mu)
+  std::vector<std::uint8_t> gathered;  // written before done, read after
+  std::vector<std::int64_t> gathered_shape;
+};
+
+namespace {
+
+std::size_t byte_count(const Request& r) { return r.count() * comm::dtype_size(r.dtype); }
+
+std::exception_ptr make_error(ErrorCode code, const std::string& message) {
+  return std::make_exception_ptr(Error(code, message));
+}
+
+}  // namespace
+
+// ---- Handle ----
+
+bool Handle::poll() const {
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return state_->done;
+}
+
+void Handle::wait() const {
+  std::unique_lock<std::mutex> lk(state_->mu);
+  state_->cv.wait(lk, [&] { return state_->done; });
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+void Handle::wait(Millis timeout) const {
+  std::unique_lock<std::mutex> lk(state_->mu);
+  if (!state_->cv.wait_for(lk, timeout, [&] { return state_->done; })) {
+    throw_timeout("tensor '" + state_->name + "' was not done within " +
+                  std::to_string(timeout.count()) + " ms");
+  }
+  if (state_->error) std::rethrow_exception(state_->error);
+}
+
+const std::string& Handle::name() const { return state_->name; }
+const std::vector<std::uint8_t>& Handle::gathered() const { return state_->gathered; }
+const std::vector<std::int64_t>& Handle::gathered_shape() const { return state_->gathered_shape; }
+
+// ---- options ----
+
+EngineOptions EngineOptions::from_config(const Config& c) {
+  EngineOptions o;
+  if (c.fusion_bytes < 0) throw_invalid_argument("HPCT_FUSION_BYTES must be >= 0");
+  if (c.cycle_ms < 0) throw_invalid_argument("HPCT_CYCLE_MS must be >= 0");
+  if (c.cache_capacity < 0) throw_invalid_argument("HPCT_CACHE_CAPACITY must be >= 0");
+  if (c.stall_warn_s <= 0) throw_invalid_argument("HPCT_STALL_WARN_S must be > 0");
+  o.fusion_bytes = static_cast<std::size_t>(c.fusion_bytes);
+  o.cycle_ms = c.cycle_ms;
+  o.cache_capacity = static_cast<std::size_t>(c.cache_capacity);
+  o.stall_warn_s = c.stall_warn_s;
+  o.stall_abort_s = c.stall_abort_s;
+  o.timeline_path = c.timeline;
+  o.compression = parse_compression(c.compression);
+  return o;
+}
+
+// ---- Engine: submission ----
+
+Engine::Engine(comm::Communicator& comm, const EngineOptions& options, Logger logger)
+    : comm_(comm),
+      options_(options),
+      logger_(std::move(logger)),
+      rank_(comm.rank()),
+      size_(comm.size()),
+      cycle_(Millis(static_cast<long long>(options.cycle_ms))),
+      idle_period_(std::clamp(seconds_to_millis(options.stall_warn_s / 4), Millis(10), Millis(1000))),
+      pending_wait_(cycle_) {
+  ControllerOptions co;
+  co.fusion_bytes = options.fusion_bytes;
+  co.cache_capacity = options.cache_capacity;
+  co.stall_warn_s = options.stall_warn_s;
+  co.stall_abort_s = options.stall_abort_s;
+  controller_ = std::make_unique<Controller>(comm, co, logger_);
+  if (rank_ == 0 && !options.timeline_path.empty()) {
+    timeline_ = std::make_unique<Timeline>(options.timeline_path);
+  }
+  thread_ = std::thread([this] { run(); });
+}
+
+Engine::~Engine() { shutdown(); }
+
+void Engine::shutdown() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    shutdown_requested_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+Engine::Stats Engine::stats() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return stats_;
+}
+
+Handle Engine::allreduce_async(const std::string& name, TensorRef t, comm::ReduceOp op,
+                               std::optional<Compression> compression) {
+  comm::check_reducible(t.dtype, op);
+  Request r;
+  r.name = name;
+  r.kind = CollectiveKind::kAllreduce;
+  r.op = op;
+  r.compression = t.dtype == comm::DataType::kFloat32
+                      ? compression.value_or(options_.compression)
+                      : Compression::kNone;
+  return submit(std::move(r), std::move(t), nullptr);
+}
+
+Handle Engine::allgather_async(const std::string& name, TensorRef t, OutputAllocator allocate) {
+  if (t.shape.empty()) {
+    throw_invalid_argument("allgather of tensor '" + name +
+                           "': a scalar has no rows to gather; reshape it to [1]");
+  }
+  Request r;
+  r.name = name;
+  r.kind = CollectiveKind::kAllgather;
+  return submit(std::move(r), std::move(t), std::move(allocate));
+}
+
+Handle Engine::broadcast_async(const std::string& name, TensorRef t, int root) {
+  if (root < 0 || root >= size_) {
+    throw_invalid_argument("broadcast of tensor '" + name + "': root " + std::to_string(root) +
+                           " is not a rank of this world of " + std::to_string(size_));
+  }
+  Request r;
+  r.name = name;
+  r.kind = CollectiveKind::kBroadcast;
+  r.root = root;
+  return submit(std::move(r), std::move(t), nullptr);
+}
+
+Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
+  req.dtype = t.dtype;
+  req.shape = t.shape;
+  for (auto d : req.shape) {
+    if (d < 0) throw_invalid_argument("tensor '" + req.name + "' has a negative dimension");
+  }
+  if (t.data == nullptr && req.count() > 0) {
+    throw_invalid_argument("tensor '" + req.name + "' has no data (null buffer)");
+  }
+  auto state = std::make_shared<Handle::State>();
+  state->name = req.name;
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (broken_) std::rethrow_exception(broken_);
+    if (shutdown_requested_) {
+      throw_invalid_argument("tensor '" + req.name + "' submitted after the engine shut down");
+    }
+    if (!held_.insert(req.name).second) {
+      throw_invalid_argument("tensor '" + req.name +
+                             "' is already pending on this rank; wait for its handle before "
+                             "submitting the name again");
+    }
+    Entry e;
+    e.req = std::move(req);
+    e.tensor = std::move(t);
+    e.allocate = std::move(allocate);
+    e.state = state;
+    e.submitted = SteadyClock::now();
+    incoming_.push_back(std::move(e));
+  }
+  wake_.notify_one();
+  return Handle(state);
+}
+
+// ---- Engine: background thread ----
+
+void Engine::run() {
+  std::exception_ptr error;
+  try {
+    while (true) {
+      bool stop_asked = wait_for_round();
+      if (round(stop_asked)) break;
+    }
+  } catch (...) {
+    error = std::current_exception();
+    try {
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      logger_.error("engine", std::string("engine stopped: ") + e.what());
+    }
+  }
+  if (timeline_) timeline_->close();
+  if (!error) {
+    error = make_error(ErrorCode::kInvalidArgument, "the engine on rank " +
+                                                        std::to_string(rank_) + " is shut down");
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    broken_ = error;
+    for (auto& e : incoming_) {
+      seq_of_[e.req.name] = next_seq_;
+      pending_.emplace(next_seq_++, std::move(e));
+    }
+    incoming_.clear();
+  }
+  fail_all(error);
+}
+
+bool Engine::wait_for_round() {
+  std::unique_lock<std::mutex> lk(mu_);
+  while (true) {
+    if (shutdown_requested_) break;
+    auto now = SteadyClock::now();
+    SteadyClock::time_point due;
+    if (!incoming_.empty()) {
+      due = last_round_start_ + cycle_;
+    } else if (!pending_.empty() || global_pending_) {
+      due = last_round_start_ + pending_wait_;
+    } else {
+      due = last_round_end_ + idle_period_;
+    }
+    if (now >= due) break;
+    wake_.wait_until(lk, due);
+  }
+  for (auto& e : incoming_) {
+    seq_of_[e.req.name] = next_seq_;
+    pending_.emplace(next_seq_++, std::move(e));
+  }
+  incoming_.clear();
+  ++stats_.rounds;
+  return shutdown_requested_;
+}
+
+Engine::Entry* Engine::find(const std::string& name) {
+  auto it = seq_of_.find(name);
+  if (it == seq_of_.end()) return nullptr;
+  return &pending_.at(it->second);
+}
+
+void Engine::erase(const std::string& name) {
+  auto it = seq_of_.find(name);
+  if (it == seq_of_.end()) return;
+  pending_.erase(it->second);
+  seq_of_.erase(it);
+}
+
+bool Engine::round(bool shutdown_requested) {
+  const auto start = SteadyClock::now();
+  last_round_start_ = start;
+  bool progress = false;
+  auto& cache = controller_->cache();
+  // A cached tensor waiting this long for other ranks is reported in full,
+  // so the coordinator's stall inspector sees it.
+  const auto report_after = std::min(Millis(100), idle_period_);
+
+  bool full = cache.size() == 0 || global_pending_;
+  if (cache.size() > 0) {
+    std::vector<std::uint8_t> bits(cache.size(), 0);
+    bool want_full = shutdown_requested;
+    for (auto& [seq, e] : pending_) {
+      if (e.is_reported) continue;
+      auto idx = cache.lookup(e.req);
+      if (idx) {
+        bits[*idx] = 1;
+        if (start - e.submitted > report_after) want_full = true;
+      } else {
+        want_full = true;
+      }
+    }
+    auto cached = controller_->cached_round(bits, want_full);
+    if (!cached.ready.empty()) {
+      for (auto idx : cached.ready) {
+        Entry* e = find(cache.at(idx).name);
+        e->reported = start;
+      }
+      for (const auto& r : controller_->plan_cached(cached.ready)) execute(r, false);
+      progress = true;
+    }
+    full = full || cached.full_needed;
+  }
+
+  bool stop = false;
+  if (full) {
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      ++stats_.full_rounds;
+    }
+    RequestList mine;
+    mine.shutdown = shutdown_requested;
+    auto now = SteadyClock::now();
+    for (auto& [seq, e] : pending_) {
+      if (e.is_reported) continue;
+      e.is_reported = true;
+      e.reported = now;
+      Request r = e.req;
+      r.waited_ms = std::chrono::duration_cast<Millis>(now - e.submitted).count();
+      mine.requests.push_back(std::move(r));
+      progress = true;
+    }
+    ResponseList answer = controller_->full_round(mine);
+    for (const auto& r : answer.responses) execute(r, true);
+    progress = progress || !answer.responses.empty();
+    global_pending_ = answer.pending;
+    if (answer.shutdown) {
+      std::string who = answer.shutdown_rank == rank_
+                            ? "this rank (" + std::to_string(rank_) + ")"
+                            : "rank " + std::to_string(answer.shutdown_rank);
+      auto code = answer.shutdown_rank == rank_ ? ErrorCode::kInvalidArgument
+                                                : ErrorCode::kPeerFailure;
+      std::lock_guard<std::mutex> lk(mu_);
+      shutdown_requested_ = true;
+      broken_ = make_error(code, "the engine was shut down by " + who +
+                                     " while tensors were pending");
+      stop = true;
+    }
+  }
+  pending_wait_ = progress ? cycle_ : std::min(idle_period_, std::max(cycle_, pending_wait_ * 2));
+  last_round_end_ = SteadyClock::now();
+  if (stop) {
+    std::exception_ptr err;
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      err = broken_;
+    }
+    fail_all(err);
+  }
+  return stop;
+}
+
+void Engine::execute(const Response& r, bool from_full) {
+  if (r.type == Response::Type::kError) {
+    for (const auto& name : r.names) {
+      if (Entry* e = find(name)) complete(*e, make_error(r.error_code, r.error));
+    }
+    return;
+  }
+  std::vector<Entry*> es;
+  for (const auto& name : r.names) {
+    Entry* e = find(name);
+    // The coordinator announces only names every rank holds.
+    if (e == nullptr) {
+      throw Error(ErrorCode::kMismatch, "engine protocol error: rank " + std::to_string(rank_) +
+                                            " was told to communicate tensor '" + name +
+                                            "' that it does not hold");
+    }
+    es.push_back(e);
+  }
+  const auto ready = SteadyClock::now();
+  if (timeline_) {
+    for (Entry* e : es) {
+      timeline_->phase(e->req.name, "queued", e->submitted, e->reported);
+      timeline_->phase(e->req.name, "negotiated", e->reported, ready);
+    }
+  }
+  if (r.type == Response::Type::kAllreduce) {
+    execute_allreduce(r, es);
+  } else if (r.type == Response::Type::kBroadcast) {
+    Entry& e = *es[0];
+    auto t0 = SteadyClock::now();
+    comm::BroadcastOptions o;
+    o.buffer = e.tensor.data;
+    o.count = e.req.count();
+    o.dtype = e.req.dtype;
+    o.root = r.root;
+    comm::broadcast(comm_, o);
+    if (timeline_) timeline_->phase(e.req.name, "communicated", t0, SteadyClock::now());
+  } else {
+    Entry& e = *es[0];
+    std::size_t row = comm::dtype_size(e.req.dtype);
+    for (size_t d = 1; d < e.req.shape.size(); ++d) row *= static_cast<size_t>(e.req.shape[d]);
+    std::vector<std::int64_t> out_shape = e.req.shape;
+    out_shape[0] = 0;
+    comm::AllgathervOptions o;
+    for (auto fd : r.first_dims) {
+      out_shape[0] += fd;
+      o.counts.push_back(static_cast<size_t>(fd) * row);  // as bytes
+    }
+    void* out = nullptr;
+    if (e.allocate) {
+      out = e.allocate(out_shape);
+    } else {
+      std::size_t total = 0;
+      for (auto c : o.counts) total += c;
+      e.state->gathered.resize(total);
+      e.state->gathered_shape = out_shape;
+      out = e.state->gathered.data();
+    }
+    auto t0 = SteadyClock::now();
+    o.input = e.tensor.data;
+    o.output = out;
+    o.dtype = comm::DataType::kUInt8;
+    comm::allgatherv(comm_, o);
+    if (timeline_) timeline_->phase(e.req.name, "communicated", t0, SteadyClock::now());
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    ++stats_.collectives;
+  }
+  for (Entry* e : es) {
+    if (from_full && r.type != Response::Type::kAllgather) controller_->cache().insert(e->req);
+    complete(*e, nullptr);
+  }
+}
+
+void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
+  const bool compressed = r.compression != Compression::kNone && r.dtype == comm::DataType::kFloat32;
+  const comm::DataType wire = compressed ? wire_dtype(r.compression) : r.dtype;
+  const std::size_t wire_size = comm::dtype_size(wire);
+  std::size_t total = 0;
+  for (Entry* e : es) total += e->req.count();
+
+  // Adjacent in memory, in the announced order: send the span as it is.
+  bool adjacent = !compressed;
+  for (size_t i = 0; adjacent && i + 1 < es.size(); ++i) {
+    auto* end = static_cast<char*>(es[i]->tensor.data) + byte_count(es[i]->req);
+    adjacent = end == static_cast<char*>(es[i + 1]->tensor.data);
+  }
+  auto t_fuse = SteadyClock::now();
+  comm::AllreduceOptions o;
+  o.count = total;
+  o.dtype = wire;
+  o.op = r.op;
+  if (adjacent) {
+    o.output = es[0]->tensor.data;
+  } else {
+    char* buf = static_cast<char*>(fusion_.reserve(total * wire_size));
+    std::size_t off = 0;
+    for (Entry* e : es) {
+      std::size_t n = e->req.count();
+      if (compressed) {
+        compress(static_cast<const float*>(e->tensor.data), buf + off * wire_size, n, r.compression);
+      } else if (n > 0) {
+        std::memcpy(buf + off * wire_size, e->tensor.data, n * wire_size);
+      }
+      off += n;
+    }
+    o.output = buf;
+    // Compressed averages are summed on the wire and divided in the cast back.
+    if (compressed && r.op == comm::ReduceOp::kAvg) o.op = comm::ReduceOp::kSum;
+  }
+  auto t_comm = SteadyClock::now();
+  comm::allreduce(comm_, o);
+  auto t_done = SteadyClock::now();
+  if (!adjacent) {
+    const char* buf = static_cast<const char*>(o.output);
+    float scale = compressed && r.op == comm::ReduceOp::kAvg ? 1.0f / static_cast<float>(size_) : 1.0f;
+    std::size_t off = 0;
+    for (Entry* e : es) {
+      std::size_t n = e->req.count();
+      if (compressed) {
+        decompress(buf + off * wire_size, static_cast<float*>(e->tensor.data), n, r.compression, scale);
+      } else if (n > 0) {
+        std::memcpy(e->tensor.data, buf + off * wire_size, n * wire_size);
+      }
+      off += n;
+    }
+  }
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    (adjacent ? stats_.in_place_bytes : stats_.packed_bytes) += total * wire_size;
+  }
+  if (timeline_) {
+    auto t_end = SteadyClock::now();
+    std::string args = "\"fused_tensors\":" + std::to_string(es.size()) +
+                       ",\"bytes\":" + std::to_string(total * wire_size) +
+                       ",\"in_place\":" + (adjacent ? "true" : "false");
+    for (Entry* e : es) {
+      timeline_->phase(e->req.name, "fused", t_fuse, t_comm, args);
+      timeline_->phase(e->req.name, "communicated", t_comm, t_done, args);
+      timeline_->phase(e->req.name, "done", t_done, t_end);
+    }
+  }
+}
+
+void Engine::complete(Entry& e, std::exception_ptr error) {
+  auto state = e.state;
+  std::string name = e.req.name;
+  erase(name);  // drops the keepalive
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    held_.erase(name);
+  }
+  {
+    std::lock_guard<std::mutex> lk(state->mu);
+    state->done = true;
+    state->error = error;
+  }
+  state->cv.notify_all();
+}
+
+void Engine::fail_all(std::exception_ptr error) {
+  while (!pending_.empty()) {
+    Entry& e = pending_.begin()->second;
+    std::exception_ptr err = error;
+    try {
+      std::rethrow_exception(error);
+    } catch (const Error& x) {
+      err = make_error(x.code(), std::string(kind_name(e.req.kind)) + " of tensor '" + e.req.name +
+                                     "' failed on rank " + std::to_string(rank_) + ": " + x.what());
+    } catch (...) {
+    }
+    complete(e, err);
+  }
+}
+
+}  // namespace hpct::engine

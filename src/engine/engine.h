@@ -1,0 +1,210 @@
+// The gradient-sync engine: named asynchronous collectives, served by one
+// background thread per process (per in-process rank, in tests) that owns the
+// communicator.
+//
+// A caller submits a named tensor (allreduce_async, allgather_async,
+// broadcast_async) and gets a Handle. The background thread negotiates with
+// the other ranks which names every rank has submitted (controller.h: ranks
+// may submit in any order), fuses ready tensors (fusion.h, in place when they
+// are already adjacent in memory), optionally compresses them
+// (compression.h), runs the collective and completes the handles. Each name
+// must be unique among one rank's pending tensors; the same name may be
+// submitted again once its handle is done (every training step).
+//
+// Pacing (why the thread never spins): it sleeps on a condition variable and
+// enters a negotiation round (a) when a tensor is submitted, at most once per
+// HPCT_CYCLE_MS, (b) every HPCT_CYCLE_MS while tensors are pending anywhere
+// (backing off to the idle period while nothing moves), (c) otherwise once
+// per idle period (min(1 s, HPCT_STALL_WARN_S / 4)), so a rank that waits for
+// a silent one is not stuck in a collective, stalls are reported and
+// shutdowns are seen.
+//
+// Errors: a rank mismatch (shape, dtype, op, kind) fails that tensor's
+// handle on every rank with Mismatch naming the tensor, the ranks and their
+// shapes. A stall logs a warning after HPCT_STALL_WARN_S and fails the
+// tensor with Timeout after HPCT_STALL_ABORT_S (when > 0). A communicator
+// error (Timeout, PeerFailure) fails every pending handle with that error and
+// breaks the engine: later submissions raise it at once. shutdown() (and the
+// destructor) fails pending handles on every rank (the shutdown is announced
+// to all ranks) and never hangs longer than the communicator's timeout.
+//
+// Ownership: tensors are caller-owned memory (TensorRef) that must stay valid
+// and untouched until the handle is done; TensorRef::keepalive is released
+// then. The communicator must outlive the engine, and nothing else may use it
+// while the engine runs.
+//
+// Threads: every public method is thread-safe. Handle is a cheap copyable
+// reference; wait() blocks, poll() does not.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "comm/communicator.h"
+#include "core/clock.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "engine/fusion.h"
+#include "engine/message.h"
+
+namespace hpct::engine {
+
+class Controller;
+class Timeline;
+
+struct EngineOptions {
+  std::size_t fusion_bytes = 64 << 20;  // HPCT_FUSION_BYTES
+  double cycle_ms = 5;                  // HPCT_CYCLE_MS
+  std::size_t cache_capacity = 1024;    // HPCT_CACHE_CAPACITY (0: no cache)
+  double stall_warn_s = 60;             // HPCT_STALL_WARN_S
+  double stall_abort_s = 0;             // HPCT_STALL_ABORT_S (0: never)
+  std::string timeline_path;            // HPCT_TIMELINE (rank 0 writes it)
+  Compression compression = Compression::kNone;  // HPCT_COMPRESSION, for float32 allreduce
+
+  static EngineOptions from_config(const Config& config);
+};
+
+// Caller-owned memory of one tensor: dense, row-major.
+struct TensorRef {
+  void* data = nullptr;
+  comm::DataType dtype = comm::DataType::kFloat32;
+  std::vector<std::int64_t> shape;
+  std::shared_ptr<void> keepalive;  // released when the operation is done
+};
+
+// Where allgather writes its result, given the result's shape (called once,
+// on the background thread, before the collective).
+using OutputAllocator = std::function<void*(const std::vector<std::int64_t>& shape)>;
+
+class Handle {
+ public:
+  Handle() = default;
+  bool valid() const { return state_ != nullptr; }
+  // True once the operation finished (successfully or not). Never blocks.
+  bool poll() const;
+  // Blocks until done; rethrows the operation's error.
+  void wait() const;
+  // As wait(), but raises Timeout naming the tensor after `timeout`.
+  void wait(Millis timeout) const;
+  const std::string& name() const;
+  // Allgather without an allocator: the result's bytes and shape.
+  const std::vector<std::uint8_t>& gathered() const;
+  const std::vector<std::int64_t>& gathered_shape() const;
+
+  struct State;
+
+ private:
+  friend class Engine;
+  explicit Handle(std::shared_ptr<State> s) : state_(std::move(s)) {}
+  std::shared_ptr<State> state_;
+};
+
+class Engine {
+ public:
+  // Starts the background thread. Opens the timeline on rank 0 (Io if it
+  // cannot). Does not communicate.
+  Engine(comm::Communicator& comm, const EngineOptions& options, Logger logger);
+  // shutdown().
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // In place: t becomes the reduction over ranks. kAvg averages. compression
+  // defaults to the engine's (applies to float32 only). InvalidArgument for a
+  // duplicate pending name, a null buffer or an op the dtype cannot take.
+  Handle allreduce_async(const std::string& name, TensorRef t, comm::ReduceOp op,
+                         std::optional<Compression> compression = std::nullopt);
+  // The rows (first dimension) of every rank's t, in rank order; ranks may
+  // have different first dimensions. Output through `allocate` or, when it is
+  // null, in the handle (gathered()).
+  Handle allgather_async(const std::string& name, TensorRef t, OutputAllocator allocate = nullptr);
+  // In place: t on root is copied to every rank.
+  Handle broadcast_async(const std::string& name, TensorRef t, int root);
+
+  // Announces the shutdown to every rank, fails every pending handle, joins
+  // the thread. Idempotent; never throws.
+  void shutdown();
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  const EngineOptions& options() const { return options_; }
+
+  // Counters for tests and benchmarks (thread-safe snapshots).
+  struct Stats {
+    std::uint64_t rounds = 0;          // negotiation rounds
+    std::uint64_t full_rounds = 0;     // rounds that needed the coordinator
+    std::uint64_t collectives = 0;     // data collectives run
+    std::uint64_t packed_bytes = 0;    // bytes copied into the fusion buffer
+    std::uint64_t in_place_bytes = 0;  // bytes sent without a copy
+  };
+  Stats stats() const;
+
+ private:
+  struct Entry {
+    Request req;
+    TensorRef tensor;
+    OutputAllocator allocate;
+    std::shared_ptr<Handle::State> state;
+    SteadyClock::time_point submitted;
+    SteadyClock::time_point reported;
+    bool is_reported = false;
+  };
+
+  Handle submit(Request req, TensorRef t, OutputAllocator allocate);
+  void run();
+  // Sleeps until the pacing rule says a round is due; returns whether a
+  // shutdown was requested. Moves submissions into pending_.
+  bool wait_for_round();
+  // One round (controller.h); returns true when the engine must stop.
+  bool round(bool shutdown_requested);
+  void execute(const Response& r, bool from_full);
+  void execute_allreduce(const Response& r, std::vector<Entry*>& es);
+  void complete(Entry& e, std::exception_ptr error);
+  void fail_all(std::exception_ptr error);
+  Entry* find(const std::string& name);
+  void erase(const std::string& name);
+
+  comm::Communicator& comm_;
+  const EngineOptions options_;
+  Logger logger_;
+  const int rank_;
+  const int size_;
+  const Millis cycle_;
+  const Millis idle_period_;
+
+  // Shared with submitting threads.
+  mutable std::mutex mu_;
+  std::condition_variable wake_;
+  std::vector<Entry> incoming_;             // GUARDED_BY(mu_)
+  std::unordered_set<std::string> held_;    // names pending on this rank; GUARDED_BY(mu_)
+  bool shutdown_requested_ = false;         // GUARDED_BY(mu_)
+  std::exception_ptr broken_;               // GUARDED_BY(mu_): set when the thread stopped
+  Stats stats_;                             // GUARDED_BY(mu_)
+
+  // Background thread only.
+  std::unique_ptr<Controller> controller_;
+  std::unique_ptr<Timeline> timeline_;
+  FusionBuffer fusion_;
+  std::map<std::uint64_t, Entry> pending_;  // by submission sequence
+  std::unordered_map<std::string, std::uint64_t> seq_of_;
+  std::uint64_t next_seq_ = 0;
+  bool global_pending_ = false;
+  Millis pending_wait_;
+  SteadyClock::time_point last_round_start_{};
+  SteadyClock::time_point last_round_end_{};
+
+  std::thread thread_;
+};
+
+}  // namespace hpct::engine

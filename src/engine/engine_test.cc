@@ -1,0 +1,300 @@
+// The engine on real Gloo ranks living as threads of this process
+// (comm/testing/thread_world.h): results, any submission order, fusion and
+// compression, errors that name the tensor and ranks, stalls, shutdown, the
+// timeline file.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <set>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "comm/testing/thread_world.h"
+
+namespace hpct::engine {
+namespace {
+
+using comm::testing::run_gloo_world;
+
+Logger quiet(int rank) {
+  return Logger(LogLevel::kWarn, "all", rank, [](const std::string&) {});
+}
+
+EngineOptions fast_options() {
+  EngineOptions o;
+  o.cycle_ms = 1;
+  o.stall_warn_s = 2;
+  return o;
+}
+
+// float32 tensor of n elements filled with f(i).
+struct Buf {
+  std::vector<float> v;
+  TensorRef ref() { return {v.data(), comm::DataType::kFloat32, {static_cast<std::int64_t>(v.size())}, nullptr}; }
+};
+
+void run_world(int size, const EngineOptions& o, const std::function<void(Engine&, int)>& fn,
+               std::function<Logger(int)> logger = quiet) {
+  run_gloo_world(size, Millis(20000), [&](comm::GlooCommunicator& c) {
+    Engine e(c, o, logger(c.rank()));
+    fn(e, c.rank());
+  });
+}
+
+// Every rank allreduces `n` tensors of various sizes in an order of its own;
+// checks the sums and averages.
+void check_allreduce(int size, EngineOptions o, int order_kind, std::size_t max_len = 3000) {
+  run_world(size, o, [&](Engine& e, int rank) {
+    const int n = 24;
+    for (int step = 0; step < 3; ++step) {
+      std::vector<Buf> bufs(n);
+      std::vector<int> order(n);
+      for (int i = 0; i < n; ++i) {
+        order[static_cast<size_t>(i)] = i;
+        bufs[static_cast<size_t>(i)].v.resize(1 + (static_cast<size_t>(i) * 131) % max_len);
+        for (size_t k = 0; k < bufs[static_cast<size_t>(i)].v.size(); ++k) {
+          bufs[static_cast<size_t>(i)].v[k] = static_cast<float>(rank + 1) * static_cast<float>(k % 7 + i);
+        }
+      }
+      if (order_kind == 1 && rank % 2 == 1) std::reverse(order.begin(), order.end());
+      if (order_kind == 2) std::shuffle(order.begin(), order.end(), std::mt19937(rank * 7 + step));
+      std::vector<Handle> hs(n);
+      for (int i : order) {
+        auto op = i % 2 ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum;
+        hs[static_cast<size_t>(i)] = e.allreduce_async("t" + std::to_string(i), bufs[static_cast<size_t>(i)].ref(), op);
+      }
+      const float ranks_sum = static_cast<float>(size * (size + 1)) / 2.0f;
+      for (int i = 0; i < n; ++i) {
+        hs[static_cast<size_t>(i)].wait();
+        float factor = i % 2 ? ranks_sum / static_cast<float>(size) : ranks_sum;
+        const auto& v = bufs[static_cast<size_t>(i)].v;
+        for (size_t k = 0; k < v.size(); ++k) {
+          float want = factor * static_cast<float>(k % 7 + i);
+          float tol = o.compression == Compression::kNone ? 1e-4f : 1e-2f * want + 1e-2f;
+          ASSERT_NEAR(v[k], want, tol) << "tensor " << i << " element " << k << " rank " << rank;
+        }
+      }
+    }
+  });
+}
+
+TEST(Engine, AllreduceInOrderFusedAndNot) {
+  for (int size : {1, 2, 3}) {
+    auto o = fast_options();
+    check_allreduce(size, o, 0);
+    o.fusion_bytes = 0;
+    check_allreduce(size, o, 0);
+  }
+}
+
+TEST(Engine, ReversedAndRandomOrderComplete) {
+  for (int size : {2, 4}) {
+    check_allreduce(size, fast_options(), 1);
+    check_allreduce(size, fast_options(), 2);
+  }
+}
+
+TEST(Engine, Compression) {
+  for (auto c : {Compression::kFp16, Compression::kBf16}) {
+    auto o = fast_options();
+    o.compression = c;
+    check_allreduce(2, o, 2, 500);
+  }
+}
+
+TEST(Engine, AdjacentTensorsGoInPlaceAndCacheSkipsNegotiation) {
+  run_world(2, fast_options(), [](Engine& e, int rank) {
+    std::vector<float> flat(300, static_cast<float>(rank + 1));
+    const int steps = 20;
+    for (int s = 0; s < steps; ++s) {
+      std::fill(flat.begin(), flat.end(), static_cast<float>(rank + 1));
+      std::vector<Handle> hs;
+      for (int i = 0; i < 3; ++i) {
+        hs.push_back(e.allreduce_async("p" + std::to_string(i),
+                                       {flat.data() + 100 * i, comm::DataType::kFloat32, {100}, nullptr},
+                                       comm::ReduceOp::kSum));
+      }
+      for (auto& h : hs) h.wait();
+      for (float x : flat) ASSERT_EQ(x, 3.0f);
+    }
+    auto st = e.stats();
+    EXPECT_GT(st.in_place_bytes, 0u);
+    // After the first step (full negotiation) the cache carries the steady state.
+    EXPECT_LT(st.full_rounds, st.rounds);
+  });
+}
+
+TEST(Engine, BroadcastAndAllgather) {
+  run_world(3, fast_options(), [](Engine& e, int rank) {
+    std::vector<std::int32_t> b(5, rank == 1 ? 42 : -1);
+    auto hb = e.broadcast_async("b", {b.data(), comm::DataType::kInt32, {5}, nullptr}, 1);
+    // Rank r contributes r+1 rows of 2 int64.
+    std::vector<std::int64_t> rows(static_cast<size_t>(2 * (rank + 1)), rank);
+    auto hg = e.allgather_async("g", {rows.data(), comm::DataType::kInt64, {rank + 1, 2}, nullptr});
+    hg.wait();
+    hb.wait();
+    for (auto x : b) EXPECT_EQ(x, 42);
+    EXPECT_EQ(hg.gathered_shape(), (std::vector<std::int64_t>{6, 2}));
+    const auto* g = reinterpret_cast<const std::int64_t*>(hg.gathered().data());
+    std::vector<std::int64_t> want = {0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2};
+    EXPECT_EQ(std::vector<std::int64_t>(g, g + 12), want);
+  });
+}
+
+TEST(Engine, ShapeMismatchNamesTensorRanksAndShapesOnEveryRank) {
+  std::atomic<int> raised{0};
+  run_world(3, fast_options(), [&](Engine& e, int rank) {
+    std::vector<float> v(rank == 2 ? 6 : 4, 1.0f);
+    std::vector<std::int64_t> shape = rank == 2 ? std::vector<std::int64_t>{2, 3}
+                                                : std::vector<std::int64_t>{2, 2};
+    auto h = e.allreduce_async("layer1.weight", {v.data(), comm::DataType::kFloat32, shape, nullptr},
+                               comm::ReduceOp::kSum);
+    std::vector<float> ok(3, 1.0f);
+    auto h2 = e.allreduce_async("fine", {ok.data(), comm::DataType::kFloat32, {3}, nullptr},
+                                comm::ReduceOp::kSum);
+    try {
+      h.wait();
+      ADD_FAILURE() << "no mismatch raised on rank " << rank;
+    } catch (const Error& err) {
+      EXPECT_EQ(err.code(), ErrorCode::kMismatch);
+      std::string m = err.what();
+      EXPECT_NE(m.find("layer1.weight"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 0: allreduce float32 sum none [2, 2]"), std::string::npos) << m;
+      EXPECT_NE(m.find("rank 2: allreduce float32 sum none [2, 3]"), std::string::npos) << m;
+      ++raised;
+    }
+    h2.wait();  // the engine goes on
+    EXPECT_EQ(ok[0], 3.0f);
+  });
+  EXPECT_EQ(raised.load(), 3);
+}
+
+TEST(Engine, StallWarnsNamingTensorAndMissingRanksThenAborts) {
+  std::mutex mu;
+  std::vector<std::string> lines;
+  auto capture = [&](int rank) {
+    return Logger(LogLevel::kWarn, "all", rank, [&](const std::string& l) {
+      std::lock_guard<std::mutex> lk(mu);
+      lines.push_back(l);
+    });
+  };
+  auto o = fast_options();
+  o.stall_warn_s = 0.2;
+  o.stall_abort_s = 0.8;
+  run_world(3, o, [&](Engine& e, int rank) {
+    std::vector<float> v(4, 1.0f);
+    if (rank != 1) {
+      auto h = e.allreduce_async("lonely", {v.data(), comm::DataType::kFloat32, {4}, nullptr},
+                                 comm::ReduceOp::kSum);
+      try {
+        h.wait(Millis(10000));
+        ADD_FAILURE() << "stalled tensor completed";
+      } catch (const Error& err) {
+        EXPECT_EQ(err.code(), ErrorCode::kTimeout) << err.what();
+        EXPECT_NE(std::string(err.what()).find("not by ranks [1]"), std::string::npos) << err.what();
+      }
+    } else {
+      std::this_thread::sleep_for(Millis(1200));
+    }
+  }, capture);
+  bool warned = false;
+  for (const auto& l : lines) {
+    warned = warned || (l.find("stall") != std::string::npos &&
+                        l.find("'lonely'") != std::string::npos &&
+                        l.find("submitted by ranks [0, 2] but not by ranks [1]") != std::string::npos);
+  }
+  EXPECT_TRUE(warned) << "no stall warning among " << lines.size() << " lines";
+}
+
+TEST(Engine, LateRankCompletesAfterWarning) {
+  auto o = fast_options();
+  o.stall_warn_s = 0.1;
+  run_world(2, o, [&](Engine& e, int rank) {
+    if (rank == 1) std::this_thread::sleep_for(Millis(400));
+    std::vector<float> v(4, 1.0f);
+    e.allreduce_async("late", {v.data(), comm::DataType::kFloat32, {4}, nullptr}, comm::ReduceOp::kSum)
+        .wait(Millis(10000));
+    EXPECT_EQ(v[0], 2.0f);
+  });
+}
+
+TEST(Engine, ShutdownWithWorkPendingFailsHandlesOnEveryRank) {
+  std::atomic<int> failed{0};
+  run_world(2, fast_options(), [&](Engine& e, int rank) {
+    std::vector<float> v(4, 1.0f);
+    Handle h;
+    if (rank == 0) {
+      h = e.allreduce_async("never", {v.data(), comm::DataType::kFloat32, {4}, nullptr},
+                            comm::ReduceOp::kSum);
+    }
+    std::this_thread::sleep_for(Millis(50));
+    auto t0 = SteadyClock::now();
+    if (rank == 1) e.shutdown();
+    if (rank == 0) {
+      EXPECT_THROW(h.wait(Millis(5000)), Error);
+      ++failed;
+      EXPECT_THROW(e.allreduce_async("after", {v.data(), comm::DataType::kFloat32, {4}, nullptr},
+                                     comm::ReduceOp::kSum),
+                   Error);
+    }
+    EXPECT_LT(SteadyClock::now() - t0, std::chrono::seconds(3));
+  });
+  EXPECT_EQ(failed.load(), 1);
+}
+
+TEST(Engine, DuplicatePendingNameIsRefused) {
+  run_world(1, fast_options(), [](Engine& e, int) {
+    std::vector<float> v(4, 1.0f);
+    TensorRef t{v.data(), comm::DataType::kFloat32, {4}, nullptr};
+    auto h = e.allreduce_async("x", t, comm::ReduceOp::kSum);
+    // The single rank may already have finished; resubmitting after wait() is fine.
+    h.wait();
+    e.allreduce_async("x", t, comm::ReduceOp::kSum).wait();
+  });
+}
+
+TEST(Engine, TimelineIsChromeTraceWithEveryPhase) {
+  std::string path = ::testing::TempDir() + "engine_timeline_test.json";
+  std::remove(path.c_str());
+  auto o = fast_options();
+  o.timeline_path = path;
+  run_world(2, o, [](Engine& e, int rank) {
+    std::vector<float> a(10, 1.0f), b(20, 1.0f);
+    for (int s = 0; s < 3; ++s) {
+      auto h1 = e.allreduce_async("grad/a", {a.data(), comm::DataType::kFloat32, {10}, nullptr},
+                                  comm::ReduceOp::kSum);
+      auto h2 = e.allreduce_async("grad/b", {b.data(), comm::DataType::kFloat32, {20}, nullptr},
+                                  comm::ReduceOp::kSum);
+      h1.wait();
+      h2.wait();
+    }
+    (void)rank;
+  });
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good()) << path;
+  nlohmann::json j = nlohmann::json::parse(in);
+  ASSERT_TRUE(j["traceEvents"].is_array());
+  std::set<std::string> phases, tracks;
+  for (const auto& ev : j["traceEvents"]) {
+    if (ev["ph"] == "M") {
+      tracks.insert(ev["args"]["name"].get<std::string>());
+      continue;
+    }
+    EXPECT_EQ(ev["ph"], "X");
+    EXPECT_TRUE(ev["ts"].is_number());
+    EXPECT_GE(ev["dur"].get<double>(), 0.0);
+    phases.insert(ev["name"].get<std::string>());
+  }
+  EXPECT_EQ(phases, (std::set<std::string>{"queued", "negotiated", "fused", "communicated", "done"}));
+  EXPECT_EQ(tracks, (std::set<std::string>{"grad/a", "grad/b"}));
+}
+
+}  // namespace
+}  // namespace hpct::engine
