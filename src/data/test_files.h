@@ -80,7 +80,7 @@ inline std::vector<std::string> write_mnist_shards(const std::string& dir, size_
   o.max_count = per_shard;
   ShardWriter w(o);
   for (size_t i = 0; i < m.images.size(); ++i) {
-    char key[16];
+    char key[32];
     std::snprintf(key, sizeof key, "%06zu", i);
     w.write(key, {{image_ext, image_ext == "png" ? encode_png(m.images[i]) : encode_jpeg(m.images[i], 95)},
                   {"cls", std::to_string(m.labels[i])}});

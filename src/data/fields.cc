@@ -1,0 +1,75 @@
+#include "data/fields.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+
+#include "core/error.h"
+#include "data/image.h"
+
+namespace hpct::data {
+namespace {
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "." : ", .") + x;
+  return s;
+}
+
+}  // namespace
+
+std::int64_t parse_label(std::string_view bytes, const std::string& ext) {
+  if (ext == "json") {
+    nlohmann::json j = nlohmann::json::parse(bytes.begin(), bytes.end(), nullptr, false);
+    if (j.is_object() && j.contains("label")) j = j["label"];
+    if (j.is_number_integer()) return j.get<std::int64_t>();
+    throw_data_corrupt("label ." + ext + " is not an integer nor an object with an integer \"label\"");
+  }
+  std::string s(bytes);
+  size_t b = s.find_first_not_of(" \t\r\n"), e = s.find_last_not_of(" \t\r\n");
+  if (b == std::string::npos) throw_data_corrupt("label ." + ext + " is empty");
+  s = s.substr(b, e - b + 1);
+  char* end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (*end != '\0') throw_data_corrupt("label ." + ext + " '" + s.substr(0, 32) + "' is not an integer");
+  return v;
+}
+
+DecodedSample decode_sample(const RawSample& sample, const FieldOptions& o) {
+  if (sample.decoded) {
+    if (!sample.error.empty()) throw_data_corrupt(sample.where() + ": " + sample.error);
+    return {sample.image, sample.label};
+  }
+  const std::pair<std::string, std::string>* image = nullptr;
+  const std::pair<std::string, std::string>* label = nullptr;
+  for (const auto& want : o.image_fields) {
+    for (const auto& f : sample.fields) {
+      if (!image && f.first == want) image = &f;
+    }
+  }
+  for (const auto& want : o.label_fields) {
+    for (const auto& f : sample.fields) {
+      if (!label && f.first == want) label = &f;
+    }
+  }
+  if (image == nullptr) {
+    throw_data_corrupt(sample.where() + ": sample has no image field (" + join(o.image_fields) + ")");
+  }
+  if (label == nullptr) {
+    throw_data_corrupt(sample.where() + ": sample has no label field (" + join(o.label_fields) + ")");
+  }
+  DecodedSample out;
+  try {
+    out.image = decode_image(image->second, o.channels);
+  } catch (const Error& e) {
+    throw_data_corrupt(sample.where() + ", field ." + image->first + ": " + e.what());
+  }
+  try {
+    out.label = parse_label(label->second, label->first);
+  } catch (const Error& e) {
+    throw_data_corrupt(sample.where() + ", field ." + label->first + ": " + e.what());
+  }
+  return out;
+}
+
+}  // namespace hpct::data

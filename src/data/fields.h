@@ -1,0 +1,36 @@
+// From a sample's fields to an image and a label: which field is which, and
+// how labels are written (.cls and .txt hold a decimal integer, .json an
+// integer or an object with a "label" member), as WebDataset datasets do.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "data/sample.h"
+
+namespace hpct::data {
+
+struct FieldOptions {
+  std::vector<std::string> image_fields = {"png", "jpg", "jpeg"};
+  std::vector<std::string> label_fields = {"cls", "txt", "json"};
+  int channels = 0;  // see decode_image
+};
+
+struct DecodedSample {
+  Image image;
+  std::int64_t label = -1;
+};
+
+// DataCorrupt naming the sample (sample.where()) when the image or label
+// field is missing, the image does not decode or the label does not parse.
+// A sample a data server decoded is passed through (or its error raised).
+// Thread-safe.
+DecodedSample decode_sample(const RawSample& sample, const FieldOptions& options);
+
+// The label in a .cls/.txt/.json field; DataCorrupt (without location,
+// callers add it) when it is not an integer.
+std::int64_t parse_label(std::string_view bytes, const std::string& ext);
+
+}  // namespace hpct::data

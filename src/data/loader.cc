@@ -1,0 +1,511 @@
+#include "data/loader.h"
+
+#include <ATen/ATen.h>
+
+#include <condition_variable>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "core/error.h"
+#include "data/bytes.h"
+#include "data/data_client.h"
+#include "data/fields.h"
+#include "data/random.h"
+#include "data/sampler.h"
+#include "data/shard_index.h"
+#include "data/shard_list.h"
+
+namespace hpct::data {
+namespace {
+
+constexpr char kStateMagic[8] = {'H', 'P', 'C', 'T', 'L', 'D', 'S', '1'};
+constexpr size_t kMaxErrorsKept = 20;
+constexpr Millis kWaitSlice(500);  // internal waits re-check the stop flag this often
+
+// What a decode thread makes of one batch.
+struct Result {
+  Batch batch;
+  std::exception_ptr error;
+  std::uint64_t skipped = 0;
+  std::vector<std::string> errors;
+};
+
+std::uint64_t hash_ids(const std::vector<std::uint64_t>& ids, size_t from) {
+  std::uint64_t h = 0x52455354ull;  // "REST"
+  for (size_t i = from; i < ids.size(); ++i) h = Rng::mix(h ^ ids[i]);
+  return Rng::mix(h ^ (ids.size() - from));
+}
+
+}  // namespace
+
+struct Loader::Impl {
+  explicit Impl(LoaderOptions opts) : o(std::move(opts)) {}
+  ~Impl() { stop_threads(); }
+
+  void set_epoch(std::int64_t e, std::int64_t delivered_batches);
+  void ensure_started();
+  void stop_threads();
+  void worker();
+  void receiver(std::uint64_t generation, std::int64_t first_batch,
+                std::shared_ptr<DataClient> client);
+  DataClientOptions client_options(std::int64_t e) const {
+    DataClientOptions co;
+    co.host = host;
+    co.port = port;
+    co.secret = o.secret;
+    co.request = {static_cast<std::uint32_t>(o.rank), static_cast<std::uint32_t>(o.size), o.seed, e, 0,
+                  o.shuffle, o.shuffle_buffer, o.shuffle_initial, o.drop_last};
+    co.max_reconnects = o.max_reconnects;
+    co.connect_timeout = o.connect_timeout;
+    co.logger = o.logger;
+    return co;
+  }
+  Result build(std::int64_t b, std::vector<RawSample> raw);
+  std::vector<RawSample> fetch_local(std::int64_t b, Result* r);
+  std::uint64_t fingerprint() const { return remote ? remote_fingerprint : index->fingerprint(); }
+  void sample_failed(Result* r, const Error& e);
+
+  LoaderOptions o;
+  FieldOptions fields;
+  std::shared_ptr<const ShardIndex> index;  // local shards
+  bool remote = false;
+  std::string host;
+  int port = 0;
+  std::uint64_t remote_fingerprint = 0;
+  std::uint64_t remote_index_skipped = 0;
+  std::unique_ptr<DataClient> pending;  // remote: the stream opened by set_epoch
+
+  std::int64_t epoch = 0;
+  RankPlan plan;               // local only: this rank's epoch
+  std::uint64_t total = 0;     // samples this rank gets this epoch
+  std::uint64_t padded = 0;
+  std::int64_t batches = 0;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  bool running = false;                            // guarded by mu
+  bool stopping = false;                           // guarded by mu
+  std::uint64_t generation = 0;                    // guarded by mu: bumped when work is discarded
+  std::int64_t next_claim = 0;                     // guarded by mu
+  std::int64_t delivered = 0;                      // guarded by mu
+  std::map<std::int64_t, Result> ready;            // guarded by mu
+  std::map<std::int64_t, std::vector<RawSample>> raw;  // guarded by mu (remote)
+  std::exception_ptr receiver_error;               // guarded by mu
+  std::uint64_t reconnects = 0;                    // guarded by mu
+  std::vector<std::thread> threads;
+
+  LoaderStats stats;  // consumer thread only
+  bool reported = false;
+};
+
+void Loader::Impl::set_epoch(std::int64_t e, std::int64_t delivered_batches) {
+  stop_threads();
+  epoch = e;
+  if (remote) {
+    // The server tells the count when the stream opens: open it now, so
+    // batches_per_epoch() is known before the first batch, and hand the
+    // open stream to the receiving thread.
+    pending = std::make_unique<DataClient>(
+        client_options(e), static_cast<std::uint64_t>(delivered_batches) * o.batch_size);
+    total = pending->header().total;
+    padded = pending->header().padded;
+    remote_fingerprint = pending->header().fingerprint;
+    remote_index_skipped = pending->header().index_skipped;
+  } else {
+    SplitOptions s;
+    s.rank = o.rank;
+    s.size = o.size;
+    s.seed = o.seed;
+    s.shuffle = o.shuffle;
+    s.shuffle_buffer = o.shuffle_buffer;
+    s.shuffle_initial = o.shuffle_initial;
+    s.drop_last = o.drop_last;
+    plan = plan_epoch(index->shard_samples(), s, e);
+    total = plan.order.size();
+    padded = plan.padded;
+  }
+  batches = batch_count(total, o.batch_size, o.drop_last);
+  std::lock_guard<std::mutex> lock(mu);
+  delivered = delivered_batches;
+  next_claim = delivered_batches;
+  ready.clear();
+  raw.clear();
+  receiver_error = nullptr;
+  stats = LoaderStats();
+  stats.epoch = e;
+  stats.padded = padded;
+  stats.index_skipped = remote ? remote_index_skipped : index->stats().skipped_samples;
+  stats.reconnects = reconnects;
+  reported = false;
+}
+
+void Loader::Impl::stop_threads() {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    stopping = true;
+    ++generation;
+    cv.notify_all();
+  }
+  for (auto& t : threads) t.join();
+  threads.clear();
+  std::lock_guard<std::mutex> lock(mu);
+  stopping = false;
+  running = false;
+}
+
+void Loader::Impl::ensure_started() {
+  std::int64_t first;
+  std::uint64_t gen;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (running) return;
+    running = true;
+    first = delivered;
+    gen = generation;
+  }
+  if (first >= batches) return;
+  for (int i = 0; i < o.threads; ++i) threads.emplace_back([this] { worker(); });
+  if (remote) {
+    // The stream set_epoch opened starts where this epoch resumes.
+    std::shared_ptr<DataClient> c(pending.release());
+    threads.emplace_back([this, gen, first, c] { receiver(gen, first, c); });
+  }
+}
+
+void Loader::Impl::receiver(std::uint64_t gen, std::int64_t first_batch,
+                            std::shared_ptr<DataClient> owned) {
+  try {
+    if (!owned) {
+      owned = std::make_shared<DataClient>(client_options(epoch),
+                                           static_cast<std::uint64_t>(first_batch) * o.batch_size);
+    }
+    DataClient& client = *owned;
+    std::uint64_t seen_reconnects = 0;
+    for (std::int64_t b = first_batch; b < batches; ++b) {
+      {
+        std::unique_lock<std::mutex> lock(mu);
+        while (!stopping && generation == gen && b >= delivered + o.prefetch) cv.wait_for(lock, kWaitSlice);
+        if (stopping || generation != gen) return;
+      }
+      std::vector<RawSample> samples;
+      const std::uint64_t end = std::min<std::uint64_t>(total, static_cast<std::uint64_t>(b + 1) * o.batch_size);
+      while (client.position() < end) {
+        auto s = client.next();
+        if (!s) throw_data_corrupt("the data server ended the stream early");
+        samples.push_back(std::move(*s));
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      if (generation != gen) return;
+      reconnects += client.reconnects() - seen_reconnects;
+      seen_reconnects = client.reconnects();
+      raw[b] = std::move(samples);
+      cv.notify_all();
+    }
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (generation == gen) receiver_error = std::current_exception();
+    cv.notify_all();
+  }
+}
+
+void Loader::Impl::worker() {
+  while (true) {
+    std::int64_t b;
+    std::uint64_t gen;
+    std::vector<RawSample> samples;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      while (!stopping && next_claim < batches && next_claim >= delivered + o.prefetch) {
+        cv.wait_for(lock, kWaitSlice);
+      }
+      if (stopping || next_claim >= batches) return;
+      b = next_claim++;
+      gen = generation;
+      if (remote) {
+        while (!stopping && generation == gen && !raw.count(b) && !receiver_error) cv.wait_for(lock, kWaitSlice);
+        if (stopping || generation != gen) return;
+        if (receiver_error) {
+          Result r;
+          r.error = receiver_error;
+          ready[b] = std::move(r);
+          cv.notify_all();
+          return;
+        }
+        samples = std::move(raw[b]);
+        raw.erase(b);
+      }
+    }
+    Result r;
+    try {
+      if (!remote) samples = fetch_local(b, &r);
+      if (!r.error) r = build(b, std::move(samples));
+    } catch (...) {
+      r.error = std::current_exception();
+    }
+    std::lock_guard<std::mutex> lock(mu);
+    if (gen != generation) continue;  // discarded (epoch changed); the next claim sees stopping
+    ready[b] = std::move(r);
+    cv.notify_all();
+  }
+}
+
+void Loader::Impl::sample_failed(Result* r, const Error& e) {
+  if (o.on_error == OnError::kFail) throw e;
+  ++r->skipped;
+  if (r->errors.size() < kMaxErrorsKept) r->errors.push_back(e.what());
+}
+
+std::vector<RawSample> Loader::Impl::fetch_local(std::int64_t b, Result* r) {
+  std::vector<RawSample> out;
+  const std::uint64_t begin = static_cast<std::uint64_t>(b) * o.batch_size;
+  const std::uint64_t end = std::min<std::uint64_t>(total, begin + o.batch_size);
+  out.reserve(end - begin);
+  for (std::uint64_t pos = begin; pos < end; ++pos) {
+    try {
+      out.push_back(index->read(plan.order[pos]));
+    } catch (const Error& e) {
+      sample_failed(r, e);
+    }
+  }
+  return out;
+}
+
+Result Loader::Impl::build(std::int64_t b, std::vector<RawSample> samples) {
+  Result r;
+  std::vector<DecodedSample> decoded;
+  std::vector<std::string> keys;
+  decoded.reserve(samples.size());
+  const std::uint64_t first_pos = static_cast<std::uint64_t>(b) * o.batch_size;
+  for (size_t i = 0; i < samples.size(); ++i) {
+    try {
+      DecodedSample d = decode_sample(samples[i], fields);
+      if (o.augment.any()) {
+        Rng rng = Rng::from({o.seed, static_cast<std::uint64_t>(epoch), samples[i].id, first_pos + i});
+        d.image = augment(std::move(d.image), o.augment, rng);
+      }
+      decoded.push_back(std::move(d));
+      keys.push_back(samples[i].key);
+    } catch (const Error& e) {
+      sample_failed(&r, e);
+    }
+  }
+  const std::int64_t n = static_cast<std::int64_t>(decoded.size());
+  int h = 0, w = 0, c = 0;
+  if (n > 0) {
+    h = decoded[0].image.height;
+    w = decoded[0].image.width;
+    c = decoded[0].image.channels;
+  }
+  for (std::int64_t i = 0; i < n; ++i) {
+    const Image& im = decoded[i].image;
+    if (im.height != h || im.width != w || im.channels != c) {
+      throw_mismatch("sample " + keys[i] + " is " + std::to_string(im.height) + "x" +
+                     std::to_string(im.width) + "x" + std::to_string(im.channels) + " but sample " +
+                     keys[0] + " of the same batch is " + std::to_string(h) + "x" + std::to_string(w) +
+                     "x" + std::to_string(c) + ": set a resize or crop size, or channels");
+    }
+  }
+  r.batch.epoch = epoch;
+  r.batch.index = b;
+  r.batch.keys = std::move(keys);
+  r.batch.labels = at::empty({n}, at::kLong);
+  auto* lab = r.batch.labels.data_ptr<std::int64_t>();
+  for (std::int64_t i = 0; i < n; ++i) lab[i] = decoded[i].label;
+  const size_t plane = static_cast<size_t>(h) * w;
+  if (o.normalize) {
+    if (n > 0 && ((o.mean.size() != 1 && o.mean.size() != static_cast<size_t>(c)) ||
+                  (o.std.size() != 1 && o.std.size() != static_cast<size_t>(c)))) {
+      throw_invalid_argument("normalize: " + std::to_string(o.mean.size()) + " means and " +
+                             std::to_string(o.std.size()) + " stds for " + std::to_string(c) +
+                             " channels");
+    }
+    r.batch.images = at::empty({n, c, h, w}, at::kFloat);
+    float* out = r.batch.images.data_ptr<float>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::uint8_t* px = decoded[i].image.pixels.data();
+      for (int k = 0; k < c; ++k) {
+        const float scale = 1.0f / (255.0f * o.std[o.std.size() == 1 ? 0 : k]);
+        const float shift = o.mean[o.mean.size() == 1 ? 0 : k] / o.std[o.std.size() == 1 ? 0 : k];
+        float* dst = out + (static_cast<size_t>(i) * c + k) * plane;
+        for (size_t p = 0; p < plane; ++p) dst[p] = px[p * c + k] * scale - shift;
+      }
+    }
+  } else {
+    r.batch.images = at::empty({n, c, h, w}, at::kByte);
+    std::uint8_t* out = r.batch.images.data_ptr<std::uint8_t>();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::uint8_t* px = decoded[i].image.pixels.data();
+      if (c == 1) {
+        std::copy_n(px, plane, out + static_cast<size_t>(i) * plane);
+        continue;
+      }
+      for (int k = 0; k < c; ++k) {
+        std::uint8_t* dst = out + (static_cast<size_t>(i) * c + k) * plane;
+        for (size_t p = 0; p < plane; ++p) dst[p] = px[p * c + k];
+      }
+    }
+  }
+  return r;
+}
+
+Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {
+  Impl& m = *impl_;
+  auto& o = m.o;
+  if (o.batch_size < 1) throw_invalid_argument("batch size must be at least 1");
+  if (o.threads < 1) throw_invalid_argument("the loader needs at least 1 decode thread");
+  if (o.prefetch < 1) throw_invalid_argument("prefetch must be at least 1 batch");
+  if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
+    throw_invalid_argument("loader: rank " + std::to_string(o.rank) + " of " + std::to_string(o.size) +
+                           " is not a rank");
+  }
+  m.fields.image_fields = o.image_fields;
+  m.fields.label_fields = o.label_fields;
+  m.fields.channels = o.channels;
+  std::vector<std::string> shards = expand_shard_list(o.shards, *o.fs);
+  if (shards.empty()) throw_invalid_argument("loader: no shards given");
+  if (parse_tcp_source(shards[0], &m.host, &m.port)) {
+    if (shards.size() != 1) throw_invalid_argument("loader: a data server must be the only source");
+    if (o.secret.empty()) throw_invalid_argument("loader: a data server needs the job secret");
+    m.remote = true;
+  } else {
+    m.index = ShardIndex::build(shards, o.fs, o.on_error, o.logger);
+  }
+  m.set_epoch(0, 0);
+}
+
+Loader::~Loader() = default;
+
+void Loader::start_epoch(std::int64_t epoch) { impl_->set_epoch(epoch, 0); }
+
+bool Loader::next(Batch* batch) {
+  Impl& m = *impl_;
+  m.ensure_started();
+  Result r;
+  {
+    std::unique_lock<std::mutex> lock(m.mu);
+    if (m.delivered >= m.batches) {
+      lock.unlock();
+      if (!m.reported) {
+        m.reported = true;
+        if (m.stats.skipped > 0 || m.stats.index_skipped > 0) {
+          m.o.logger.warn("data", "epoch " + std::to_string(m.epoch) + ": skipped " +
+                                      std::to_string(m.stats.skipped) + " damaged samples (and " +
+                                      std::to_string(m.stats.index_skipped) +
+                                      " lost to damaged shards); first: " +
+                                      (m.stats.errors.empty() ? "-" : m.stats.errors[0]));
+        }
+      }
+      return false;
+    }
+    const std::int64_t b = m.delivered;
+    if (!m.cv.wait_for(lock, m.o.timeout, [&] { return m.ready.count(b) > 0; })) {
+      throw_timeout("data loader: batch " + std::to_string(b) + " of epoch " + std::to_string(m.epoch) +
+                    " was not ready within " + std::to_string(m.o.timeout.count()) + " ms");
+    }
+    r = std::move(m.ready[b]);
+    m.ready.erase(b);
+    ++m.delivered;
+    m.stats.reconnects = m.reconnects;
+    m.cv.notify_all();
+  }
+  m.stats.skipped += r.skipped;
+  for (auto& e : r.errors) {
+    if (m.stats.errors.size() < kMaxErrorsKept) m.stats.errors.push_back(std::move(e));
+  }
+  if (r.error) std::rethrow_exception(r.error);
+  m.stats.samples += r.batch.keys.size();
+  *batch = std::move(r.batch);
+  return true;
+}
+
+std::int64_t Loader::epoch() const { return impl_->epoch; }
+std::int64_t Loader::batches_per_epoch() const { return impl_->batches; }
+std::uint64_t Loader::samples_per_epoch() const { return impl_->total; }
+LoaderStats Loader::stats() const { return impl_->stats; }
+
+std::string Loader::save_state() const {
+  const Impl& m = *impl_;
+  std::int64_t delivered;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    delivered = m.delivered;
+  }
+  const std::uint64_t pos = std::min<std::uint64_t>(m.total, static_cast<std::uint64_t>(delivered) * m.o.batch_size);
+  ByteWriter w;
+  w.raw(std::string_view(kStateMagic, sizeof kStateMagic));
+  w.u64(m.fingerprint());
+  w.u32(static_cast<std::uint32_t>(m.o.rank));
+  w.u32(static_cast<std::uint32_t>(m.o.size));
+  w.u64(m.o.seed);
+  w.i64(m.o.batch_size);
+  w.u8(m.o.drop_last);
+  w.u8(m.o.shuffle);
+  w.u64(m.o.shuffle_buffer);
+  w.u64(m.o.shuffle_initial);
+  w.i64(m.epoch);
+  w.i64(delivered);
+  w.u64(pos);
+  w.u64(m.stats.skipped);
+  // Informational, and checked on restore: the shard order, where the next
+  // sample lies, and a hash of every sample still to come (the shuffle
+  // buffer's state is a function of seed, epoch, rank and position, so the
+  // hash covers it).
+  w.u32(static_cast<std::uint32_t>(m.plan.shard_order.size()));
+  for (auto s : m.plan.shard_order) w.u32(s);
+  if (!m.remote && pos < m.plan.order.size()) {
+    const SampleRef& next = m.index->sample(m.plan.order[pos]);
+    w.u32(next.shard);
+    w.u64(next.fields.front().header_offset);
+  } else {
+    w.u32(0);
+    w.u64(0);
+  }
+  w.u64(m.remote ? 0 : hash_ids(m.plan.order, pos));
+  return w.take();
+}
+
+void Loader::restore_state(const std::string& bytes) {
+  Impl& m = *impl_;
+  ByteReader r(bytes, "loader state");
+  if (r.raw(sizeof kStateMagic) != std::string_view(kStateMagic, sizeof kStateMagic)) {
+    throw_data_corrupt("loader state: not a saved hpct::data::Loader position");
+  }
+  auto check = [](bool ok, const std::string& what, const std::string& saved, const std::string& now) {
+    if (!ok) throw_mismatch("loader state was saved with " + what + " " + saved + ", this loader has " + now);
+  };
+  const std::uint64_t fp = r.u64();
+  const std::uint32_t rank = r.u32(), size = r.u32();
+  const std::uint64_t seed = r.u64();
+  const std::int64_t bs = r.i64();
+  const bool drop_last = r.u8() != 0, shuffle = r.u8() != 0;
+  const std::uint64_t buf = r.u64(), init = r.u64();
+  const std::int64_t epoch = r.i64(), delivered = r.i64();
+  const std::uint64_t pos = r.u64(), skipped = r.u64();
+  std::vector<std::uint32_t> order(r.u32());
+  for (auto& s : order) s = r.u32();
+  r.u32();
+  r.u64();
+  const std::uint64_t rest_hash = r.u64();
+  r.expect_done();
+  check(rank == static_cast<std::uint32_t>(m.o.rank) && size == static_cast<std::uint32_t>(m.o.size),
+        "rank", std::to_string(rank) + "/" + std::to_string(size),
+        std::to_string(m.o.rank) + "/" + std::to_string(m.o.size));
+  check(seed == m.o.seed, "seed", std::to_string(seed), std::to_string(m.o.seed));
+  check(bs == m.o.batch_size && drop_last == m.o.drop_last, "batch size/drop_last",
+        std::to_string(bs) + "/" + std::to_string(drop_last),
+        std::to_string(m.o.batch_size) + "/" + std::to_string(m.o.drop_last));
+  check(shuffle == m.o.shuffle && buf == m.o.shuffle_buffer && init == m.o.shuffle_initial,
+        "shuffle settings", std::to_string(buf) + "/" + std::to_string(init),
+        std::to_string(m.o.shuffle_buffer) + "/" + std::to_string(m.o.shuffle_initial));
+  m.set_epoch(epoch, delivered);
+  check(fp == m.fingerprint(), "dataset fingerprint", std::to_string(fp), std::to_string(m.fingerprint()));
+  if (!m.remote) {
+    check(order == m.plan.shard_order, "shard order", "(saved)", "a different one");
+    check(rest_hash == hash_ids(m.plan.order, pos), "remaining sample order", "(saved)", "a different one");
+  }
+  m.stats.skipped = skipped;
+}
+
+}  // namespace hpct::data

@@ -1,0 +1,138 @@
+// hpct::data::Loader: the input pipeline a training loop pulls batches from.
+//
+//   shards (local tar files, or a data server at tcp://host:port)
+//     -> this rank's samples for the epoch (sampler.h: split by rank over a
+//        (seed, epoch) permutation, shuffle buffer)
+//     -> N decode threads, each building whole batches (batch b goes to
+//        whichever thread is free; its content depends only on b)
+//     -> a bounded window of `prefetch` batches -> next()
+//
+// Batches are images [B, C, H, W] (uint8, or float32 normalized with
+// mean/std when normalize is on) and labels [B] int64, plus the sample keys.
+// All ranks get the same number of batches (padding or drop_last, see
+// sampler.h). Output is deterministic for (seed, epoch, rank, size):
+// augmentation draws from a generator seeded by the sample, not the thread.
+//
+// Errors: with on_error fail, the first damaged sample raises DataCorrupt
+// from next() (shard, member, byte offset) when its batch is reached; with
+// skip it is left out of its batch (which is then short) and counted in
+// stats(), which the loader also logs at the end of each epoch.
+//
+// Exact resume: save_state() after k batches and restore_state() in a fresh
+// Loader with the same options: the remaining batches are the same, in the
+// same order. The state is a few hundred bytes (loader_state.h).
+//
+// Threads: the Loader owns its decode threads (and, for a data server, one
+// receiving thread). Its methods are for one consumer thread; they are not
+// thread-safe against each other. Memory stays bounded: at most prefetch
+// batches (decoded or raw) exist at once.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/clock.h"
+#include "core/log.h"
+#include "data/augment.h"
+#include "data/file.h"
+#include "data/sample.h"
+
+namespace hpct::data {
+
+struct LoaderOptions {
+  // Shard paths or patterns ("train-{000000..000009}.tar", "@list.txt"), or
+  // one "tcp://host:port" naming a data server.
+  std::vector<std::string> shards;
+  std::string secret;  // the job secret, for a data server
+
+  int rank = 0;
+  int size = 1;
+  std::uint64_t seed = 0;
+  std::int64_t batch_size = 64;
+  bool drop_last = false;
+  bool shuffle = true;
+  size_t shuffle_buffer = 1000;
+  size_t shuffle_initial = 100;
+
+  int threads = 2;             // decode threads
+  int prefetch = 4;            // batches in flight (decoded or being decoded)
+  OnError on_error = OnError::kFail;
+  Millis timeout{300000};      // how long next() waits for a batch
+
+  // Which fields hold the image and the label: the first present wins.
+  std::vector<std::string> image_fields = {"png", "jpg", "jpeg"};
+  std::vector<std::string> label_fields = {"cls", "txt", "json"};
+  int channels = 0;            // 0: as decoded; 1 or 3 to convert
+  AugmentOptions augment;
+  bool normalize = false;      // float32 (x/255 - mean) / std instead of uint8
+  std::vector<float> mean = {0.5f};  // one value, or one per channel
+  std::vector<float> std = {0.5f};
+
+  // Data server client: reconnect attempts after the server goes away
+  // (each retried with backoff up to connect_timeout in total).
+  int max_reconnects = 10;
+  Millis connect_timeout{30000};
+
+  std::shared_ptr<FileSystem> fs = std::make_shared<PosixFileSystem>();
+  Logger logger;
+};
+
+struct Batch {
+  at::Tensor images;  // [B, C, H, W]
+  at::Tensor labels;  // [B] int64
+  std::vector<std::string> keys;
+  std::int64_t epoch = 0;
+  std::int64_t index = 0;  // batch number within the epoch
+};
+
+struct LoaderStats {
+  std::int64_t epoch = 0;
+  std::uint64_t samples = 0;          // delivered this epoch (padding included)
+  std::uint64_t padded = 0;           // of this rank's epoch, repeats that even out the ranks
+  std::uint64_t skipped = 0;          // damaged samples left out this epoch
+  std::uint64_t index_skipped = 0;    // samples lost to damaged shards when indexing
+  std::uint64_t reconnects = 0;       // data server reconnects, all epochs
+  std::vector<std::string> errors;    // the first few skip reasons
+};
+
+class Loader {
+ public:
+  // Expands the shard list and indexes the shards (or connects to the data
+  // server). InvalidArgument for bad options; DataCorrupt for damaged
+  // shards with on_error fail. Starts at epoch 0; call start_epoch to
+  // choose another.
+  explicit Loader(LoaderOptions options);
+  ~Loader();  // stops and joins the threads (bounded: they watch a stop flag)
+  Loader(const Loader&) = delete;
+  Loader& operator=(const Loader&) = delete;
+
+  // Positions at the start of epoch (discarding any batches in flight).
+  void start_epoch(std::int64_t epoch);
+  // The next batch of the current epoch, or false at its end. Blocks up to
+  // options.timeout (then Timeout naming the batch).
+  bool next(Batch* batch);
+
+  std::int64_t epoch() const;
+  std::int64_t batches_per_epoch() const;
+  std::uint64_t samples_per_epoch() const;  // this rank's, padding included
+  LoaderStats stats() const;
+
+  // The position after the batches next() has returned (not those merely
+  // prefetched), as bytes to keep in a checkpoint.
+  std::string save_state() const;
+  // Continues from a saved position. Mismatch naming the field when the
+  // state was saved with other data, rank, size, seed or batch options;
+  // DataCorrupt when the bytes are not a loader state.
+  void restore_state(const std::string& bytes);
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace hpct::data
