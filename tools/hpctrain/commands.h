@@ -19,9 +19,14 @@ struct Cli {
 
 void add_config_command(CLI::App& app, Cli& cli);
 void add_bench_command(CLI::App& app, Cli& cli);
+void add_launch_command(CLI::App& app, Cli& cli);       // and the hidden launch-rank
+void add_rank_check_command(CLI::App& app, Cli& cli);   // hidden test program
+// -np -> --np before parsing (CLI11 takes one letter after a single dash).
+void rewrite_single_dash_options(int argc, char** argv);
 
 // Subcommands of `bench`, each in its own file.
 void add_bench_comm_command(CLI::App& bench, Cli& cli);
+void add_bench_launch_command(CLI::App& bench, Cli& cli);
 
 // Prints the effective configuration as a table (or JSON lines).
 void print_config(const Config& config, bool json);

@@ -1,0 +1,47 @@
+// Starting a child process with pipes, for the launcher (wrappers, ssh,
+// mpirun, srun) and for the rank wrapper (the user's program).
+//
+// The child gets its own process group (so it and everything it starts can
+// be signalled at once), dies with the thread that forked it
+// (PR_SET_PDEATHSIG: the kernel sends the signal when the forking *thread*
+// exits, so fork from a thread that outlives the child, e.g. main), and
+// starts with every signal unblocked and default dispositions, whatever the
+// parent blocked or ignored. Blocking only while starting; thread-safe.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "core/fd.h"
+
+namespace hpct::launch {
+
+struct ChildOptions {
+  std::vector<std::string> argv;           // argv[0] is looked up in PATH
+  std::map<std::string, std::string> env;  // added to (or overriding) this process's environment
+  std::vector<std::string> unset_env;      // removed from it
+  std::string cwd;                         // empty: this process's
+  bool pipe_stdin = true;                  // false: /dev/null
+  int inherit_fd = -1;                     // an extra descriptor the child keeps open, same number
+  int death_signal = 9;                    // PR_SET_PDEATHSIG; 0: none
+};
+
+struct Child {
+  pid_t pid = -1;       // also the process group id
+  UniqueFd stdin_fd;    // write end (when piped)
+  UniqueFd stdout_fd;   // read end
+  UniqueFd stderr_fd;   // read end
+};
+
+// Io naming the program when it cannot be started (not found, not
+// executable, bad cwd); the child is reaped in that case. All returned
+// descriptors are close-on-exec and non-blocking.
+Child start_child(const ChildOptions& options);
+
+// Waits without blocking: true with *status set when pid has ended.
+bool reap(pid_t pid, int* status);
+
+}  // namespace hpct::launch

@@ -1,0 +1,237 @@
+#include "launch/launcher.h"
+
+#include <signal.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <memory>
+
+#include "comm/connect.h"
+#include "core/error.h"
+#include "core/fd.h"
+#include "core/subprocess.h"
+#include "launch/job_store.h"
+#include "launch/local_spawner.h"
+#include "launch/mpirun_spawner.h"
+#include "launch/output.h"
+#include "launch/placement.h"
+#include "launch/rank_protocol.h"
+#include "launch/srun_spawner.h"
+#include "launch/supervisor.h"
+
+namespace hpct::launch {
+namespace {
+
+// Variables a rank needs from the launcher's side on every host: the
+// user's HPCT_* settings (env or --set), PATH and the library paths, and
+// --env. Job variables and the store's own come from the wrapper.
+std::map<std::string, std::string> carried_env(const LaunchOptions& o, const Config& config,
+                                               const Env& env) {
+  std::map<std::string, std::string> out;
+  for (const char* name : {"PATH", "LD_LIBRARY_PATH", "PYTHONPATH", "OMP_NUM_THREADS"}) {
+    if (auto v = env.get(name)) out[name] = *v;
+  }
+  for (const auto& e : config.describe()) {
+    if (e.source == ConfigSource::kDefault) continue;
+    if (e.env_name == "HPCT_STORE_ADDR" || e.env_name == "HPCT_SECRET_FD" ||
+        e.env_name == "HPCT_STORE_DIR") {
+      continue;
+    }
+    out[e.env_name] = e.value;
+  }
+  out["HPCT_BACKEND"] = o.backend;
+  if (!o.network_interface.empty()) out["HPCT_NETWORK_INTERFACE"] = o.network_interface;
+  for (const auto& item : o.env) {
+    auto eq = item.find('=');
+    std::string name = item.substr(0, eq);
+    if (name.empty()) throw_invalid_argument("--env " + item + ": expected NAME or NAME=VALUE");
+    if (eq != std::string::npos) {
+      out[name] = item.substr(eq + 1);
+    } else if (auto v = env.get(name)) {
+      out[name] = *v;
+    } else {
+      throw_invalid_argument("--env " + name + ": " + name +
+                             " is not set here; give a value with --env " + name + "=VALUE");
+    }
+  }
+  return out;
+}
+
+std::string own_hostname() {
+  char buf[256] = {};
+  if (::gethostname(buf, sizeof buf - 1) != 0) return "localhost";
+  return buf;
+}
+
+std::string make_job_id() {
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  return "launch-" + std::to_string(::getpid()) + "-" +
+         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now).count() % 100000000);
+}
+
+// Blocks the launcher's stop signals and returns a signalfd for them, so the
+// supervisor's loop sees them instead of the process dying with ranks left.
+UniqueFd stop_signal_fd() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  ::sigprocmask(SIG_BLOCK, &set, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  UniqueFd fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!fd.valid()) throw_io("signalfd", errno);
+  return fd;
+}
+
+}  // namespace
+
+int run_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
+  if (o.argv.empty()) throw_invalid_argument("launch: no program given; usage: hpctrain launch -np N -- PROGRAM ARGS...");
+  if (o.max_restarts < 0) throw_invalid_argument("--max-restarts must be 0 or more");
+  if (o.start_timeout_s <= 0) throw_invalid_argument("--start-timeout must be positive");
+  const OutputPrefix prefix = parse_output_prefix(o.prefix);
+  std::string spawner = o.spawner;
+  if (spawner != "auto" && spawner != "local" && spawner != "ssh" && spawner != "mpirun" && spawner != "srun") {
+    throw_invalid_argument("--spawner " + spawner + ": choose local, ssh, mpirun or srun");
+  }
+  if (o.backend != "auto" && o.backend != "mpi" && o.backend != "gloo") {
+    throw_invalid_argument("--backend " + o.backend + ": choose auto, mpi or gloo");
+  }
+  if (spawner == "srun" && !o.hosts.empty()) {
+    throw_invalid_argument("--spawner srun takes its hosts from the Slurm allocation; drop -H/--hostfile");
+  }
+
+  // Placement. Without hosts, this machine takes every rank.
+  std::vector<HostEntry> hosts = o.hosts;
+  int np = o.np;
+  if (hosts.empty()) {
+    if (np < 1) throw_invalid_argument("-np is required when no hosts are given");
+    hosts.push_back(HostEntry{own_hostname(), np, "this machine"});
+  }
+  if (np == 0) {
+    for (const auto& h : hosts) np += h.slots;
+  }
+  JobLayout layout;
+  layout.ranks = place_ranks(hosts, np);
+  const LocalIdentity self = LocalIdentity::current();
+  std::vector<std::string> remote_hosts;
+  for (const auto& h : used_hosts(layout.ranks)) {
+    bool local = is_local_host(h.name, self);
+    if (!local) remote_hosts.push_back(h.name);
+    for (int i = 0; i < h.slots; ++i) layout.rank_is_local.push_back(local);
+  }
+  if (spawner == "auto") spawner = remote_hosts.empty() ? "local" : "ssh";
+  if (o.backend == "mpi" && (spawner == "local" || spawner == "ssh")) {
+    throw_invalid_argument("--backend mpi needs an MPI runtime: use --spawner mpirun (or srun with MPI)");
+  }
+  layout.wrapper = self_executable();
+
+  // The store binds where the ranks can reach it.
+  std::string bind = choose_store_address(o.network_interface, remote_hosts);
+  if (spawner == "srun") {
+    auto nodes = env.get("SLURM_JOB_NUM_NODES").value_or(env.get("SLURM_NNODES").value_or("1"));
+    if (nodes != "1" && o.network_interface.empty()) {
+      bind = comm::local_address_towards(own_hostname());
+      if (bind.rfind("127.", 0) == 0) {
+        throw_invalid_argument("the Slurm allocation spans " + nodes + " nodes but this host's name "
+                               "resolves to loopback; name the interface with --network-interface");
+      }
+    }
+  }
+
+  std::unique_ptr<Spawner> sp;
+  std::string private_dir;
+  if (spawner == "local") {
+    sp = std::make_unique<LocalSpawner>();
+  } else if (spawner == "ssh") {
+    sp = std::make_unique<SshSpawner>(o.ssh);
+  } else if (spawner == "mpirun") {
+    MpirunOptions m;
+    m.mpirun = o.mpirun;
+    m.flavor = detect_mpi_flavor(o.mpirun);
+    m.is_root = ::geteuid() == 0;
+    m.ssh = o.ssh;
+    m.ssh_options_given = o.ssh_options_given;
+    m.network_interface = o.network_interface;
+    m.extra_args = o.spawner_args;
+    if (m.flavor == MpiFlavor::kMpich) {
+      // On the shared file system (MPICH ranks read it from there), private to us.
+      std::string tmpl = std::filesystem::current_path().string() + "/.hpctrain-job-XXXXXX";
+      if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
+      private_dir = tmpl;
+      layout.private_dir = private_dir;
+    }
+    sp = std::make_unique<MpirunSpawner>(m);
+  } else {
+    SrunOptions s;
+    s.srun = o.srun;
+    s.extra_args = o.spawner_args;
+    sp = std::make_unique<SrunSpawner>(s);
+  }
+  std::vector<ProcessPlan> plans = sp->plan(layout);
+
+  UniqueFd signals = stop_signal_fd();
+  JobStore store(bind, static_cast<size_t>(config.max_frame_bytes), logger);
+
+  RankSpec spec;
+  spec.size = np;
+  if (spawner != "srun") spec.placement = layout.ranks;
+  spec.argv = o.argv;
+  spec.cwd = std::filesystem::current_path().string();
+  spec.env = carried_env(o, config, env);
+  spec.secret = store.secret();
+  spec.store_addr = store.address();
+  spec.job_id = make_job_id();
+  spec.grace_s = o.grace_s;
+
+  std::vector<std::string> host_by_rank;
+  for (const auto& r : layout.ranks) host_by_rank.push_back(spawner == "srun" ? "?" : r.host);
+  OutputMux output(prefix, host_by_rank, o.output_dir);
+  logger.debug("launch", "job " + spec.job_id + ": " + std::to_string(np) + " ranks via " + sp->name() +
+                             ", store at " + spec.store_addr);
+
+  SupervisorOptions so;
+  so.start_timeout = seconds_to_millis(o.start_timeout_s);
+  so.grace = seconds_to_millis(o.grace_s);
+  so.signal_fd = signals.get();
+  Supervisor supervisor(plans, spec, output, so, logger);
+
+  int exit_code = 0;
+  for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
+    AttemptResult r = supervisor.run(attempt);
+    if (r.ok) {
+      exit_code = 0;
+      break;
+    }
+    exit_code = r.exit_code == 0 ? 1 : r.exit_code;
+    std::string stopped = np > 1 ? "; stopped the other ranks in " +
+                                       std::to_string(r.stop_time.count()) + " ms"
+                                 : "";
+    output.launcher_line(r.summary + stopped);
+    if (!r.tail.empty()) {
+      output.launcher_line(r.failed_rank >= 0 ? "last stderr lines of rank " + std::to_string(r.failed_rank) + ":"
+                                              : "last lines:");
+      for (const auto& l : r.tail) output.launcher_line("  | " + l);
+    }
+    if (r.interrupted_by != 0) break;
+    if (attempt < o.max_restarts) {
+      output.launcher_line("restarting the job (restart " + std::to_string(attempt + 1) + " of " +
+                           std::to_string(o.max_restarts) + "); ranks see HPCT_RESTART=" +
+                           std::to_string(attempt + 1));
+    } else {
+      output.launcher_line("job failed" + (o.max_restarts > 0 ? " after " + std::to_string(o.max_restarts) + " restarts" : std::string()) +
+                           "; exit code " + std::to_string(exit_code));
+    }
+  }
+  if (!private_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(private_dir, ec);
+  }
+  return exit_code;
+}
+
+}  // namespace hpct::launch

@@ -1,0 +1,49 @@
+// `hpctrain launch`: from a command line to a supervised job.
+//
+// run_launch() places the ranks on the hosts, picks the spawner, serves the
+// job's store, builds each rank's spec (environment, secret, store address)
+// and runs the job under a Supervisor, restarting the whole group up to
+// max_restarts times after a failure. See supervisor.h for how a job is
+// watched and stopped, rank_protocol.h for what reaches each rank.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "launch/hostfile.h"
+#include "launch/ssh_spawner.h"
+
+namespace hpct::launch {
+
+struct LaunchOptions {
+  int np = 0;                          // 0: every slot of the hosts
+  std::vector<HostEntry> hosts;        // empty: this machine with np slots
+  std::string spawner = "auto";        // auto (local, or ssh when a host is remote) | local | ssh | mpirun | srun
+  std::string backend = "auto";        // passed to ranks as HPCT_BACKEND
+  std::string network_interface;       // store binds to it; ranks get HPCT_NETWORK_INTERFACE
+  std::string output_dir;
+  std::string prefix = "rank";         // none | rank | host
+  int max_restarts = 0;
+  double start_timeout_s = 30;
+  double grace_s = 3;
+  std::vector<std::string> env;        // NAME (this environment's value) or NAME=VALUE
+  std::vector<std::string> argv;       // the program and its arguments
+  SshOptions ssh;
+  bool ssh_options_given = false;      // -p/-i/--ssh-option were set (passed on to mpirun)
+  std::vector<std::string> spawner_args;  // appended to mpirun's or srun's command line
+  std::string mpirun = "mpirun";
+  std::string srun = "srun";
+};
+
+// Runs the job to its end and returns the launcher's exit code: 0, the
+// failed rank's exit code (128+n for a signal), 124 when a rank did not
+// start in time, 3 when a host or spawner was lost, 128+n when the launcher
+// itself got signal n. Bad options raise InvalidArgument before anything
+// starts. Blocks; call from the main thread.
+int run_launch(const LaunchOptions& options, const Config& config, const Env& env,
+               const Logger& logger);
+
+}  // namespace hpct::launch

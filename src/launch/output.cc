@@ -1,0 +1,101 @@
+#include "launch/output.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "core/error.h"
+
+namespace hpct::launch {
+
+OutputPrefix parse_output_prefix(const std::string& name) {
+  if (name == "none") return OutputPrefix::kNone;
+  if (name == "rank") return OutputPrefix::kRank;
+  if (name == "host") return OutputPrefix::kHost;
+  throw_invalid_argument("--prefix " + name + ": choose none, rank or host");
+}
+
+bool write_fully(int fd, const std::string& data) {
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN) {
+      pollfd p{fd, POLLOUT, 0};
+      ::poll(&p, 1, 100);
+      continue;
+    }
+    if (n <= 0) return false;
+    done += static_cast<size_t>(n);
+  }
+  return true;
+}
+
+OutputMux::OutputMux(OutputPrefix prefix, std::vector<std::string> host_by_rank,
+                     const std::string& output_dir, int stdout_fd, int stderr_fd,
+                     size_t tail_lines)
+    : prefix_(prefix),
+      hosts_(std::move(host_by_rank)),
+      stdout_fd_(stdout_fd),
+      stderr_fd_(stderr_fd),
+      tail_lines_(tail_lines),
+      tails_(hosts_.size()) {
+  if (output_dir.empty()) return;
+  if (::mkdir(output_dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw_io("cannot create output directory " + output_dir, errno);
+  }
+  for (size_t r = 0; r < hosts_.size(); ++r) {
+    std::string dir = output_dir + "/rank." + std::to_string(r);
+    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_io("cannot create " + dir, errno);
+    for (const char* name : {"stdout", "stderr"}) {
+      std::string path = dir + "/" + name;
+      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+      if (fd < 0) throw_io("cannot create " + path, errno);
+      files_.emplace_back(fd);
+    }
+  }
+}
+
+std::string OutputMux::prefix(int rank) const {
+  switch (prefix_) {
+    case OutputPrefix::kNone: return "";
+    case OutputPrefix::kRank: return "[" + std::to_string(rank) + "] ";
+    case OutputPrefix::kHost: return "[" + hosts_.at(static_cast<size_t>(rank)) + ":" + std::to_string(rank) + "] ";
+  }
+  return "";
+}
+
+void OutputMux::rank_line(int rank, bool is_stderr, const std::string& text) {
+  if (rank < 0 || static_cast<size_t>(rank) >= hosts_.size()) {
+    spawner_line("rank " + std::to_string(rank) + "?", is_stderr, text);
+    return;
+  }
+  write_fully(is_stderr ? stderr_fd_ : stdout_fd_, prefix(rank) + text + "\n");
+  if (!files_.empty()) write_fully(files_[static_cast<size_t>(rank) * 2 + (is_stderr ? 1 : 0)].get(), text + "\n");
+  if (is_stderr) {
+    auto& tail = tails_[static_cast<size_t>(rank)];
+    tail.push_back(text);
+    if (tail.size() > tail_lines_) tail.pop_front();
+  }
+}
+
+void OutputMux::spawner_line(const std::string& source, bool is_stderr, const std::string& text) {
+  write_fully(is_stderr ? stderr_fd_ : stdout_fd_, "[" + source + "] " + text + "\n");
+}
+
+void OutputMux::launcher_line(const std::string& text) {
+  write_fully(stderr_fd_, "hpctrain launch: " + text + "\n");
+}
+
+const std::deque<std::string>& OutputMux::stderr_tail(int rank) const {
+  return tails_.at(static_cast<size_t>(rank));
+}
+
+void OutputMux::set_host(int rank, const std::string& host) {
+  if (rank >= 0 && static_cast<size_t>(rank) < hosts_.size()) hosts_[static_cast<size_t>(rank)] = host;
+}
+
+}  // namespace hpct::launch

@@ -1,0 +1,135 @@
+#include "launch/rank_protocol.h"
+
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace hpct::launch {
+
+std::string encode_spec(const RankSpec& s) {
+  nlohmann::json j;
+  j["rank"] = s.rank;
+  j["size"] = s.size;
+  nlohmann::json places = nlohmann::json::array();
+  for (const auto& p : s.placement) {
+    places.push_back({p.host, p.local_rank, p.local_size, p.cross_rank, p.cross_size});
+  }
+  j["placement"] = places;
+  j["argv"] = s.argv;
+  j["cwd"] = s.cwd;
+  j["env"] = s.env;
+  j["secret"] = s.secret;
+  j["store_addr"] = s.store_addr;
+  j["job_id"] = s.job_id;
+  j["restart"] = s.restart;
+  j["grace_s"] = s.grace_s;
+  return j.dump();
+}
+
+RankSpec decode_spec(const std::string& line) {
+  RankSpec s;
+  try {
+    auto j = nlohmann::json::parse(line);
+    s.rank = j.at("rank").get<int>();
+    s.size = j.at("size").get<int>();
+    int r = 0;
+    for (const auto& p : j.at("placement")) {
+      RankPlacement q;
+      q.rank = r++;
+      q.host = p.at(0).get<std::string>();
+      q.local_rank = p.at(1).get<int>();
+      q.local_size = p.at(2).get<int>();
+      q.cross_rank = p.at(3).get<int>();
+      q.cross_size = p.at(4).get<int>();
+      s.placement.push_back(q);
+    }
+    s.argv = j.at("argv").get<std::vector<std::string>>();
+    s.cwd = j.at("cwd").get<std::string>();
+    s.env = j.at("env").get<std::map<std::string, std::string>>();
+    s.secret = j.at("secret").get<std::string>();
+    s.store_addr = j.at("store_addr").get<std::string>();
+    s.job_id = j.at("job_id").get<std::string>();
+    s.restart = j.at("restart").get<int>();
+    s.grace_s = j.at("grace_s").get<double>();
+  } catch (const nlohmann::json::exception& e) {
+    throw_invalid_argument(std::string("the launcher's rank spec is malformed (") + e.what() +
+                           "); are launcher and ranks the same hpctrain version?");
+  }
+  if (s.argv.empty()) throw_invalid_argument("the launcher's rank spec names no program");
+  if (s.size < 1 || s.rank >= s.size || (!s.placement.empty() && static_cast<int>(s.placement.size()) != s.size)) {
+    throw_invalid_argument("the launcher's rank spec has an inconsistent rank/size/placement");
+  }
+  return s;
+}
+
+std::string encode_record(int rank, RecordKind kind, const std::string& payload) {
+  std::string out = kRecordMarker;
+  out += std::to_string(rank);
+  out += ' ';
+  out += static_cast<char>(kind);
+  out += ' ';
+  for (char c : payload) out += (c == '\n' || c == '\r') ? ' ' : c;
+  out += '\n';
+  return out;
+}
+
+std::optional<Record> parse_record(const std::string& line) {
+  const size_t m = std::strlen(kRecordMarker);
+  if (line.compare(0, m, kRecordMarker) != 0) return std::nullopt;
+  size_t sp = line.find(' ', m);
+  if (sp == std::string::npos || sp == m || sp + 2 > line.size()) return std::nullopt;
+  Record r;
+  int rank = 0;
+  for (size_t i = m; i < sp; ++i) {
+    if (line[i] < '0' || line[i] > '9' || rank > (1 << 24)) return std::nullopt;
+    rank = rank * 10 + (line[i] - '0');
+  }
+  r.rank = rank;
+  char k = line[sp + 1];
+  if (k != 'S' && k != 'O' && k != 'E' && k != 'X') return std::nullopt;
+  r.kind = static_cast<RecordKind>(k);
+  if (sp + 2 < line.size()) {
+    if (line[sp + 2] != ' ') return std::nullopt;
+    r.payload = line.substr(sp + 3);
+  }
+  return r;
+}
+
+std::string RankEnd::describe() const {
+  if (!error.empty()) return "could not be started: " + error;
+  if (signal != 0) {
+    const char* name = ::strsignal(signal);
+    return "was killed by signal " + std::to_string(signal) + (name ? std::string(" (") + name + ")" : "");
+  }
+  return "exited with code " + std::to_string(exit_code);
+}
+
+int RankEnd::launcher_exit_code() const {
+  if (!error.empty()) return 127;
+  if (signal != 0) return 128 + signal;
+  return exit_code;
+}
+
+RankEnd parse_rank_end(const std::string& payload) {
+  RankEnd e;
+  if (payload.rfind("exit ", 0) == 0) {
+    e.exit_code = std::atoi(payload.c_str() + 5);
+  } else if (payload.rfind("signal ", 0) == 0) {
+    e.signal = std::atoi(payload.c_str() + 7);
+  } else if (payload.rfind("error ", 0) == 0) {
+    e.error = payload.substr(6);
+  } else {
+    e.error = "unreadable end record '" + payload + "'";
+  }
+  return e;
+}
+
+std::string encode_rank_end(const RankEnd& e) {
+  if (!e.error.empty()) return "error " + e.error;
+  if (e.signal != 0) return "signal " + std::to_string(e.signal);
+  return "exit " + std::to_string(e.exit_code);
+}
+
+}  // namespace hpct::launch

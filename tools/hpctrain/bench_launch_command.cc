@@ -1,0 +1,156 @@
+// `hpctrain bench launch`: how long `hpctrain launch -np N` takes from start
+// to every rank past its first barrier, side by side with `mpirun -np N`
+// running the same program (`hpctrain rank-check --timestamp`, which
+// connects with Gloo under hpctrain launch and with MPI under mpirun). Runs
+// alternate so machine noise hits both; JSON lines, one per run and a
+// summary with the medians and their ratio.
+#include <poll.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/subprocess.h"
+#include "launch/child_process.h"
+
+namespace hpct::cli {
+namespace {
+
+struct BenchLaunchArgs {
+  int np = 2;
+  int reps = 5;
+  double timeout_s = 60;
+};
+
+long long unix_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+// Runs argv to its end (bounded) and returns its stdout. Io/Timeout on failure.
+std::string run_capture(const std::vector<std::string>& argv, double timeout_s, int* exit_status) {
+  launch::ChildOptions o;
+  o.argv = argv;
+  o.pipe_stdin = false;
+  launch::Child c = launch::start_child(o);
+  std::string out;
+  bool out_open = true, err_open = true;
+  Deadline deadline(seconds_to_millis(timeout_s));
+  int status = 0;
+  bool ended = false;
+  while ((out_open || err_open || !ended) && !deadline.expired()) {
+    pollfd fds[2] = {{c.stdout_fd.get(), POLLIN, 0}, {c.stderr_fd.get(), POLLIN, 0}};
+    ::poll(fds, 2, 20);
+    char buf[8192];
+    if (out_open) {
+      ssize_t n = ::read(c.stdout_fd.get(), buf, sizeof buf);
+      if (n == 0) out_open = false;
+      if (n > 0) out.append(buf, static_cast<size_t>(n));
+    }
+    if (err_open) {
+      ssize_t n = ::read(c.stderr_fd.get(), buf, sizeof buf);
+      if (n == 0) err_open = false;
+    }
+    if (!ended) ended = launch::reap(c.pid, &status);
+  }
+  if (!ended) {
+    ::kill(-c.pid, SIGKILL);
+    while (!launch::reap(c.pid, &status)) ::usleep(1000);
+    throw_timeout("bench launch: " + join_command(argv) + " did not finish within " +
+                  std::to_string(timeout_s) + " s");
+  }
+  *exit_status = status;
+  return out;
+}
+
+// Seconds from t0 to the last rank's "past-barrier RANK NS" line.
+double time_to_barrier(const std::string& out, long long t0, int np, const std::string& what) {
+  std::istringstream in(out);
+  std::string line;
+  long long last = 0;
+  int seen = 0;
+  while (std::getline(in, line)) {
+    auto at = line.find("past-barrier ");
+    if (at == std::string::npos) continue;
+    std::istringstream words(line.substr(at + 13));
+    int rank;
+    long long ns;
+    if (words >> rank >> ns) {
+      last = std::max(last, ns);
+      ++seen;
+    }
+  }
+  if (seen != np) {
+    throw Error(ErrorCode::kMismatch, "bench launch: " + what + " printed " + std::to_string(seen) +
+                                          " barrier times, expected " + std::to_string(np) + ": " + out.substr(0, 400));
+  }
+  return (last - t0) / 1e9;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
+int run_bench_launch(const BenchLaunchArgs& a) {
+  if (a.np < 1 || a.reps < 1) throw_invalid_argument("bench launch: --np and --reps must be at least 1");
+  const std::string self = self_executable();
+  const std::string np = std::to_string(a.np);
+  std::vector<std::string> ours = {self, "launch", "--np", np, "--", self, "rank-check", "--timestamp"};
+  std::vector<std::string> mpirun = {"mpirun", "-np", np, "--oversubscribe", "--mca", "btl", "self,vader",
+                                     "--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"};
+  if (::geteuid() == 0) mpirun.push_back("--allow-run-as-root");
+  for (const auto& w : {self, std::string("rank-check"), std::string("--timestamp")}) mpirun.push_back(w);
+
+  std::vector<double> ours_s, mpirun_s;
+  for (int rep = -1; rep < a.reps; ++rep) {  // rep -1 warms the page cache for both
+    double t[2];
+    for (int which = 0; which < 2; ++which) {
+      const auto& argv = which == 0 ? ours : mpirun;
+      int status = 0;
+      long long t0 = unix_ns();
+      std::string out = run_capture(argv, a.timeout_s, &status);
+      if (status != 0) {
+        throw_peer_failure("bench launch: " + join_command(argv) + " failed (status " +
+                           std::to_string(status) + "): " + out.substr(0, 400));
+      }
+      t[which] = time_to_barrier(out, t0, a.np, which == 0 ? "hpctrain launch" : "mpirun");
+    }
+    if (rep < 0) continue;
+    ours_s.push_back(t[0]);
+    mpirun_s.push_back(t[1]);
+    nlohmann::json j = {{"bench", "launch"}, {"np", a.np}, {"rep", rep},
+                        {"hpctrain_launch_s", t[0]}, {"mpirun_s", t[1]}, {"ratio", t[0] / t[1]}};
+    std::cout << j.dump() << std::endl;
+  }
+  double mo = median(ours_s), mm = median(mpirun_s);
+  nlohmann::json s = {{"bench", "launch"}, {"np", a.np}, {"reps", a.reps}, {"summary", true},
+                      {"median_hpctrain_launch_s", mo}, {"median_mpirun_s", mm}, {"ratio", mo / mm},
+                      {"what", "start to every rank past its first barrier; hpctrain launch (Gloo via "
+                               "the job store) vs mpirun (MPI), same program"}};
+  std::cout << s.dump() << std::endl;
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_launch_command(CLI::App& bench, Cli& cli) {
+  (void)cli;
+  auto a = std::make_shared<BenchLaunchArgs>();
+  auto* c = bench.add_subcommand("launch", "Start-up time of hpctrain launch next to mpirun, same program");
+  c->add_option("--np", a->np, "Ranks on this host")->capture_default_str();
+  c->add_option("--reps", a->reps, "Timed runs of each (after one warm-up run)")->capture_default_str();
+  c->add_option("--timeout-s", a->timeout_s, "Bound on each run")->capture_default_str();
+  c->callback([&cli, a] { cli.run = [a] { return run_bench_launch(*a); }; });
+}
+
+}  // namespace hpct::cli
