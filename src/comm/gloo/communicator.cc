@@ -11,14 +11,17 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <set>
 #include <sstream>
 
 #include "comm/gloo/failure_report.h"
+#include "comm/gloo/socket_table.h"
 #include "comm/gloo/store_adapter.h"
 #include "comm/reduce.h"
 
@@ -31,6 +34,7 @@ constexpr std::uint8_t kSendRecvSlotPrefix = 0x40;
 constexpr std::uint8_t kReduceScatterSlotPrefix = 0x41;
 
 std::string address_key(int rank) { return "hpct/addr/" + std::to_string(rank); }
+std::string outgoing_key(int rank) { return "hpct/outaddr/" + std::to_string(rank); }
 
 std::string local_host_name() {
   char buf[256] = {};
@@ -104,6 +108,16 @@ void with_element_type(DataType t, Fn&& fn) {
   }
 }
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE when the peer
+// has died; the default action would kill this rank before it could raise
+// PeerFailure naming the peer. A handler the program installed is kept.
+void ignore_sigpipe_if_default() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
+    ::signal(SIGPIPE, SIG_IGN);
+  }
+}
+
 std::string describe_op(const char* op, size_t count, DataType dtype) {
   std::ostringstream os;
   os << op << " of " << count * dtype_size(dtype) << " bytes (" << count << " " << dtype_name(dtype)
@@ -158,6 +172,7 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(const GlooOptions& o
   }
   std::unique_ptr<GlooCommunicator> comm(new GlooCommunicator(options));
   if (options.size > 1) {
+    ignore_sigpipe_if_default();
     comm->connect_mesh();
     comm->publish_and_read_addresses();
   }
@@ -232,6 +247,30 @@ void GlooCommunicator::publish_and_read_addresses() {
         peers_[p].addresses.push_back(line.substr(5));
         if (peers_[p].ip.empty()) peers_[p].ip = ip_of(line.substr(5));
       }
+    }
+  }
+  publish_and_read_outgoing_addresses();
+}
+
+void GlooCommunicator::publish_and_read_outgoing_addresses() {
+  // The connections this rank opened end at a peer's listening address; their
+  // local ends are ephemeral ports that only this rank knows (socket_table.h).
+  std::set<std::string> listening;
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    listening.insert(peers_[p].addresses.begin(), peers_[p].addresses.end());
+  }
+  std::string mine;
+  for (const auto& c : established_tcp_connections()) {
+    if (listening.count(c.remote) != 0) mine += "out=" + c.local + "\n";
+  }
+  store_->set(outgoing_key(rank_), mine);
+  for (int p = 0; p < size_; ++p) {
+    if (p == rank_) continue;
+    std::istringstream is(store_->get(outgoing_key(p), options_.timeout));
+    std::string line;
+    while (std::getline(is, line)) {
+      if (line.rfind("out=", 0) == 0) peers_[p].addresses.push_back(line.substr(4));
     }
   }
 }

@@ -29,6 +29,10 @@
 // fail (so an op fails within its timeout plus that wait). After a failure
 // every later op raises the same error at once (FailureLatch).
 //
+// Signals: connecting a world of more than one rank sets SIGPIPE to ignored
+// if it still has its default action (a write to a dead peer's socket must
+// become PeerFailure, not kill the process); a program's own handler is kept.
+//
 // Threads: as Communicator: one op at a time per communicator; separate
 // communicators may run in parallel (Gloo runs one I/O thread per device).
 // The destructor closes the connections and returns in bounded time, also
@@ -114,6 +118,9 @@ class GlooCommunicator final : public Communicator {
   explicit GlooCommunicator(const GlooOptions& options);
   void connect_mesh();
   void publish_and_read_addresses();
+  // Also maps the ephemeral ports of the connections each rank opened, which
+  // is what Gloo prints when such a connection fails.
+  void publish_and_read_outgoing_addresses();
 
   // Runs one op: the latch check, then fn; any Gloo exception goes through
   // fail(). `what` describes the op for messages ("allreduce of 4096 bytes
