@@ -42,6 +42,16 @@ namespace hpct {
     "launch: seconds between SIGTERM and SIGKILL when a job's ranks are stopped")               \
   X(double, launch_start_timeout_s, "HPCT_LAUNCH_START_TIMEOUT_S", 30.0,                        \
     "launch: seconds every rank has to start (ssh connect included) before the job fails")     \
+  X(std::int64_t, data_threads, "HPCT_DATA_THREADS", 2,                                         \
+    "data: decode threads per loader")                                                          \
+  X(std::int64_t, data_prefetch, "HPCT_DATA_PREFETCH", 4,                                       \
+    "data: batches a loader decodes ahead of the training loop (bounds its memory)")            \
+  X(std::int64_t, data_shuffle_buffer, "HPCT_DATA_SHUFFLE_BUFFER", 1000,                        \
+    "data: samples held by the shuffle buffer (1: read in plan order)")                         \
+  X(std::string, data_on_error, "HPCT_DATA_ON_ERROR", "fail",                                   \
+    "data: a damaged shard or sample fails the run (fail) or is skipped and counted (skip)")    \
+  X(std::int64_t, data_reconnects, "HPCT_DATA_RECONNECTS", 10,                                  \
+    "data: attempts a data server client makes to reconnect before it gives up")                \
   X(bool, mpi_yield, "HPCT_MPI_YIELD", true,                                                    \
     "Let MPI yield the core while it waits (mpi_yield_when_idle); spinning starves 2-core ranks") \
   X(std::int64_t, fusion_bytes, "HPCT_FUSION_BYTES", 64 << 20,                                  \
