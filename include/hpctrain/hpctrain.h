@@ -1,0 +1,170 @@
+// hpctrain's public C++ API: data-parallel training for your own libtorch
+// program. Start the program with `hpctrain launch -np N` (or mpirun, or
+// srun) and add about five lines:
+//
+//   auto ctx = hpct::init();                                  // join the job
+//   hpct::broadcast_parameters(*ctx, *model);                 // same start everywhere
+//   hpct::DistributedOptimizer opt(*ctx, sgd, model->named_parameters());
+//   hpct::DistributedSampler sampler(dataset_size, *ctx);     // this rank's shard
+//   ... loss.backward(); opt.step(); ...                      // gradients averaged
+//
+// Gradients are averaged over ranks by the engine's background thread while
+// backward still runs (one allreduce per fused group of gradients). See
+// docs/engine.md for the protocol, the tunables (HPCT_*) and measurements.
+//
+// Threads: a Context and the objects made from it may be used from one
+// training thread; autograd may call the optimizer's hooks from its own
+// threads (that is handled). Errors are hpct::Error (core/error.h codes):
+// ranks that disagree on a tensor get Mismatch naming it, its ranks and
+// shapes, on every rank.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/data/samplers/base.h>
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+#include <torch/ordered_dict.h>
+
+namespace hpct {
+
+namespace engine {
+class Engine;
+}
+struct Config;
+
+// One rank's membership in the job: its rank, the job's size, and the
+// engine (with its communicator) that moves its tensors. Destroying it shuts
+// the engine down on every rank (pending operations fail, nothing hangs) and
+// then closes the communicator.
+class Context {
+ public:
+  struct Impl;
+  explicit Context(std::unique_ptr<Impl> impl);
+  ~Context();
+  Context(const Context&) = delete;
+  Context& operator=(const Context&) = delete;
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;   // index of this rank on its host
+  int local_size() const;
+  engine::Engine& engine();
+  const Config& config() const;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Joins the job this process belongs to (launcher, backend, store and
+// tunables from HPCT_* and the launcher's variables; a single rank when no
+// launcher started it). Blocks until every rank has joined or HPCT_TIMEOUT_S
+// runs out.
+std::unique_ptr<Context> init();
+std::unique_ptr<Context> init(const Config& config);
+
+struct DistributedOptions {
+  // backward() calls per step(): gradients accumulate locally (summed, as
+  // in plain libtorch) and are communicated on the last one.
+  int backward_passes_per_step = 1;
+  bool average = true;  // false: sum over ranks
+  // none, fp16 or bf16; empty: HPCT_COMPRESSION.
+  std::string compression;
+  // Start each gradient's allreduce from an autograd hook as soon as it is
+  // ready (overlap with backward). false: all of them in step().
+  bool overlap = true;
+};
+
+// Wraps any torch::optim::Optimizer (which keeps doing the update): step()
+// first waits until every parameter's gradient has been averaged over ranks.
+//
+// A parameter that got no gradient on this rank in a step (unused branch)
+// contributes zeros, and its gradient becomes the average of the ranks that
+// had one (every rank then holds the same gradient, and no rank waits for a
+// tensor another rank never sends). Parameters with requires_grad false are
+// ignored. After the first step the gradients of float32 parameters are
+// moved into one flat buffer in the order backward produced them, so the
+// engine sends fused groups in place, without copies.
+class DistributedOptimizer {
+ public:
+  DistributedOptimizer(Context& ctx, torch::optim::Optimizer& optimizer,
+                       const torch::OrderedDict<std::string, torch::Tensor>& named_parameters,
+                       DistributedOptions options = {});
+  ~DistributedOptimizer();  // removes the hooks
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
+
+  // Waits for every gradient (submitting those not submitted yet); after it
+  // returns the gradients are averaged and may be read or clipped.
+  void synchronize();
+  // synchronize() (unless already done since the last backward), then the
+  // wrapped optimizer's step().
+  void step();
+  void zero_grad();
+  torch::optim::Optimizer& optimizer();
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// Copies root's parameters and buffers to every rank (same module structure
+// on every rank). Blocks until done.
+void broadcast_parameters(Context& ctx, torch::nn::Module& module, int root = 0);
+
+// Copies root's optimizer state (momentum buffers, step counts, param group
+// options) to every rank, through the optimizer's own serialization. Blocks.
+void broadcast_optimizer_state(Context& ctx, torch::optim::Optimizer& optimizer, int root = 0);
+
+// A metric averaged (or summed) over ranks; every rank must call it with the
+// same name. Blocks.
+double allreduce(Context& ctx, const std::string& name, double value, bool average = true);
+torch::Tensor allreduce(Context& ctx, const std::string& name, const torch::Tensor& value,
+                        bool average = true);
+
+// PyTorch's DistributedSampler: rank r of n takes every n-th index of a
+// permutation that depends only on seed + epoch (the same on every rank),
+// padded by repeating its beginning so every rank gets the same count
+// (drop_last false), or truncated (drop_last true). Call set_epoch() before
+// each epoch to reshuffle. The permutation is libtorch's randperm with a CPU
+// generator seeded with seed + epoch, as in PyTorch.
+class DistributedSampler : public torch::data::samplers::Sampler<> {
+ public:
+  DistributedSampler(std::size_t dataset_size, int num_replicas, int rank, bool shuffle = true,
+                     std::uint64_t seed = 0, bool drop_last = false);
+  DistributedSampler(std::size_t dataset_size, const Context& ctx, bool shuffle = true,
+                     std::uint64_t seed = 0, bool drop_last = false);
+
+  void set_epoch(std::uint64_t epoch);
+  // This rank's indices for the current epoch.
+  const std::vector<std::size_t>& indices() const { return indices_; }
+  std::size_t num_samples() const { return num_samples_; }
+
+  // torch::data sampler interface.
+  void reset(c10::optional<std::size_t> new_size = c10::nullopt) override;
+  c10::optional<std::vector<std::size_t>> next(std::size_t batch_size) override;
+  void save(torch::serialize::OutputArchive& archive) const override;
+  void load(torch::serialize::InputArchive& archive) override;
+
+ private:
+  void build();
+
+  std::size_t dataset_size_;
+  int num_replicas_;
+  int rank_;
+  bool shuffle_;
+  std::uint64_t seed_;
+  bool drop_last_;
+  std::uint64_t epoch_ = 0;
+  std::size_t num_samples_ = 0;
+  std::vector<std::size_t> indices_;
+  std::size_t position_ = 0;
+};
+
+}  // namespace hpct

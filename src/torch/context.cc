@@ -1,0 +1,67 @@
+#include "torch/context.h"
+
+#include <ATen/ATen.h>
+
+#include "comm/tensor.h"
+#include "core/env.h"
+
+namespace hpct {
+
+Context::Context(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Context::~Context() {
+  if (impl_) impl_->engine.reset();  // shut the engine down before its communicator goes
+}
+
+int Context::rank() const { return impl_->comm->rank(); }
+int Context::size() const { return impl_->comm->size(); }
+int Context::local_rank() const { return impl_->info.local_rank; }
+int Context::local_size() const { return impl_->info.local_size; }
+engine::Engine& Context::engine() { return *impl_->engine; }
+const Config& Context::config() const { return impl_->config; }
+
+std::unique_ptr<Context> init() { return init(Config::from_env(ProcessEnv())); }
+
+std::unique_ptr<Context> init(const Config& config) {
+  auto impl = std::make_unique<Context::Impl>();
+  impl->config = config;
+  impl->logger = Logger::from_config(config, -1);
+  impl->world = comm::connect_world(config, ProcessEnv(), impl->logger);
+  impl->info = impl->world.info;
+  impl->comm = impl->world.comm.get();
+  impl->logger = impl->logger.with_rank(impl->comm->rank());
+  impl->engine = std::make_unique<engine::Engine>(
+      *impl->comm, engine::EngineOptions::from_config(config), impl->logger);
+  return std::make_unique<Context>(std::move(impl));
+}
+
+std::unique_ptr<Context> make_context(comm::Communicator& comm, const Config& config,
+                                      const Logger& logger) {
+  auto impl = std::make_unique<Context::Impl>();
+  impl->config = config;
+  impl->logger = logger;
+  impl->comm = &comm;
+  impl->info.rank = comm.rank();
+  impl->info.size = comm.size();
+  impl->info.local_rank = comm.rank();
+  impl->info.local_size = comm.size();
+  impl->engine = std::make_unique<engine::Engine>(comm, engine::EngineOptions::from_config(config),
+                                                  logger);
+  return std::make_unique<Context>(std::move(impl));
+}
+
+engine::TensorRef tensor_ref(const torch::Tensor& t, const std::string& what) {
+  if (!t.defined()) throw_invalid_argument(what + " is an undefined tensor");
+  if (!t.device().is_cpu()) {
+    throw_invalid_argument(what + " is on " + t.device().str() + "; hpctrain moves CPU tensors");
+  }
+  if (!t.is_contiguous()) throw_invalid_argument(what + " is not contiguous");
+  engine::TensorRef r;
+  r.data = t.data_ptr();
+  r.dtype = comm::dtype_of(t);
+  r.shape.assign(t.sizes().begin(), t.sizes().end());
+  r.keepalive = std::make_shared<torch::Tensor>(t);
+  return r;
+}
+
+}  // namespace hpct

@@ -1,0 +1,34 @@
+// What a Context holds (include/hpctrain/hpctrain.h), and how tests and
+// benchmarks make one on a communicator they already have (several ranks as
+// threads of one process, or a rank started by a benchmark).
+#pragma once
+
+#include <memory>
+
+#include "comm/connect.h"
+#include "core/config.h"
+#include "core/log.h"
+#include "engine/engine.h"
+#include "hpctrain/hpctrain.h"
+
+namespace hpct {
+
+struct Context::Impl {
+  Config config;
+  Logger logger;
+  WorldInfo info;
+  comm::World world;              // owns the communicator when init() made it
+  comm::Communicator* comm = nullptr;
+  std::unique_ptr<engine::Engine> engine;  // destroyed before the communicator
+};
+
+// A Context on a caller-owned communicator (which must outlive it), with the
+// engine configured from config. local rank = rank, local size = size.
+std::unique_ptr<Context> make_context(comm::Communicator& comm, const Config& config,
+                                      const Logger& logger);
+
+// The engine's view of a libtorch tensor (CPU, contiguous; InvalidArgument
+// naming `what` otherwise). The TensorRef keeps the tensor alive.
+engine::TensorRef tensor_ref(const torch::Tensor& t, const std::string& what);
+
+}  // namespace hpct

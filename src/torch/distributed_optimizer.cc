@@ -1,0 +1,206 @@
+// DistributedOptimizer: gradient hooks feed the engine while backward runs.
+//
+// Each parameter's grad accumulator (the autograd node that adds a new
+// gradient into .grad) gets a post hook. It fires after .grad holds this
+// pass's sum, so on the last pass of a step the hook submits .grad itself
+// (in place) to the engine. step() submits whatever did not fire (unused
+// parameters, with zeros when .grad is undefined), waits for every handle in
+// submission order and runs the wrapped optimizer.
+//
+// Flat gradients: after the first synchronize() the float32 gradients are
+// copied into one buffer in the order they were submitted and .grad becomes
+// a view of it. Autograd then accumulates into the views in place, and the
+// engine, which announces fused groups in that same order (the response
+// cache remembers the first step's order), finds the group's tensors
+// adjacent and sends them without packing.
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <mutex>
+
+#include "engine/engine.h"
+#include "torch/context.h"
+
+namespace hpct {
+
+struct DistributedOptimizer::Impl {
+  struct Param {
+    std::string name;
+    torch::Tensor tensor;
+    std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: the Variable holds it weakly
+    std::uintptr_t hook_key = 0;
+    int passes = 0;
+    bool submitted = false;
+    engine::Handle handle;
+  };
+
+  Context& ctx;
+  torch::optim::Optimizer& optimizer;
+  DistributedOptions options;
+  std::optional<engine::Compression> compression;
+  std::mutex mu;  // hooks may run on autograd threads
+  std::vector<Param> params;        // GUARDED_BY(mu)
+  std::vector<std::size_t> order;   // submission order this step; GUARDED_BY(mu)
+  bool user_synchronized = false;   // synchronize() called since the last step()
+  bool laid_out = false;
+  torch::Tensor flat;
+
+  Impl(Context& c, torch::optim::Optimizer& o, DistributedOptions opts)
+      : ctx(c), optimizer(o), options(std::move(opts)) {
+    if (!options.compression.empty()) compression = engine::parse_compression(options.compression);
+    if (options.backward_passes_per_step < 1) {
+      throw_invalid_argument("backward_passes_per_step must be at least 1");
+    }
+  }
+
+  void on_grad_ready(std::size_t i) {
+    std::lock_guard<std::mutex> lk(mu);
+    Param& p = params[i];
+    ++p.passes;
+    if (options.overlap && !p.submitted && p.passes >= options.backward_passes_per_step) submit(p, i);
+  }
+
+  // EXCLUSIVE_LOCKS_REQUIRED(mu)
+  void submit(Param& p, std::size_t i) {
+    torch::Tensor& g = p.tensor.mutable_grad();
+    if (!g.defined()) {
+      g = torch::zeros_like(p.tensor, torch::MemoryFormat::Contiguous);
+    } else if (!g.is_contiguous()) {
+      g = g.contiguous();
+    }
+    p.handle = ctx.engine().allreduce_async(
+        "grad/" + p.name, tensor_ref(g, "gradient of " + p.name),
+        options.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum, compression);
+    p.submitted = true;
+    order.push_back(i);
+  }
+
+  void synchronize() {
+    std::unique_lock<std::mutex> lk(mu);
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].submitted) submit(params[i], i);
+    }
+    auto by_arrival = wait_submitted(lk);
+    if (!laid_out) lay_out(by_arrival);
+  }
+
+  // Waits for the handles submitted so far and resets the step's state.
+  std::vector<std::size_t> wait_submitted(std::unique_lock<std::mutex>& lk) {
+    std::vector<engine::Handle> hs;
+    for (auto i : order) hs.push_back(params[i].handle);
+    lk.unlock();
+    std::exception_ptr first;
+    for (auto& h : hs) {
+      try {
+        h.wait();
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
+    lk.lock();
+    std::vector<std::size_t> done_order = std::move(order);
+    order.clear();
+    for (auto& p : params) {
+      p.passes = 0;
+      p.submitted = false;
+      p.handle = engine::Handle();
+    }
+    if (first) std::rethrow_exception(first);
+    return done_order;
+  }
+
+  // EXCLUSIVE_LOCKS_REQUIRED(mu)
+  void lay_out(const std::vector<std::size_t>& by_arrival) {
+    laid_out = true;
+    std::int64_t total = 0;
+    for (auto i : by_arrival) {
+      if (params[i].tensor.scalar_type() == torch::kFloat) total += params[i].tensor.numel();
+    }
+    if (total == 0) return;
+    torch::NoGradGuard no_grad;
+    flat = torch::empty({total}, torch::kFloat);
+    std::int64_t off = 0;
+    for (auto i : by_arrival) {
+      auto& t = params[i].tensor;
+      if (t.scalar_type() != torch::kFloat) continue;
+      // Not an autograd view of flat (optimizers detach_() gradients in
+      // zero_grad(), which views refuse): a tensor over flat's memory that
+      // keeps flat alive.
+      torch::Tensor keep = flat;
+      auto view = torch::from_blob(flat.data_ptr<float>() + off, t.sizes(),
+                                   [keep](void*) mutable { keep.reset(); }, torch::kFloat);
+      view.copy_(t.grad());
+      t.mutable_grad() = view;
+      off += t.numel();
+    }
+  }
+};
+
+namespace {
+
+class GradReadyHook final : public torch::autograd::FunctionPostHook {
+ public:
+  GradReadyHook(DistributedOptimizer::Impl* impl, std::size_t index) : impl_(impl), index_(index) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    impl_->on_grad_ready(index_);
+    return outputs;
+  }
+
+ private:
+  DistributedOptimizer::Impl* impl_;
+  std::size_t index_;
+};
+
+}  // namespace
+
+DistributedOptimizer::DistributedOptimizer(
+    Context& ctx, torch::optim::Optimizer& optimizer,
+    const torch::OrderedDict<std::string, torch::Tensor>& named_parameters,
+    DistributedOptions options)
+    : impl_(std::make_unique<Impl>(ctx, optimizer, std::move(options))) {
+  for (const auto& item : named_parameters) {
+    if (!item.value().requires_grad()) continue;
+    Impl::Param p;
+    p.name = item.key();
+    p.tensor = item.value();
+    impl_->params.push_back(std::move(p));
+  }
+  for (std::size_t i = 0; i < impl_->params.size(); ++i) {
+    auto& p = impl_->params[i];
+    p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
+    p.hook_key = p.accumulator->add_post_hook(std::make_unique<GradReadyHook>(impl_.get(), i));
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() {
+  try {
+    // No allreduce may still write into gradients once we are gone; nothing
+    // new is submitted (other ranks would have to match it).
+    std::unique_lock<std::mutex> lk(impl_->mu);
+    impl_->wait_submitted(lk);
+  } catch (...) {
+  }
+  for (auto& p : impl_->params) p.accumulator->del_post_hook(p.hook_key);
+}
+
+void DistributedOptimizer::synchronize() {
+  impl_->synchronize();
+  impl_->user_synchronized = true;
+}
+
+void DistributedOptimizer::step() {
+  // Every rank synchronizes in every step, even one whose backward produced
+  // nothing: its zeros are what the other ranks wait for.
+  if (!impl_->user_synchronized) impl_->synchronize();
+  impl_->user_synchronized = false;
+  impl_->optimizer.step();
+}
+
+void DistributedOptimizer::zero_grad() { impl_->optimizer.zero_grad(); }
+
+torch::optim::Optimizer& DistributedOptimizer::optimizer() { return impl_->optimizer; }
+
+}  // namespace hpct

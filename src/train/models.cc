@@ -1,0 +1,131 @@
+#include "train/models.h"
+
+#include <torch/nn/functional.h>
+#include <torch/nn/modules/batchnorm.h>
+#include <torch/nn/modules/container/sequential.h>
+#include <torch/nn/modules/conv.h>
+#include <torch/nn/modules/linear.h>
+
+#include "core/error.h"
+
+namespace hpct::train {
+namespace {
+
+namespace F = torch::nn::functional;
+using torch::nn::BatchNorm2d;
+using torch::nn::Conv2d;
+using torch::nn::Conv2dOptions;
+using torch::nn::Linear;
+
+class Mlp final : public Model {
+ public:
+  Mlp() {
+    fc1_ = register_module("fc1", Linear(784, 4096));
+    fc2_ = register_module("fc2", Linear(4096, 4096));
+    fc3_ = register_module("fc3", Linear(4096, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = x.reshape({x.size(0), -1});
+    x = torch::relu(fc1_->forward(x));
+    x = torch::relu(fc2_->forward(x));
+    return fc3_->forward(x);
+  }
+
+ private:
+  Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
+};
+
+class SmallCnn final : public Model {
+ public:
+  SmallCnn() {
+    conv1_ = register_module("conv1", Conv2d(Conv2dOptions(1, 32, 3).padding(1)));
+    conv2_ = register_module("conv2", Conv2d(Conv2dOptions(32, 64, 3).padding(1)));
+    fc1_ = register_module("fc1", Linear(64 * 7 * 7, 128));
+    fc2_ = register_module("fc2", Linear(128, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = F::max_pool2d(torch::relu(conv1_->forward(x)), F::MaxPool2dFuncOptions(2));
+    x = F::max_pool2d(torch::relu(conv2_->forward(x)), F::MaxPool2dFuncOptions(2));
+    x = torch::relu(fc1_->forward(x.flatten(1)));
+    return fc2_->forward(x);
+  }
+
+ private:
+  Conv2d conv1_{nullptr}, conv2_{nullptr};
+  Linear fc1_{nullptr}, fc2_{nullptr};
+};
+
+class BasicBlock final : public torch::nn::Module {
+ public:
+  BasicBlock(int in, int out, int stride) {
+    conv1_ = register_module("conv1", Conv2d(Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false)));
+    bn1_ = register_module("bn1", BatchNorm2d(out));
+    conv2_ = register_module("conv2", Conv2d(Conv2dOptions(out, out, 3).padding(1).bias(false)));
+    bn2_ = register_module("bn2", BatchNorm2d(out));
+    if (stride != 1 || in != out) {
+      shortcut_ = register_module(
+          "shortcut", torch::nn::Sequential(Conv2d(Conv2dOptions(in, out, 1).stride(stride).bias(false)),
+                                            BatchNorm2d(out)));
+    }
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    auto y = torch::relu(bn1_->forward(conv1_->forward(x)));
+    y = bn2_->forward(conv2_->forward(y));
+    return torch::relu(y + (shortcut_ ? shortcut_->forward(x) : x));
+  }
+
+ private:
+  Conv2d conv1_{nullptr}, conv2_{nullptr};
+  BatchNorm2d bn1_{nullptr}, bn2_{nullptr};
+  torch::nn::Sequential shortcut_{nullptr};
+};
+
+class ResNet20 final : public Model {
+ public:
+  explicit ResNet20(int in_channels) {
+    conv_ = register_module("conv", Conv2d(Conv2dOptions(in_channels, 16, 3).padding(1).bias(false)));
+    bn_ = register_module("bn", BatchNorm2d(16));
+    int in = 16;
+    for (int stage = 0; stage < 3; ++stage) {
+      int out = 16 << stage;
+      for (int b = 0; b < 3; ++b) {
+        int stride = (stage > 0 && b == 0) ? 2 : 1;
+        blocks_.push_back(register_module("layer" + std::to_string(stage + 1) + "_" + std::to_string(b),
+                                          std::make_shared<BasicBlock>(in, out, stride)));
+        in = out;
+      }
+    }
+    fc_ = register_module("fc", Linear(64, 10));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::relu(bn_->forward(conv_->forward(x)));
+    for (auto& b : blocks_) x = b->forward(x);
+    x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
+    return fc_->forward(x);
+  }
+
+ private:
+  Conv2d conv_{nullptr};
+  BatchNorm2d bn_{nullptr};
+  std::vector<std::shared_ptr<BasicBlock>> blocks_;
+  Linear fc_{nullptr};
+};
+
+}  // namespace
+
+std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet20"}; }
+
+std::shared_ptr<Model> make_model(const std::string& name, int in_channels) {
+  if (name == "mlp") return std::make_shared<Mlp>();
+  if (name == "cnn") return std::make_shared<SmallCnn>();
+  if (name == "resnet20") return std::make_shared<ResNet20>(in_channels);
+  throw_invalid_argument("unknown model '" + name + "'; choose mlp, cnn or resnet20");
+}
+
+std::int64_t parameter_count(const torch::nn::Module& m) {
+  std::int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace hpct::train
