@@ -26,6 +26,8 @@ void rewrite_single_dash_options(int argc, char** argv);
 
 // Subcommands of `bench`, each in its own file.
 void add_bench_comm_command(CLI::App& bench, Cli& cli);
+void add_bench_engine_command(CLI::App& bench, Cli& cli);
+void add_bench_train_command(CLI::App& bench, Cli& cli);
 void add_bench_launch_command(CLI::App& bench, Cli& cli);
 
 // Prints the effective configuration as a table (or JSON lines).

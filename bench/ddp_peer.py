@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""The PyTorch DDP peer of `hpctrain bench train`, and the side-by-side run.
+
+  ddp_peer.py ddp --model mlp --np 2 --steps 50 --batch 64
+      PyTorch DistributedDataParallel (gloo backend, Debian's python3-torch),
+      the same model, data, optimizer and timing as `hpctrain bench train`;
+      prints one JSON line like it.
+  ddp_peer.py compare --hpctrain build/tools/hpctrain/hpctrain --models mlp,cnn --np 2 --repeats 3
+      Alternates hpctrain and DDP runs (so drift hits both), prints every run's
+      JSON line, then per model the median samples/s of each and the ratio.
+
+Pinned as in shared/notes/peers.md: 1 intra-op thread per rank,
+OPENBLAS_NUM_THREADS=1, OMP_NUM_THREADS=1, batch 64 per rank, Fashion-MNIST
+from /usr/share/datasets/fashion-mnist, SGD lr 0.01 momentum 0.9, 3 untimed
+warm-up steps, time of the slowest rank.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+DATA = "/usr/share/datasets/fashion-mnist"
+
+
+def read_idx(path):
+    import gzip
+    import numpy as np
+    with gzip.open(path, "rb") as f:
+        raw = f.read()
+    ndim = raw[3]
+    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def make_model(name):
+    import torch.nn as nn
+    if name == "mlp":
+        return nn.Sequential(nn.Flatten(), nn.Linear(784, 4096), nn.ReLU(), nn.Linear(4096, 4096),
+                             nn.ReLU(), nn.Linear(4096, 10))
+    if name == "cnn":
+        return nn.Sequential(nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
+                             nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10))
+    raise SystemExit(f"unknown model {name}")
+
+
+def ddp_rank(rank, args, port, out):
+    import time
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from torch.utils.data.distributed import DistributedSampler
+
+    torch.set_num_threads(args.threads)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=args.np)
+    images = torch.from_numpy(read_idx(f"{DATA}/train-images-idx3-ubyte.gz").copy())
+    labels = torch.from_numpy(read_idx(f"{DATA}/train-labels-idx1-ubyte.gz").copy()).long()
+    x_all = ((images.float() / 255.0 - 0.2860) / 0.3530).unsqueeze(1)
+    torch.manual_seed(42)
+    model = DDP(make_model(args.model))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    sampler = DistributedSampler(range(len(x_all)), num_replicas=args.np, rank=rank, seed=0,
+                                 drop_last=True)
+    epoch = 0
+    it = iter(list(sampler))
+
+    def next_batch():
+        nonlocal it, epoch
+        idx = []
+        while len(idx) < args.batch:
+            try:
+                idx.append(next(it))
+            except StopIteration:
+                epoch += 1
+                sampler.set_epoch(epoch)
+                it = iter(list(sampler))
+                idx = []
+        t = torch.tensor(idx)
+        return x_all[t], labels[t]
+
+    loss = None
+    for s in range(args.warmup + args.steps):
+        if s == args.warmup:
+            dist.barrier()
+            start = time.perf_counter()
+        x, y = next_batch()
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    elapsed = torch.tensor([time.perf_counter() - start])
+    dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    if rank == 0:
+        with open(out, "w") as f:
+            json.dump({"bench": "train", "impl": "pytorch-ddp", "torch": torch.__version__,
+                       "backend": "gloo", "model": args.model, "np": args.np,
+                       "batch_per_rank": args.batch, "steps": args.steps, "threads": args.threads,
+                       "data": "fashion-mnist",
+                       "samples_per_s": args.np * args.batch * args.steps / elapsed.item(),
+                       "step_ms": elapsed.item() / args.steps * 1e3,
+                       "final_loss": loss.item()}, f)
+    dist.destroy_process_group()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_ddp(args):
+    import tempfile
+    import torch.multiprocessing as mp
+    with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+        mp.spawn(ddp_rank, args=(args, free_port(), tmp.name), nprocs=args.np, join=True)
+        with open(tmp.name) as f:
+            result = json.load(f)
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def run_hpctrain(binary, model, np_, steps, batch, threads):
+    cmd = [binary, "bench", "train", "--model", model, "--np", str(np_), "--steps", str(steps),
+           "--batch", str(batch), "--threads", str(threads)]
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    line = [l for l in out.splitlines() if l.startswith("{")][-1]
+    print(line, flush=True)
+    return json.loads(line)
+
+
+def compare(args):
+    results = {}
+    for model in args.models.split(","):
+        for _ in range(args.repeats):
+            h = run_hpctrain(args.hpctrain, model, args.np, args.steps, args.batch, args.threads)
+            d = subprocess.run([sys.executable, __file__, "ddp", "--model", model, "--np",
+                                str(args.np), "--steps", str(args.steps), "--batch",
+                                str(args.batch), "--threads", str(args.threads)],
+                               check=True, capture_output=True, text=True).stdout
+            d = json.loads([l for l in d.splitlines() if l.startswith("{")][-1])
+            print(json.dumps(d), flush=True)
+            results.setdefault(model, {"hpctrain": [], "ddp": []})
+            results[model]["hpctrain"].append(h["samples_per_s"])
+            results[model]["ddp"].append(d["samples_per_s"])
+    for model, r in results.items():
+        h, d = statistics.median(r["hpctrain"]), statistics.median(r["ddp"])
+        print(json.dumps({"summary": model, "np": args.np, "hpctrain_samples_per_s": round(h, 1),
+                          "ddp_samples_per_s": round(d, 1), "ratio": round(h / d, 3),
+                          "repeats": args.repeats}), flush=True)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sp = p.add_subparsers(dest="cmd", required=True)
+    d = sp.add_parser("ddp")
+    c = sp.add_parser("compare")
+    for q in (d, c):
+        q.add_argument("--np", type=int, default=2)
+        q.add_argument("--steps", type=int, default=50)
+        q.add_argument("--batch", type=int, default=64)
+        q.add_argument("--threads", type=int, default=1)
+    d.add_argument("--model", default="mlp")
+    d.add_argument("--warmup", type=int, default=3)
+    c.add_argument("--models", default="mlp,cnn")
+    c.add_argument("--repeats", type=int, default=3)
+    c.add_argument("--hpctrain", default="build/tools/hpctrain/hpctrain")
+    args = p.parse_args()
+    if args.cmd == "ddp":
+        run_ddp(args)
+    else:
+        compare(args)
+
+
+if __name__ == "__main__":
+    main()

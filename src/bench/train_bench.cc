@@ -1,0 +1,104 @@
+#include "bench/train_bench.h"
+
+#include <torch/torch.h>
+
+#include <nlohmann/json.hpp>
+
+#include "data/idx.h"
+#include "engine/engine.h"
+#include "train/models.h"
+
+namespace hpct::bench {
+namespace {
+
+// [N, 1, 28, 28] float images and [N] labels.
+std::pair<torch::Tensor, torch::Tensor> load_data(const TrainBenchOptions& o) {
+  if (o.synthetic) {
+    auto gen = at::detail::createCPUGenerator(1);
+    return {torch::randn({1024, 1, 28, 28}, gen), torch::randint(0, 10, {1024}, gen, torch::kLong)};
+  }
+  auto [ip, lp] = data::fashion_mnist_files(o.data_dir.empty() ? data::kFashionMnistDir : o.data_dir, "train");
+  data::IdxArray im = data::read_idx(ip);
+  data::IdxArray lb = data::read_idx(lp);
+  auto n = static_cast<std::int64_t>(im.items());
+  auto x = torch::from_blob(im.values.data(), {n, 1, 28, 28}, torch::kUInt8).to(torch::kFloat);
+  x = (x / 255.0 - 0.2860) / 0.3530;
+  auto y = torch::from_blob(lb.values.data(), {n}, torch::kUInt8).to(torch::kLong);
+  return {x, y};
+}
+
+}  // namespace
+
+nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
+  at::set_num_threads(o.threads);
+  auto [images, labels] = load_data(o);
+  torch::manual_seed(42);
+  auto model = train::make_model(o.model, 1);
+  broadcast_parameters(ctx, *model);
+  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  DistributedOptions dopts;
+  dopts.overlap = o.overlap;
+  DistributedOptimizer opt(ctx, sgd, model->named_parameters(), dopts);
+  DistributedSampler sampler(static_cast<std::size_t>(images.size(0)), ctx, true, 0, true);
+
+  std::uint64_t epoch = 0;
+  auto next_batch = [&]() {
+    auto idx = sampler.next(static_cast<std::size_t>(o.batch));
+    if (!idx || idx->size() < static_cast<std::size_t>(o.batch)) {
+      sampler.set_epoch(++epoch);
+      idx = sampler.next(static_cast<std::size_t>(o.batch));
+    }
+    std::vector<std::int64_t> v(idx->begin(), idx->end());
+    auto t = torch::tensor(v, torch::kLong);
+    return std::make_pair(images.index_select(0, t), labels.index_select(0, t));
+  };
+
+  double loss_value = 0;
+  SteadyClock::time_point start;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    if (s == o.warmup) {
+      allreduce(ctx, "bench/start", 0.0);  // every rank starts the clock together
+      start = SteadyClock::now();
+    }
+    auto [x, y] = next_batch();
+    opt.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    opt.step();
+    loss_value = loss.item<double>();
+  }
+  double mine = std::chrono::duration<double>(SteadyClock::now() - start).count();
+  // The slowest rank's time: max through a sum of one-hot vectors.
+  auto times = torch::zeros({ctx.size()}, torch::kDouble);
+  times[ctx.rank()] = mine;
+  times = allreduce(ctx, "bench/times", times, false);
+  double elapsed = times.max().item<double>();
+  double avg_loss = allreduce(ctx, "bench/loss", loss_value);
+  auto stats = ctx.engine().stats();
+  const auto& eo = ctx.engine().options();
+
+  nlohmann::json j;
+  j["bench"] = "train";
+  j["impl"] = "hpctrain";
+  j["model"] = o.model;
+  j["parameters"] = train::parameter_count(*model);
+  j["np"] = ctx.size();
+  j["batch_per_rank"] = o.batch;
+  j["steps"] = o.steps;
+  j["threads"] = o.threads;
+  j["data"] = o.synthetic ? "synthetic" : "fashion-mnist";
+  j["samples_per_s"] = static_cast<double>(ctx.size()) * o.batch * o.steps / elapsed;
+  j["step_ms"] = elapsed / o.steps * 1e3;
+  j["final_loss"] = avg_loss;
+  j["overlap"] = o.overlap;
+  j["fusion_bytes"] = eo.fusion_bytes;
+  j["cycle_ms"] = eo.cycle_ms;
+  j["compression"] = engine::compression_name(eo.compression);
+  j["engine_rounds"] = stats.rounds;
+  j["engine_full_rounds"] = stats.full_rounds;
+  j["engine_in_place_bytes"] = stats.in_place_bytes;
+  j["engine_packed_bytes"] = stats.packed_bytes;
+  return j;
+}
+
+}  // namespace hpct::bench

@@ -1,0 +1,36 @@
+// `hpctrain bench train`: data-parallel training speed of a built-in model
+// (train/models.h) with DistributedOptimizer, as samples per second over all
+// ranks. One rank's part; the CLI starts the ranks.
+//
+// Data: Fashion-MNIST's training set read from Debian's idx files into
+// memory (normalized to mean 0.2860, std 0.3530, like the peer script), split
+// by DistributedSampler; or, with synthetic, a fixed random pool of 1024
+// images (no disk). SGD lr 0.01 momentum 0.9, cross-entropy. The first
+// `warmup` steps are not timed (they include the first, fully negotiated
+// step and the flat-gradient layout). The time is the slowest rank's.
+#pragma once
+
+#include <string>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "hpctrain/hpctrain.h"
+
+namespace hpct::bench {
+
+struct TrainBenchOptions {
+  std::string model = "mlp";
+  int steps = 50;
+  int batch = 64;      // per rank
+  int threads = 1;     // intra-op threads per rank
+  bool synthetic = false;
+  int warmup = 3;
+  bool overlap = true;
+  std::string data_dir;  // empty: Debian's fashion-mnist directory
+};
+
+// Blocks for the run; every rank calls it. Returns the result (the same on
+// every rank).
+nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o);
+
+}  // namespace hpct::bench
