@@ -83,9 +83,10 @@ Engine::Engine(comm::Communicator& comm, const EngineOptions& options, Logger lo
       logger_(std::move(logger)),
       rank_(comm.rank()),
       size_(comm.size()),
-      cycle_(Millis(static_cast<long long>(options.cycle_ms))),
-      idle_period_(std::clamp(seconds_to_millis(options.stall_warn_s / 4), Millis(10), Millis(1000))),
-      pending_wait_(cycle_) {
+      cycle_(Micros(static_cast<long long>(options.cycle_ms * 1000))),
+      idle_period_(std::clamp(Micros(static_cast<long long>(options.stall_warn_s * 250000)),
+                              Micros(10000), Micros(1000000))),
+      pending_wait_(std::max(cycle_, Micros(1000))) {
   ControllerOptions co;
   co.fusion_bytes = options.fusion_bytes;
   co.cache_capacity = options.cache_capacity;
@@ -225,7 +226,10 @@ bool Engine::wait_for_round() {
     auto now = SteadyClock::now();
     SteadyClock::time_point due;
     if (!incoming_.empty()) {
-      due = last_round_start_ + cycle_;
+      // The fusion window: gather what arrives within a cycle of the first
+      // new tensor (0: negotiate at once; tensors arriving during a round
+      // are batched anyway).
+      due = incoming_.front().submitted + cycle_;
     } else if (!pending_.empty() || global_pending_) {
       due = last_round_start_ + pending_wait_;
     } else {
@@ -263,7 +267,7 @@ bool Engine::round(bool shutdown_requested) {
   auto& cache = controller_->cache();
   // A cached tensor waiting this long for other ranks is reported in full,
   // so the coordinator's stall inspector sees it.
-  const auto report_after = std::min(Millis(100), idle_period_);
+  const auto report_after = std::min<SteadyClock::duration>(Millis(100), idle_period_);
 
   bool full = cache.size() == 0 || global_pending_;
   if (cache.size() > 0) {
@@ -326,7 +330,11 @@ bool Engine::round(bool shutdown_requested) {
       stop = true;
     }
   }
-  pending_wait_ = progress ? cycle_ : std::min(idle_period_, std::max(cycle_, pending_wait_ * 2));
+  // While tensors wait for other ranks, retry every cycle; back off (to 16
+  // cycles, at most the idle period) only while rounds change nothing, so a
+  // straggler's tensor waits at most that long for this rank to join.
+  const Micros floor = std::max(cycle_, Micros(1000));
+  pending_wait_ = progress ? floor : std::min({idle_period_, floor * 16, pending_wait_ * 2});
   last_round_end_ = SteadyClock::now();
   if (stop) {
     std::exception_ptr err;

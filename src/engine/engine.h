@@ -12,12 +12,13 @@
 // submitted again once its handle is done (every training step).
 //
 // Pacing (why the thread never spins): it sleeps on a condition variable and
-// enters a negotiation round (a) when a tensor is submitted, at most once per
-// HPCT_CYCLE_MS, (b) every HPCT_CYCLE_MS while tensors are pending anywhere
-// (backing off to the idle period while nothing moves), (c) otherwise once
-// per idle period (min(1 s, HPCT_STALL_WARN_S / 4)), so a rank that waits for
-// a silent one is not stuck in a collective, stalls are reported and
-// shutdowns are seen.
+// enters a negotiation round (a) HPCT_CYCLE_MS after a new tensor arrived
+// (the fusion window; tensors that arrive while a round runs are batched
+// anyway), (b) every max(HPCT_CYCLE_MS, 1 ms) while tensors are pending
+// anywhere (backing off to 16 times that while rounds change nothing), (c)
+// otherwise once per idle period (min(1 s, HPCT_STALL_WARN_S / 4)), so a rank
+// that waits for a silent one is not stuck in a collective, stalls are
+// reported and shutdowns are seen.
 //
 // Errors: a rank mismatch (shape, dtype, op, kind) fails that tensor's
 // handle on every rank with Mismatch naming the tensor, the ranks and their
@@ -180,8 +181,9 @@ class Engine {
   Logger logger_;
   const int rank_;
   const int size_;
-  const Millis cycle_;
-  const Millis idle_period_;
+  using Micros = std::chrono::microseconds;
+  const Micros cycle_;
+  const Micros idle_period_;
 
   // Shared with submitting threads.
   mutable std::mutex mu_;
@@ -200,7 +202,7 @@ class Engine {
   std::unordered_map<std::string, std::uint64_t> seq_of_;
   std::uint64_t next_seq_ = 0;
   bool global_pending_ = false;
-  Millis pending_wait_;
+  Micros pending_wait_;
   SteadyClock::time_point last_round_start_{};
   SteadyClock::time_point last_round_end_{};
 
