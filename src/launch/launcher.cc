@@ -87,6 +87,28 @@ UniqueFd stop_signal_fd() {
   return fd;
 }
 
+// A 0700 directory for the rank spec under $HOME/.hpctrain/jobs: the home
+// directory is the one place a cluster's hosts most often share.
+std::string make_private_dir(const Env& env) {
+  std::string base = env.get("HOME").value_or("/tmp");
+  for (const char* sub : {"/.hpctrain", "/jobs"}) {
+    base += sub;
+    if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) throw_io("cannot create " + base, errno);
+  }
+  std::string tmpl = base + "/job-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
+  return tmpl;
+}
+
+// hpctrain-launch next to this binary (no libtorch: starts in milliseconds),
+// else this binary itself.
+std::string wrapper_executable() {
+  std::string self = self_executable();
+  auto slash = self.rfind('/');
+  std::string light = self.substr(0, slash + 1) + "hpctrain-launch";
+  return ::access(light.c_str(), X_OK) == 0 ? light : self;
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
@@ -128,7 +150,7 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   if (o.backend == "mpi" && (spawner == "local" || spawner == "ssh")) {
     throw_invalid_argument("--backend mpi needs an MPI runtime: use --spawner mpirun (or srun with MPI)");
   }
-  layout.wrapper = self_executable();
+  layout.wrapper = wrapper_executable();
 
   // The store binds where the ranks can reach it.
   std::string bind = choose_store_address(o.network_interface, remote_hosts);
@@ -145,6 +167,14 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
 
   std::unique_ptr<Spawner> sp;
   std::string private_dir;
+  // Removed however run_launch ends (the secret must not stay on disk).
+  struct RemoveDir {
+    const std::string& dir;
+    ~RemoveDir() {
+      std::error_code ec;
+      if (!dir.empty()) std::filesystem::remove_all(dir, ec);
+    }
+  } remove_private_dir{private_dir};
   if (spawner == "local") {
     sp = std::make_unique<LocalSpawner>();
   } else if (spawner == "ssh") {
@@ -158,13 +188,8 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
     m.ssh_options_given = o.ssh_options_given;
     m.network_interface = o.network_interface;
     m.extra_args = o.spawner_args;
-    if (m.flavor == MpiFlavor::kMpich) {
-      // On the shared file system (MPICH ranks read it from there), private to us.
-      std::string tmpl = std::filesystem::current_path().string() + "/.hpctrain-job-XXXXXX";
-      if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
-      private_dir = tmpl;
-      layout.private_dir = private_dir;
-    }
+    private_dir = make_private_dir(env);
+    layout.private_dir = private_dir;
     sp = std::make_unique<MpirunSpawner>(m);
   } else {
     SrunOptions s;
@@ -226,10 +251,6 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
       output.launcher_line("job failed" + (o.max_restarts > 0 ? " after " + std::to_string(o.max_restarts) + " restarts" : std::string()) +
                            "; exit code " + std::to_string(exit_code));
     }
-  }
-  if (!private_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(private_dir, ec);
   }
   return exit_code;
 }

@@ -22,9 +22,13 @@ std::vector<ProcessPlan> MpirunSpawner::plan(const JobLayout& job) const {
   p.host = "mpirun";
   p.group = true;
   for (const auto& r : job.ranks) p.ranks.push_back(r.rank);
+  if (job.private_dir.empty()) {
+    throw_invalid_argument("mpirun needs the job's private directory for the rank spec");
+  }
+  p.spec_file = job.private_dir + "/rank-spec";
   if (options_.flavor == MpiFlavor::kOpenMpi) {
     p.argv = {options_.mpirun, "-np", np, "--host", hosts, "--map-by", "slot", "--bind-to", "none",
-              "--stdin", "all"};
+              "--stdin", "none"};
     if (options_.is_root) p.argv.push_back("--allow-run-as-root");
     if (options_.ssh_options_given) {
       // plm_rsh_args takes one string; our ssh options have no spaces.
@@ -40,10 +44,6 @@ std::vector<ProcessPlan> MpirunSpawner::plan(const JobLayout& job) const {
                                    "--mca", "oob_tcp_if_include", options_.network_interface});
     }
   } else {
-    if (job.private_dir.empty()) {
-      throw_invalid_argument("MPICH's mpiexec needs a private directory for the job description");
-    }
-    p.spec_file = job.private_dir + "/rank-spec";
     p.argv = {options_.mpirun, "-n", np, "-hosts", hosts};
     if (!options_.network_interface.empty()) {
       p.argv.insert(p.argv.end(), {"-iface", options_.network_interface});

@@ -3,11 +3,14 @@
 // other through the MPI runtime while hpctrain keeps supervision and output.
 //
 // OpenMPI: `mpirun -np N --host a:2,b:2 --map-by slot --bind-to none
-// --stdin all` (the spec reaches every wrapper on stdin); remote daemons
-// are started with ssh using the same -p/-i/-o options; --allow-run-as-root
-// only when we are root. MPICH: `mpiexec -n N -hosts a:2,b:2`; Hydra
-// forwards stdin to rank 0 only, so the spec goes in a 0600 file in the
-// job's 0700 private directory.
+// --stdin none`; remote daemons are started with ssh using the same
+// -p/-i/-o options; --allow-run-as-root only when we are root. MPICH:
+// `mpiexec -n N -hosts a:2,b:2`. Neither can hand the spec to every rank on
+// stdin (Hydra forwards stdin to rank 0 only; Open MPI 4.1's `--stdin all`
+// delivers nothing, measured here), so the spec goes in a 0600 file in the
+// job's 0700 private directory on the shared file system, removed as soon
+// as every rank has started. Teardown comes from mpirun itself: it signals
+// every wrapper when it is signalled or dies, and when one rank fails.
 #pragma once
 
 #include <string>

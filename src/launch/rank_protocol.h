@@ -6,15 +6,15 @@
 // Protocol, step by step:
 //  1. A spawner starts the wrapper with its stdin, stdout and stderr
 //     connected to the launcher: pipes for local, the ssh channel for ssh,
-//     mpirun's `--stdin all` / srun's `--input=all` forwarding for the group
-//     spawners (then one stdin stream reaches every rank's wrapper).
+//     srun's `--input=all` forwarding (one stdin stream reaches every rank's
+//     wrapper); mpirun forwards only output.
 //  2. The launcher writes one line on the wrapper's stdin: the RankSpec as
 //     JSON (program, working directory, environment, the job secret, the
 //     store address, the placement). The secret travels only this way (or,
-//     for MPICH whose mpiexec forwards stdin to rank 0 only, in a 0600 file
-//     in a 0700 directory that the wrapper deletes after reading): never in
-//     argv or the environment. The launcher then keeps stdin open and writes
-//     nothing more.
+//     for mpirun/mpiexec, which cannot forward stdin to every rank, in a 0600
+//     file in a 0700 directory that the launcher deletes once every rank
+//     has started): never in argv or the environment. The launcher then
+//     keeps stdin open and writes nothing more.
 //  3. The wrapper hands the secret to the program on a pipe (HPCT_SECRET_FD),
 //     starts it in its own process group, and writes a Started record.
 //  4. Each line the program writes becomes one record on the wrapper's
@@ -33,7 +33,8 @@
 //     killed outright, the kernel closes the pipes (local), the ssh client
 //     dies with it (PR_SET_PDEATHSIG) and sshd closes the remote stdin, or
 //     mpirun/srun die with it and their daemons end the wrappers: in every
-//     case the wrapper sees end of file and no rank survives.
+//     case the wrapper sees end of file (or, under mpirun, a signal from
+//     mpirun's daemons) and no rank survives.
 #pragma once
 
 #include <map>

@@ -66,22 +66,28 @@ TEST(Spawner, MpirunOpenMpiAndMpich) {
   MpirunOptions o;
   o.is_root = true;
   o.network_interface = "eth0";
-  auto plans = MpirunSpawner(o).plan(layout("h1:2,h2:2", 3, {false, false, false}));
+  JobLayout three = layout("h1:2,h2:2", 3, {false, false, false});
+  EXPECT_THROW(MpirunSpawner(o).plan(three), Error);  // needs a private directory for the spec
+  three.private_dir = "/home/u/.hpctrain/jobs/job-x";
+  auto plans = MpirunSpawner(o).plan(three);
   ASSERT_EQ(plans.size(), 1u);
   const auto& a = plans[0].argv;
   EXPECT_TRUE(plans[0].group);
   EXPECT_EQ(plans[0].ranks.size(), 3u);
   std::vector<std::string> head(a.begin(), a.begin() + 11);
   EXPECT_EQ(head, (std::vector<std::string>{"mpirun", "-np", "3", "--host", "h1:2,h2:1", "--map-by",
-                                            "slot", "--bind-to", "none", "--stdin", "all"}));
+                                            "slot", "--bind-to", "none", "--stdin", "none"}));
+  EXPECT_EQ(plans[0].spec_file, "/home/u/.hpctrain/jobs/job-x/rank-spec");
   EXPECT_TRUE(has(a, "--allow-run-as-root"));
   EXPECT_TRUE(has(a, "btl_tcp_if_include"));
   EXPECT_FALSE(has(a, "plm_rsh_args"));
-  EXPECT_EQ(a.back(), "launch-rank");
+  EXPECT_EQ(a.at(a.size() - 3), "launch-rank");
   o.is_root = false;
   o.ssh.port = 2222;
   o.ssh_options_given = true;
-  auto b = MpirunSpawner(o).plan(layout("h1:2", 2, {false, false}))[0].argv;
+  JobLayout two = layout("h1:2", 2, {false, false});
+  two.private_dir = "/p";
+  auto b = MpirunSpawner(o).plan(two)[0].argv;
   EXPECT_FALSE(has(b, "--allow-run-as-root"));
   auto rsh = std::find(b.begin(), b.end(), "plm_rsh_args");
   ASSERT_NE(rsh, b.end());
@@ -90,7 +96,6 @@ TEST(Spawner, MpirunOpenMpiAndMpich) {
   o.flavor = MpiFlavor::kMpich;
   o.mpirun = "mpiexec";
   JobLayout j = layout("h1:2,h2:2", 4, {false, false, false, false});
-  EXPECT_THROW(MpirunSpawner(o).plan(j), Error);  // needs a private directory for the spec
   j.private_dir = "/shared/.hpctrain-job-x";
   auto m = MpirunSpawner(o).plan(j)[0];
   EXPECT_EQ(m.spec_file, "/shared/.hpctrain-job-x/rank-spec");

@@ -131,6 +131,7 @@ AttemptResult Supervisor::run(int restart) {
   }
   const Deadline start_deadline(options_.start_timeout);
   SteadyClock::time_point failure_at{};
+  bool spec_files_removed = false;
 
   auto handle_line = [&](Proc& p, bool is_err, const std::string& line) {
     auto rec = parse_record(line);
@@ -235,6 +236,14 @@ AttemptResult Supervisor::run(int restart) {
         if (stopping) break;
       }
     }
+    if (!spec_files_removed &&
+        std::all_of(ranks.begin(), ranks.end(), [](const RankState& s) { return s.started; })) {
+      // Every rank has read the spec: the secret leaves the file system.
+      for (auto& p : procs) {
+        if (!p.plan.spec_file.empty()) ::unlink(p.plan.spec_file.c_str());
+      }
+      spec_files_removed = true;
+    }
     if (!stopping && start_deadline.expired()) {
       std::string missing;
       int first = -1;
@@ -281,6 +290,7 @@ AttemptResult Supervisor::run(int restart) {
   // Nothing a spawner left in its process group outlives the attempt.
   for (auto& p : procs) {
     if (p.child.pid > 0) ::kill(-p.child.pid, SIGKILL);
+    if (!p.plan.spec_file.empty()) ::unlink(p.plan.spec_file.c_str());
   }
   return result;
 }

@@ -1,9 +1,10 @@
-// `hpctrain bench launch`: how long `hpctrain launch -np N` takes from start
-// to every rank past its first barrier, side by side with `mpirun -np N`
-// running the same program (`hpctrain rank-check --timestamp`, which
-// connects with Gloo under hpctrain launch and with MPI under mpirun). Runs
-// alternate so machine noise hits both; JSON lines, one per run and a
-// summary with the medians and their ratio.
+// `hpctrain bench launch`: how long a launcher takes from its start to every
+// rank past its first barrier, for `hpctrain-launch -np N` (the launcher
+// without libtorch), `hpctrain launch -np N` (the full binary) and
+// `mpirun -np N`, all running the same program (`hpctrain-launch rank-check
+// --timestamp`: Gloo through the job store under hpctrain, MPI under
+// mpirun). Runs alternate so machine noise hits all three; JSON lines, one
+// per run and a summary with the medians and the ratios to mpirun.
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -104,18 +105,25 @@ double median(std::vector<double> v) {
 int run_bench_launch(const BenchLaunchArgs& a) {
   if (a.np < 1 || a.reps < 1) throw_invalid_argument("bench launch: --np and --reps must be at least 1");
   const std::string self = self_executable();
+  const std::string light = self.substr(0, self.rfind('/') + 1) + "hpctrain-launch";
+  if (::access(light.c_str(), X_OK) != 0) {
+    throw_invalid_argument("bench launch needs hpctrain-launch next to hpctrain (" + light + ")");
+  }
   const std::string np = std::to_string(a.np);
-  std::vector<std::string> ours = {self, "launch", "--np", np, "--", self, "rank-check", "--timestamp"};
+  const std::vector<std::string> program = {light, "rank-check", "--timestamp"};
+  std::vector<std::string> fast = {light, "--np", np, "--"};
+  std::vector<std::string> full = {self, "launch", "--np", np, "--"};
   std::vector<std::string> mpirun = {"mpirun", "-np", np, "--oversubscribe", "--mca", "btl", "self,vader",
                                      "--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"};
   if (::geteuid() == 0) mpirun.push_back("--allow-run-as-root");
-  for (const auto& w : {self, std::string("rank-check"), std::string("--timestamp")}) mpirun.push_back(w);
+  for (auto* v : {&fast, &full, &mpirun}) v->insert(v->end(), program.begin(), program.end());
+  const char* names[3] = {"hpctrain-launch", "hpctrain launch", "mpirun"};
 
-  std::vector<double> ours_s, mpirun_s;
-  for (int rep = -1; rep < a.reps; ++rep) {  // rep -1 warms the page cache for both
-    double t[2];
-    for (int which = 0; which < 2; ++which) {
-      const auto& argv = which == 0 ? ours : mpirun;
+  std::vector<double> times[3];
+  for (int rep = -1; rep < a.reps; ++rep) {  // rep -1 warms the page cache for all
+    double t[3];
+    for (int which = 0; which < 3; ++which) {
+      const auto& argv = which == 0 ? fast : which == 1 ? full : mpirun;
       int status = 0;
       long long t0 = unix_ns();
       std::string out = run_capture(argv, a.timeout_s, &status);
@@ -123,20 +131,22 @@ int run_bench_launch(const BenchLaunchArgs& a) {
         throw_peer_failure("bench launch: " + join_command(argv) + " failed (status " +
                            std::to_string(status) + "): " + out.substr(0, 400));
       }
-      t[which] = time_to_barrier(out, t0, a.np, which == 0 ? "hpctrain launch" : "mpirun");
+      t[which] = time_to_barrier(out, t0, a.np, names[which]);
     }
     if (rep < 0) continue;
-    ours_s.push_back(t[0]);
-    mpirun_s.push_back(t[1]);
+    for (int w = 0; w < 3; ++w) times[w].push_back(t[w]);
     nlohmann::json j = {{"bench", "launch"}, {"np", a.np}, {"rep", rep},
-                        {"hpctrain_launch_s", t[0]}, {"mpirun_s", t[1]}, {"ratio", t[0] / t[1]}};
+                        {"hpctrain_launch_light_s", t[0]}, {"hpctrain_launch_s", t[1]},
+                        {"mpirun_s", t[2]}, {"ratio", t[0] / t[2]}, {"ratio_full", t[1] / t[2]}};
     std::cout << j.dump() << std::endl;
   }
-  double mo = median(ours_s), mm = median(mpirun_s);
+  double ml = median(times[0]), mf = median(times[1]), mm = median(times[2]);
   nlohmann::json s = {{"bench", "launch"}, {"np", a.np}, {"reps", a.reps}, {"summary", true},
-                      {"median_hpctrain_launch_s", mo}, {"median_mpirun_s", mm}, {"ratio", mo / mm},
-                      {"what", "start to every rank past its first barrier; hpctrain launch (Gloo via "
-                               "the job store) vs mpirun (MPI), same program"}};
+                      {"median_hpctrain_launch_light_s", ml}, {"median_hpctrain_launch_s", mf},
+                      {"median_mpirun_s", mm}, {"ratio", ml / mm}, {"ratio_full", mf / mm},
+                      {"what", "start to every rank past its first barrier, same program "
+                               "(hpctrain-launch rank-check): hpctrain-launch / hpctrain launch "
+                               "(Gloo via the job store) vs mpirun (MPI)"}};
   std::cout << s.dump() << std::endl;
   return 0;
 }

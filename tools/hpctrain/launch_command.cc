@@ -54,12 +54,10 @@ void add_launch_command(CLI::App& app, Cli& cli) {
   c->add_option("--ssh-option", a->o.ssh.options, "Extra ssh -o KEY=VALUE (repeatable)");
   c->add_option("--spawner-arg", a->o.spawner_args,
                 "Extra argument for mpirun or srun, e.g. --spawner-arg=--overcommit (repeatable)");
-  // Everything from the program on is the program's, with or without "--".
-  c->prefix_command();
-  c->footer("Usage: hpctrain launch -np N [options] [--] PROGRAM ARGS...");
-  c->callback([&cli, a, c] {
-    a->o.argv = c->remaining();
-    if (!a->o.argv.empty() && a->o.argv.front() == "--") a->o.argv.erase(a->o.argv.begin());
+  // After "--" everything is the program's, options included.
+  c->add_option("command", a->o.argv, "-- PROGRAM ARGS...")->required();
+  c->footer("Usage: hpctrain launch -np N [options] -- PROGRAM ARGS...");
+  c->callback([&cli, a] {
     cli.run = [&cli, a] {
       launch::LaunchOptions o = a->o;
       if (!a->hosts.empty() && !a->hostfile.empty()) {
