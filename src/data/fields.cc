@@ -36,9 +36,16 @@ std::int64_t parse_label(std::string_view bytes, const std::string& ext) {
 }
 
 DecodedSample decode_sample(const RawSample& sample, const FieldOptions& o) {
+  DecodedSample out;
+  out.label = decode_sample_into(sample, o, &out.image);
+  return out;
+}
+
+std::int64_t decode_sample_into(const RawSample& sample, const FieldOptions& o, Image* out_image) {
   if (sample.decoded) {
     if (!sample.error.empty()) throw_data_corrupt(sample.where() + ": " + sample.error);
-    return {sample.image, sample.label};
+    *out_image = sample.image;
+    return sample.label;
   }
   const std::pair<std::string, std::string>* image = nullptr;
   const std::pair<std::string, std::string>* label = nullptr;
@@ -58,18 +65,18 @@ DecodedSample decode_sample(const RawSample& sample, const FieldOptions& o) {
   if (label == nullptr) {
     throw_data_corrupt(sample.where() + ": sample has no label field (" + join(o.label_fields) + ")");
   }
-  DecodedSample out;
+  std::int64_t value = -1;
   try {
-    out.image = decode_image(image->second, o.channels);
+    decode_image_into(image->second, o.channels, out_image);
   } catch (const Error& e) {
     throw_data_corrupt(sample.where() + ", field ." + image->first + ": " + e.what());
   }
   try {
-    out.label = parse_label(label->second, label->first);
+    value = parse_label(label->second, label->first);
   } catch (const Error& e) {
     throw_data_corrupt(sample.where() + ", field ." + label->first + ": " + e.what());
   }
-  return out;
+  return value;
 }
 
 }  // namespace hpct::data

@@ -28,6 +28,8 @@ struct DecodedSample {
 // A sample a data server decoded is passed through (or its error raised).
 // Thread-safe.
 DecodedSample decode_sample(const RawSample& sample, const FieldOptions& options);
+// The same, decoding into *image (reusing its buffer); returns the label.
+std::int64_t decode_sample_into(const RawSample& sample, const FieldOptions& options, Image* image);
 
 // The label in a .cls/.txt/.json field; DataCorrupt (without location,
 // callers add it) when it is not an integer.

@@ -113,6 +113,9 @@ void check_encodable(const Image& img, const char* what) {
 
 }  // namespace
 
+// libpng's simplified API into out's reused buffer (defined below).
+void png_decode_into(std::string_view bytes, int channels, Image* out);
+
 ImageFormat sniff_image(std::string_view b) {
   if (b.size() >= 8 && std::memcmp(b.data(), "\x89PNG\r\n\x1a\n", 8) == 0) return ImageFormat::kPng;
   if (b.size() >= 3 && static_cast<unsigned char>(b[0]) == 0xff &&
@@ -134,7 +137,32 @@ Image decode_image(std::string_view bytes, int channels) {
   }
 }
 
+void decode_image_into(std::string_view bytes, int channels, Image* out) {
+  switch (sniff_image(bytes)) {
+    case ImageFormat::kPng:
+      png_decode_into(bytes, channels, out);
+      return;
+    case ImageFormat::kJpeg: {
+      JpegError err;
+      if (!jpeg_decode_into(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(),
+                            channels, out, &err)) {
+        throw_data_corrupt(std::string("JPEG does not decode: ") + err.message);
+      }
+      return;
+    }
+    default:
+      throw_data_corrupt("image of " + std::to_string(bytes.size()) +
+                         " bytes is neither PNG nor JPEG (unknown magic bytes)");
+  }
+}
+
 Image decode_png(std::string_view bytes, int channels) {
+  Image img;
+  png_decode_into(bytes, channels, &img);
+  return img;
+}
+
+void png_decode_into(std::string_view bytes, int channels, Image* out) {
   png_image png;
   std::memset(&png, 0, sizeof png);
   png.version = PNG_IMAGE_VERSION;
@@ -146,18 +174,16 @@ Image decode_png(std::string_view bytes, int channels) {
   const bool color = (png.format & PNG_FORMAT_FLAG_COLOR) != 0;
   const int c = channels != 0 ? channels : (color ? 3 : 1);
   png.format = c == 1 ? PNG_FORMAT_GRAY : PNG_FORMAT_RGB;
-  Image img;
-  img.width = static_cast<int>(png.width);
-  img.height = static_cast<int>(png.height);
-  img.channels = c;
-  img.pixels.resize(PNG_IMAGE_SIZE(png));
+  out->width = static_cast<int>(png.width);
+  out->height = static_cast<int>(png.height);
+  out->channels = c;
+  out->pixels.resize(PNG_IMAGE_SIZE(png));
   // Alpha is composited on black; 16-bit samples are reduced to 8.
-  if (!png_image_finish_read(&png, nullptr, img.pixels.data(), 0, nullptr)) {
+  if (!png_image_finish_read(&png, nullptr, out->pixels.data(), 0, nullptr)) {
     std::string msg = png.message;
     png_image_free(&png);
     throw_data_corrupt("PNG does not decode: " + msg);
   }
-  return img;
 }
 
 Image decode_jpeg(std::string_view bytes, int channels) {

@@ -21,6 +21,9 @@ ImageFormat sniff_image(std::string_view bytes);
 // channels: 0 keeps what the file has (1 gray, 3 RGB; gray+alpha and RGBA
 // lose alpha), 1 forces gray, 3 forces RGB.
 Image decode_image(std::string_view bytes, int channels = 0);
+// The same into *out, reusing its pixel buffer (no allocation once it is
+// large enough): the loader's hot path.
+void decode_image_into(std::string_view bytes, int channels, Image* out);
 Image decode_png(std::string_view bytes, int channels = 0);
 Image decode_jpeg(std::string_view bytes, int channels = 0);
 

@@ -273,80 +273,88 @@ std::vector<RawSample> Loader::Impl::fetch_local(std::int64_t b, Result* r) {
 }
 
 Result Loader::Impl::build(std::int64_t b, std::vector<RawSample> samples) {
+  // Each sample is decoded into one scratch image (its buffer reused) and
+  // written straight into its slot of the batch tensor, which is allocated
+  // when the first sample gives the shape.
   Result r;
-  std::vector<DecodedSample> decoded;
+  Image scratch;
+  std::vector<std::int64_t> labels;
   std::vector<std::string> keys;
-  decoded.reserve(samples.size());
+  labels.reserve(samples.size());
   const std::uint64_t first_pos = static_cast<std::uint64_t>(b) * o.batch_size;
+  at::Tensor images;
+  int h = 0, w = 0, c = 0;
+  size_t plane = 0;
   for (size_t i = 0; i < samples.size(); ++i) {
+    std::int64_t label;
     try {
-      DecodedSample d = decode_sample(samples[i], fields);
+      label = decode_sample_into(samples[i], fields, &scratch);
       if (o.augment.any()) {
         Rng rng = Rng::from({o.seed, static_cast<std::uint64_t>(epoch), samples[i].id, first_pos + i});
-        d.image = augment(std::move(d.image), o.augment, rng);
+        scratch = augment(std::move(scratch), o.augment, rng);
       }
-      decoded.push_back(std::move(d));
-      keys.push_back(samples[i].key);
     } catch (const Error& e) {
       sample_failed(&r, e);
+      continue;
     }
-  }
-  const std::int64_t n = static_cast<std::int64_t>(decoded.size());
-  int h = 0, w = 0, c = 0;
-  if (n > 0) {
-    h = decoded[0].image.height;
-    w = decoded[0].image.width;
-    c = decoded[0].image.channels;
-  }
-  for (std::int64_t i = 0; i < n; ++i) {
-    const Image& im = decoded[i].image;
-    if (im.height != h || im.width != w || im.channels != c) {
-      throw_mismatch("sample " + keys[i] + " is " + std::to_string(im.height) + "x" +
-                     std::to_string(im.width) + "x" + std::to_string(im.channels) + " but sample " +
-                     keys[0] + " of the same batch is " + std::to_string(h) + "x" + std::to_string(w) +
-                     "x" + std::to_string(c) + ": set a resize or crop size, or channels");
+    if (!images.defined()) {
+      h = scratch.height;
+      w = scratch.width;
+      c = scratch.channels;
+      plane = static_cast<size_t>(h) * w;
+      const std::int64_t rows = static_cast<std::int64_t>(samples.size());
+      images = at::empty({rows, c, h, w}, o.normalize ? at::kFloat : at::kByte);
+      if (o.normalize && ((o.mean.size() != 1 && o.mean.size() != static_cast<size_t>(c)) ||
+                          (o.std.size() != 1 && o.std.size() != static_cast<size_t>(c)))) {
+        throw_invalid_argument("normalize: " + std::to_string(o.mean.size()) + " means and " +
+                               std::to_string(o.std.size()) + " stds for " + std::to_string(c) +
+                               " channels");
+      }
+    } else if (scratch.height != h || scratch.width != w || scratch.channels != c) {
+      throw_mismatch("sample " + samples[i].key + " is " + std::to_string(scratch.height) + "x" +
+                     std::to_string(scratch.width) + "x" + std::to_string(scratch.channels) +
+                     " but sample " + keys[0] + " of the same batch is " + std::to_string(h) + "x" +
+                     std::to_string(w) + "x" + std::to_string(c) +
+                     ": set a resize or crop size, or channels");
     }
+    const size_t slot = keys.size();
+    const std::uint8_t* px = scratch.pixels.data();
+    if (o.normalize) {
+      float* dst = images.data_ptr<float>() + slot * c * plane;
+      for (int k = 0; k < c; ++k) {
+        const float sd = o.std[o.std.size() == 1 ? 0 : k], mean = o.mean[o.mean.size() == 1 ? 0 : k];
+        const float scale = 1.0f / (255.0f * sd), shift = mean / sd;
+        for (size_t p = 0; p < plane; ++p) dst[k * plane + p] = px[p * c + k] * scale - shift;
+      }
+    } else {
+      std::uint8_t* dst = images.data_ptr<std::uint8_t>() + slot * c * plane;
+      if (c == 1) {
+        std::copy_n(px, plane, dst);
+      } else if (c == 3) {  // the common case, in one pass over the pixels
+        std::uint8_t *red = dst, *green = dst + plane, *blue = dst + 2 * plane;
+        for (size_t p = 0; p < plane; ++p) {
+          red[p] = px[3 * p];
+          green[p] = px[3 * p + 1];
+          blue[p] = px[3 * p + 2];
+        }
+      } else {
+        for (int k = 0; k < c; ++k) {
+          for (size_t p = 0; p < plane; ++p) dst[k * plane + p] = px[p * c + k];
+        }
+      }
+    }
+    labels.push_back(label);
+    keys.push_back(samples[i].key);
   }
+  const std::int64_t n = static_cast<std::int64_t>(keys.size());
+  if (!images.defined()) images = at::empty({0, 0, 0, 0}, o.normalize ? at::kFloat : at::kByte);
+  if (n < images.size(0)) images = images.narrow(0, 0, n).contiguous();  // skipped samples
+  r.batch.images = std::move(images);
+  r.batch.labels = at::empty({n}, at::kLong);
+  std::copy(labels.begin(), labels.end(), r.batch.labels.data_ptr<std::int64_t>());
   r.batch.epoch = epoch;
   r.batch.index = b;
   r.batch.keys = std::move(keys);
-  r.batch.labels = at::empty({n}, at::kLong);
-  auto* lab = r.batch.labels.data_ptr<std::int64_t>();
-  for (std::int64_t i = 0; i < n; ++i) lab[i] = decoded[i].label;
-  const size_t plane = static_cast<size_t>(h) * w;
-  if (o.normalize) {
-    if (n > 0 && ((o.mean.size() != 1 && o.mean.size() != static_cast<size_t>(c)) ||
-                  (o.std.size() != 1 && o.std.size() != static_cast<size_t>(c)))) {
-      throw_invalid_argument("normalize: " + std::to_string(o.mean.size()) + " means and " +
-                             std::to_string(o.std.size()) + " stds for " + std::to_string(c) +
-                             " channels");
-    }
-    r.batch.images = at::empty({n, c, h, w}, at::kFloat);
-    float* out = r.batch.images.data_ptr<float>();
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::uint8_t* px = decoded[i].image.pixels.data();
-      for (int k = 0; k < c; ++k) {
-        const float scale = 1.0f / (255.0f * o.std[o.std.size() == 1 ? 0 : k]);
-        const float shift = o.mean[o.mean.size() == 1 ? 0 : k] / o.std[o.std.size() == 1 ? 0 : k];
-        float* dst = out + (static_cast<size_t>(i) * c + k) * plane;
-        for (size_t p = 0; p < plane; ++p) dst[p] = px[p * c + k] * scale - shift;
-      }
-    }
-  } else {
-    r.batch.images = at::empty({n, c, h, w}, at::kByte);
-    std::uint8_t* out = r.batch.images.data_ptr<std::uint8_t>();
-    for (std::int64_t i = 0; i < n; ++i) {
-      const std::uint8_t* px = decoded[i].image.pixels.data();
-      if (c == 1) {
-        std::copy_n(px, plane, out + static_cast<size_t>(i) * plane);
-        continue;
-      }
-      for (int k = 0; k < c; ++k) {
-        std::uint8_t* dst = out + (static_cast<size_t>(i) * c + k) * plane;
-        for (size_t p = 0; p < plane; ++p) dst[p] = px[p * c + k];
-      }
-    }
-  }
   return r;
 }
 

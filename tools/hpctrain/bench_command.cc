@@ -10,6 +10,7 @@ void add_bench_command(CLI::App& app, Cli& cli) {
   add_bench_comm_command(*bench, cli);
   add_bench_engine_command(*bench, cli);
   add_bench_train_command(*bench, cli);
+  add_bench_data_command(*bench, cli);
   add_bench_launch_command(*bench, cli);
 }
 

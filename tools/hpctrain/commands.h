@@ -19,7 +19,9 @@ struct Cli {
 
 void add_config_command(CLI::App& app, Cli& cli);
 void add_bench_command(CLI::App& app, Cli& cli);
+void add_data_command(CLI::App& app, Cli& cli);         // pack, inspect, verify, serve
 void add_launch_command(CLI::App& app, Cli& cli);       // and the hidden launch-rank
+void add_doctor_command(CLI::App& app, Cli& cli);       // and the hidden doctor --probe
 void add_rank_check_command(CLI::App& app, Cli& cli);   // hidden test program
 // -np -> --np before parsing (CLI11 takes one letter after a single dash).
 void rewrite_single_dash_options(int argc, char** argv);
@@ -28,6 +30,7 @@ void rewrite_single_dash_options(int argc, char** argv);
 void add_bench_comm_command(CLI::App& bench, Cli& cli);
 void add_bench_engine_command(CLI::App& bench, Cli& cli);
 void add_bench_train_command(CLI::App& bench, Cli& cli);
+void add_bench_data_command(CLI::App& bench, Cli& cli);
 void add_bench_launch_command(CLI::App& bench, Cli& cli);
 
 // Prints the effective configuration as a table (or JSON lines).

@@ -30,7 +30,9 @@ int main(int argc, char** argv) {
       ->type_name("NAME=VALUE");
   cli::add_config_command(app, state);
   cli::add_bench_command(app, state);
+  cli::add_data_command(app, state);
   cli::add_launch_command(app, state);
+  cli::add_doctor_command(app, state);
   cli::add_rank_check_command(app, state);
 
   cli::rewrite_single_dash_options(argc, argv);
