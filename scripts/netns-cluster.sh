@@ -10,6 +10,14 @@
 #   scripts/netns-cluster.sh down NAME                   tear everything down
 #   scripts/netns-cluster.sh sshd-stop NAME I            stop host I's sshd (fault tests)
 #   scripts/netns-cluster.sh sshd-start NAME I           start it again
+#   scripts/netns-cluster.sh sshd-start-bind NAME I SRC DST
+#                                 restart host I's sshd in its own mount namespace with SRC
+#                                 bind-mounted over DST (another binary, a private "shared" dir)
+#
+# `up ... --etc-hosts` gives every host its own /etc/hosts (ip netns exec
+# bind-mounts /etc/netns/NS/hosts for sshd and its sessions) in which this
+# machine's hostname and hN resolve to the host's own address, as on a
+# well-configured cluster; tests rewrite that file in place to inject faults.
 #
 # NAME (default: c<pid>) keeps parallel and leftover clusters apart: it is in
 # every namespace, link, and the state directory /tmp/hpct-netns-NAME.
@@ -65,6 +73,7 @@ down() {
   for i in $(seq 1 "$n"); do
     stop_sshd "$dir" "$i"
     local ns; ns=$(ns_of "$name" "$i")
+    rm -rf "/etc/netns/$ns"
     if ip netns list | grep -qw "$ns"; then
       # Whatever our tests left inside this host (ranks, wrappers) goes with it.
       for pid in $(ip netns pids "$ns" 2>/dev/null); do kill -9 "$pid" 2>/dev/null || true; done
@@ -76,7 +85,7 @@ down() {
 }
 
 up() {
-  local n=$1 name=$2 rate=$3
+  local n=$1 name=$2 rate=$3 etc_hosts=${4:-}
   [[ "$n" =~ ^[0-9]+$ && "$n" -ge 1 && "$n" -le 16 ]] || { echo "netns-cluster: N must be 1..16" >&2; exit 2; }
   check_name "$name"
   down "$name"
@@ -127,6 +136,12 @@ up() {
     if [[ -n "$rate" ]]; then
       tc qdisc replace dev "hv$name$i" root tbf rate "$rate" burst 1mb latency 10ms
       tc -n "$ns" qdisc replace dev eth0 root tbf rate "$rate" burst 1mb latency 10ms
+    fi
+    if [[ -n "$etc_hosts" ]]; then
+      mkdir -p "/etc/netns/$ns"
+      { echo "127.0.0.1 localhost"; echo "$addr $(hostname) h$i"
+        for j in $(seq 1 "$n"); do [[ $j -ne $i ]] && echo "10.77.$x.$j h$j"; done; true
+      } > "/etc/netns/$ns/hosts"
     fi
     cat > "$dir/sshd_config.h$i" <<CONF
 ListenAddress $addr
@@ -184,17 +199,18 @@ case "$cmd" in
   up)
     shift
     n=${1:?usage: netns-cluster.sh up N [NAME] [--rate RATE]}; shift
-    name="c$$"; rate=""
+    name="c$$"; rate=""; etc_hosts=""
     while [[ $# -gt 0 ]]; do
       case "$1" in
         --rate) rate=$2; shift 2 ;;
+        --etc-hosts) etc_hosts=1; shift ;;
         *) name=$1; shift ;;
       esac
     done
     check_name "$name"
     # A failed `up` leaves nothing behind.
     trap 'rc=$?; if [[ $rc -ne 0 ]]; then down "$name"; fi' EXIT
-    up "$n" "$name" "$rate"
+    up "$n" "$name" "$rate" "$etc_hosts"
     ;;
   down)
     check_name "${2:?usage: netns-cluster.sh down NAME}"
@@ -204,7 +220,14 @@ case "$cmd" in
     check_name "$2"; stop_sshd "$(state_of "$2")" "${3:?host index}" ;;
   sshd-start)
     check_name "$2"; start_sshd "$(state_of "$2")" "$2" "${3:?host index}" ;;
+  sshd-start-bind)
+    check_name "$2"; i=${3:?host index}; src=${4:?source}; dst=${5:?target}
+    dir=$(state_of "$2"); stop_sshd "$dir" "$i"
+    ip netns exec "$(ns_of "$2" "$i")" unshare -m --propagation private \
+      sh -c 'mount --bind "$1" "$2" && exec /usr/sbin/sshd -f "$3"' sh "$src" "$dst" "$dir/sshd_config.h$i"
+    for _ in $(seq 1 50); do [[ -s "$dir/sshd.h$i.pid" ]] && exit 0; sleep 0.1; done
+    echo "netns-cluster: sshd on host $i did not write its pid file" >&2; exit 1 ;;
   *)
-    echo "usage: $0 up N [NAME] [--rate RATE] | down NAME | sshd-stop NAME I | sshd-start NAME I" >&2
+    echo "usage: $0 up N [NAME] [--rate RATE] [--etc-hosts] | down NAME | sshd-stop NAME I | sshd-start NAME I | sshd-start-bind NAME I SRC DST" >&2
     exit 2 ;;
 esac

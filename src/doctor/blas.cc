@@ -1,7 +1,10 @@
 #include "doctor/blas.h"
 
+#include <link.h>
+
 #include <climits>
 #include <cstdlib>
+#include <string>
 
 namespace hpct::doctor {
 
@@ -31,7 +34,34 @@ BlasFacts classify_blas(const std::string& real_path) {
   return b;
 }
 
+namespace {
+
+// A BLAS this process already loaded (hpctrain links libtorch, which links
+// libblas.so.3): what libtorch really uses here, after every alternative.
+std::string loaded_blas() {
+  std::string found;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) {
+        std::string name = info->dlpi_name ? info->dlpi_name : "";
+        auto slash = name.rfind('/');
+        std::string base = slash == std::string::npos ? name : name.substr(slash + 1);
+        if (base.rfind("libblas.so", 0) == 0 || base.rfind("libmkl_rt", 0) == 0) {
+          *static_cast<std::string*>(data) = name;
+          return 1;
+        }
+        return 0;
+      },
+      &found);
+  if (found.empty()) return "";
+  char buf[PATH_MAX];
+  return ::realpath(found.c_str(), buf) ? std::string(buf) : found;
+}
+
+}  // namespace
+
 BlasFacts find_blas() {
+  std::string loaded = loaded_blas();
+  if (!loaded.empty()) return classify_blas(loaded);
 #if defined(__x86_64__)
   const char* triplet = "x86_64-linux-gnu";
 #elif defined(__aarch64__)

@@ -13,8 +13,9 @@ namespace hpct::doctor {
 // Pure; thread-safe.
 BlasFacts classify_blas(const std::string& real_path);
 
-// Finds libblas.so.3 where the dynamic linker would (the multiarch and lib64
-// directories) and classifies its real path. Reads the file system only.
+// The BLAS this process has loaded (through libtorch), else libblas.so.3
+// where the dynamic linker would find it (the multiarch and lib64
+// directories), classified by its real path.
 BlasFacts find_blas();
 
 // The Debian package that replaces a reference BLAS: libopenblas0-pthread.

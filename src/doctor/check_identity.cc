@@ -84,9 +84,11 @@ std::vector<Row> check_name(const DoctorInput& in) {
       }
       if (!bad_name.empty()) {
         std::string good = routable_address(h);
-        r.status = Status::kFail;
-        r.detail = "'" + bad_name + "' resolves to " + bad_addr + " on " + h.name +
-                   " itself: MPI and Gloo ranks there would advertise loopback";
+        // Alone, a host never needs to be reached by another: a warning only.
+        bool alone = in.hosts.size() == 1;
+        r.status = alone ? Status::kWarn : Status::kFail;
+        r.detail = "'" + bad_name + "' resolves to " + bad_addr + " on " + h.name + " itself: MPI and Gloo ranks there " +
+                   (alone ? "would advertise loopback in a multi-host job" : "would advertise loopback");
         if (!f.loopback_hosts_line.empty()) {
           std::istringstream words(f.loopback_hosts_line);
           std::string first, rest, w;

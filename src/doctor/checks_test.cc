@@ -114,6 +114,9 @@ TEST(DoctorChecks, ListedNameOnLoopbackOnItsOwnHostFails) {
   one.hosts[0].facts->interface_addrs.clear();
   one.hosts[0].facts->hostname_addrs = {"127.0.0.1"};
   EXPECT_EQ(check_name(one)[0].status, Status::kOk);
+  // Alone but with a LAN address: a warning, since no other host needs it yet.
+  one.hosts[0].facts->interface_addrs = {"10.0.0.1"};
+  EXPECT_EQ(check_name(one)[0].status, Status::kWarn);
 }
 
 TEST(DoctorChecks, UnresolvableNameFailsHere) {
