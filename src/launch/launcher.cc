@@ -238,8 +238,7 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
                                  : "";
     output.launcher_line(r.summary + stopped);
     if (!r.tail.empty()) {
-      output.launcher_line(r.failed_rank >= 0 ? "last stderr lines of rank " + std::to_string(r.failed_rank) + ":"
-                                              : "last lines:");
+      output.launcher_line("last lines of " + r.tail_from + ":");
       for (const auto& l : r.tail) output.launcher_line("  | " + l);
     }
     if (r.interrupted_by != 0) break;

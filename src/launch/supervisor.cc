@@ -84,8 +84,10 @@ AttemptResult Supervisor::run(int restart) {
       if (p.plan.group && p.child.pid > 0 && !p.exited) ::kill(p.child.pid, SIGTERM);
     }
   };
-  auto fail = [&](int rank, const std::string& what, int exit_code, const std::deque<std::string>& tail) {
+  auto fail = [&](int rank, const std::string& what, int exit_code, const std::deque<std::string>& tail,
+                  const std::string& tail_from) {
     if (stopping) return;
+    result.tail_from = tail_from;
     result.ok = false;
     result.failed_rank = rank;
     result.summary = what;
@@ -160,7 +162,8 @@ AttemptResult Supervisor::run(int restart) {
           failure_at = SteadyClock::now();
           fail(rec->rank, "rank " + std::to_string(rec->rank) + " on host " + output_.host(rec->rank) +
                               " " + r.end.describe(),
-               r.end.launcher_exit_code(), output_.stderr_tail(rec->rank));
+               r.end.launcher_exit_code(), output_.stderr_tail(rec->rank),
+               "rank " + std::to_string(rec->rank) + "'s stderr");
         }
         break;
     }
@@ -202,7 +205,7 @@ AttemptResult Supervisor::run(int restart) {
         output_.launcher_line(std::string("got ") + ::strsignal(static_cast<int>(si.ssi_signo)) +
                               "; stopping every rank");
         fail(-1, std::string("interrupted by ") + ::strsignal(static_cast<int>(si.ssi_signo)),
-             128 + static_cast<int>(si.ssi_signo), {});
+             128 + static_cast<int>(si.ssi_signo), {}, "");
         failure_at = SteadyClock::now();
       }
     }
@@ -230,7 +233,7 @@ AttemptResult Supervisor::run(int restart) {
           fail(r, "rank " + std::to_string(r) + " on host " + output_.host(r) +
                       (s.started ? " was lost: " : " did not start: ") + who + " " +
                       describe_status(p.status),
-               error_exit_code(ErrorCode::kPeerFailure), p.tail);
+               error_exit_code(ErrorCode::kPeerFailure), p.tail, who);
           break;
         }
         if (stopping) break;
@@ -257,7 +260,8 @@ AttemptResult Supervisor::run(int restart) {
         failure_at = SteadyClock::now();
         fail(first, missing + " did not start within the start timeout of " +
                         std::to_string(options_.start_timeout.count() / 1000.0).substr(0, 5) + " s",
-             error_exit_code(ErrorCode::kTimeout), procs[ranks[static_cast<size_t>(first)].proc].tail);
+             error_exit_code(ErrorCode::kTimeout), procs[ranks[static_cast<size_t>(first)].proc].tail,
+             "the spawner of rank " + std::to_string(first));
       }
     }
     bool all_finished = std::all_of(procs.begin(), procs.end(), [](const Proc& p) { return p.finished(); });

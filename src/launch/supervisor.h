@@ -41,6 +41,7 @@ struct AttemptResult {
   int failed_rank = -1;       // -1 when no rank is to blame (interrupted)
   std::string summary;        // "rank 2 on host h2 exited with code 3"
   std::vector<std::string> tail;  // last stderr lines of the failed rank (or of its spawner)
+  std::string tail_from;          // "rank 2's stderr", "its ssh session"
   int interrupted_by = 0;     // the signal that stopped the launcher, 0 if none
   Millis stop_time{0};        // from the failure to every process gone
 };

@@ -48,12 +48,15 @@ void add_launch_command(CLI::App& app, Cli& cli) {
                 "Seconds every rank has to start (default HPCT_LAUNCH_START_TIMEOUT_S)");
   c->add_option("--grace", a->grace_s, "Seconds from SIGTERM to SIGKILL when stopping ranks (default HPCT_LAUNCH_GRACE_S)");
   c->add_option("--env", a->o.env, "Pass NAME (its value here) or NAME=VALUE to every rank")
-      ->type_name("NAME[=VAL]");
+      ->type_name("NAME[=VAL]")
+      ->allow_extra_args(false);  // one value per --env, so "--" still ends the options
   c->add_option("-p,--ssh-port", a->o.ssh.port, "ssh port");
   c->add_option("-i,--ssh-identity", a->o.ssh.identity, "ssh private key file");
-  c->add_option("--ssh-option", a->o.ssh.options, "Extra ssh -o KEY=VALUE (repeatable)");
+  c->add_option("--ssh-option", a->o.ssh.options, "Extra ssh -o KEY=VALUE (repeatable)")
+      ->allow_extra_args(false);
   c->add_option("--spawner-arg", a->o.spawner_args,
-                "Extra argument for mpirun or srun, e.g. --spawner-arg=--overcommit (repeatable)");
+                "Extra argument for mpirun or srun, e.g. --spawner-arg=--overcommit (repeatable)")
+      ->allow_extra_args(false);
   // After "--" everything is the program's, options included.
   c->add_option("command", a->o.argv, "-- PROGRAM ARGS...")->required();
   c->footer("Usage: hpctrain launch -np N [options] -- PROGRAM ARGS...");

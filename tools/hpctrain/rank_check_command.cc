@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <iostream>
 #include <thread>
 
@@ -80,7 +81,10 @@ int run_rank_check(const RankCheckArgs& a, const Config& config) {
     std::fprintf(stderr, "rank-check: rank %d failing on purpose (restart %d)\n", rank, info.restart);
     std::fflush(stderr);
     if (a.fail_signal != 0) ::raise(a.fail_signal);
-    return a.fail_code;
+    // Exit at once, as a crashing rank would: a clean return would run
+    // MPI_Finalize, which waits for the ranks still sleeping.
+    std::fflush(stdout);
+    std::_Exit(a.fail_code);
   }
   if (a.sleep_s > 0) std::this_thread::sleep_for(std::chrono::duration<double>(a.sleep_s));
   return reduce == "ok" || reduce == "skipped" ? 0 : 1;

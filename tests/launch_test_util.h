@@ -1,0 +1,120 @@
+// Helpers for the tests that run hpctrain launch as users do: run a shell
+// command with a time bound, find the rank PIDs a job printed, wait for
+// them to be gone.
+#pragma once
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace launch_test {
+
+struct Outcome {
+  int exit_code = -1;
+  std::string out;  // stdout and stderr together
+  double seconds = 0;
+};
+
+// Runs `sh -c cmd` under timeout(1), stdout and stderr together.
+inline Outcome run(const std::string& cmd, int timeout_s = 60) {
+  std::string full = "timeout -s KILL " + std::to_string(timeout_s) + " sh -c '" + cmd + "' 2>&1";
+  Outcome r;
+  auto t0 = std::chrono::steady_clock::now();
+  FILE* p = popen(full.c_str(), "r");
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+inline int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// PIDs from rank-check --print-pid lines ("[r] pid R PID").
+inline std::vector<int> rank_pids(const std::string& out) {
+  std::vector<int> pids;
+  std::regex re("pid [0-9]+ ([0-9]+)");
+  for (std::sregex_iterator it(out.begin(), out.end(), re), end; it != end; ++it) {
+    pids.push_back(std::stoi((*it)[1]));
+  }
+  return pids;
+}
+
+inline bool alive(int pid) {
+  if (::kill(pid, 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  auto close = s.rfind(')');
+  return close == std::string::npos || s.size() < close + 3 || s[close + 2] != 'Z';  // zombies are gone
+}
+
+// True when every pid has ended within the bound.
+inline bool all_gone_within(const std::vector<int>& pids, double seconds) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (true) {
+    bool any = false;
+    for (int p : pids) any = any || alive(p);
+    if (!any) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+}
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+// Starts `cmd > out_file 2>&1` in the background, returns the launcher's pid.
+inline int start_background(const std::string& cmd, const std::string& out_file) {
+  Outcome r = run("(" + cmd + ") > " + out_file + " 2>&1 & echo $!", 10);
+  return std::atoi(r.out.c_str());
+}
+
+// Waits (bounded) until the file shows `n` occurrences of `what`.
+inline std::string wait_for(const std::string& file, const std::string& what, int n, double seconds) {
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  std::string text;
+  while (std::chrono::steady_clock::now() < until) {
+    text = slurp(file);
+    if (count(text, what) >= n) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return text;
+}
+
+// KEY=VALUE lines (values may be "quoted").
+inline std::map<std::string, std::string> read_env_file(const std::string& path) {
+  std::map<std::string, std::string> out;
+  std::ifstream f(path);
+  std::string line;
+  while (std::getline(f, line)) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string v = line.substr(eq + 1);
+    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
+    out[line.substr(0, eq)] = v;
+  }
+  return out;
+}
+
+}  // namespace launch_test
