@@ -7,8 +7,10 @@
 // in a temporary directory, so the benchmark needs no download.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
@@ -31,26 +33,13 @@ struct DataArgs {
   int epoch_samples = 2048;  // loader epoch: the images repeated (long enough to hide the pipeline's fill and drain)
   int size = 224;
   int max_threads = 2;
-  double seconds = 1.5;   // per measurement
-  int rounds = 3;         // alternating rounds; the best of each is reported
+  double seconds = 1.5;   // measuring time: seconds x rounds (x max_threads for the loader)
+  int rounds = 3;
   std::int64_t batch = 32;
 };
 
 double seconds_since(SteadyClock::time_point t0) {
   return std::chrono::duration<double>(SteadyClock::now() - t0).count();
-}
-
-// Runs fn (which decodes `per_call` images) until `budget` seconds pass; images/s.
-template <class Fn>
-double rate(double budget, int per_call, Fn fn) {
-  fn();  // warm caches
-  const auto t0 = SteadyClock::now();
-  std::uint64_t n = 0;
-  do {
-    fn();
-    n += static_cast<std::uint64_t>(per_call);
-  } while (seconds_since(t0) < budget);
-  return static_cast<double>(n) / seconds_since(t0);
 }
 
 int run_bench_data(const DataArgs& a) {
@@ -104,52 +93,84 @@ int run_bench_data(const DataArgs& a) {
   std::uint64_t jpeg_bytes = 0;
   for (const auto& j : jpegs) jpeg_bytes += j.size();
 
-  // Decode per thread: ours and the reference, alternating, best of rounds
-  // (the machine is shared; the best is the least disturbed).
-  double best_ref = 0, best_ours = 0;
+  // Decode per thread, ours next to the reference: one pass over the images
+  // each, alternating, for --seconds x --rounds; the figure is the median of
+  // the paired ratios (a pair shares whatever else the machine is doing),
+  // the rates are the medians of each side.
   data::Image scratch;  // reused, as the loader reuses one per batch
-  for (int r = 0; r < a.rounds; ++r) {
-    best_ref = std::max(best_ref, rate(a.seconds, a.images, [&] { data::reference_jpeg_decode(jpegs, 1); }));
-    best_ours = std::max(best_ours, rate(a.seconds, a.images, [&] {
-                           for (const auto& j : jpegs) data::decode_image_into(j, 0, &scratch);
-                         }));
+  auto time_it = [](auto&& fn) {
+    const auto t0 = SteadyClock::now();
+    fn();
+    return seconds_since(t0);
+  };
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  auto ours_pass = [&] {
+    for (const auto& j : jpegs) data::decode_image_into(j, 0, &scratch);
+  };
+  auto ref_pass = [&] { data::reference_jpeg_decode(jpegs, 1); };
+  ours_pass();
+  ref_pass();
+  std::vector<double> ratios, ours_rates, ref_rates;
+  const auto t_all = SteadyClock::now();
+  while (seconds_since(t_all) < a.seconds * a.rounds) {
+    const double tr = time_it(ref_pass), to = time_it(ours_pass);
+    ratios.push_back(tr / to);
+    ours_rates.push_back(a.images / to);
+    ref_rates.push_back(a.images / tr);
   }
   nlohmann::json d = {{"bench", "data"},
                       {"what", "jpeg_decode_per_thread"},
                       {"images", a.images},
                       {"size", a.size},
                       {"mean_jpeg_bytes", jpeg_bytes / jpegs.size()},
-                      {"images_per_s", best_ours},
-                      {"reference_images_per_s", best_ref},
+                      {"pairs", ratios.size()},
+                      {"images_per_s", median(ours_rates)},
+                      {"reference_images_per_s", median(ref_rates)},
                       {"reference_call", "jpeg_read_scanlines"},
-                      {"ratio", best_ours / best_ref}};
+                      {"ratio", median(ratios)}};
   std::cout << d.dump() << std::endl;
 
-  // The Loader end to end (index, read, decode, batch as uint8 tensors).
-  std::vector<double> best(a.max_threads + 1, 0);
-  for (int r = 0; r < a.rounds; ++r) {
+  // The Loader end to end (index, read, decode, batch as uint8 tensors):
+  // one epoch with each thread count in turn, repeated; speedup is the
+  // median of the paired ratios against 1 thread.
+  std::vector<std::unique_ptr<data::Loader>> loaders;
+  for (int t = 1; t <= a.max_threads; ++t) {
+    data::LoaderOptions o;
+    o.shards = writer.shards();
+    o.batch_size = a.batch;
+    o.threads = t;
+    o.prefetch = 2 * t + 2;
+    o.image_fields = {"jpg"};
+    loaders.push_back(std::make_unique<data::Loader>(o));
+  }
+  std::int64_t epoch = 0;
+  auto run_epoch = [&](data::Loader& l) {
+    data::Batch b;
+    l.start_epoch(epoch);
+    while (l.next(&b)) {
+    }
+  };
+  for (auto& l : loaders) run_epoch(*l);  // warm up
+  std::vector<std::vector<double>> rates(a.max_threads + 1), speedups(a.max_threads + 1);
+  const auto t_loader = SteadyClock::now();
+  while (seconds_since(t_loader) < a.seconds * a.rounds * a.max_threads) {
+    ++epoch;
+    std::vector<double> secs(a.max_threads + 1);
     for (int t = 1; t <= a.max_threads; ++t) {
-      data::LoaderOptions o;
-      o.shards = writer.shards();
-      o.batch_size = a.batch;
-      o.threads = t;
-      o.prefetch = 2 * t + 2;
-      o.image_fields = {"jpg"};
-      data::Loader loader(o);
-      std::int64_t epoch = 0;
-      data::Batch b;
-      best[t] = std::max(best[t], rate(a.seconds, a.epoch_samples, [&] {
-                           loader.start_epoch(epoch++);
-                           while (loader.next(&b)) {
-                           }
-                         }));
+      secs[t] = time_it([&] { run_epoch(*loaders[t - 1]); });
+      rates[t].push_back(a.epoch_samples / secs[t]);
+      speedups[t].push_back(secs[1] / secs[t]);
     }
   }
   for (int t = 1; t <= a.max_threads; ++t) {
-    nlohmann::json j = {{"bench", "data"},      {"what", "loader"},  {"threads", t},
-                        {"images", a.epoch_samples},   {"size", a.size},    {"batch", a.batch},
-                        {"images_per_s", best[t]}, {"speedup", best[t] / best[1]},
-                        {"cores", ::sysconf(_SC_NPROCESSORS_ONLN)}};
+    nlohmann::json j = {{"bench", "data"},         {"what", "loader"},
+                        {"threads", t},            {"images", a.epoch_samples},
+                        {"size", a.size},          {"batch", a.batch},
+                        {"epochs", rates[t].size()}, {"images_per_s", median(rates[t])},
+                        {"speedup", median(speedups[t])}, {"cores", ::sysconf(_SC_NPROCESSORS_ONLN)}};
     std::cout << j.dump() << std::endl;
   }
   return 0;
@@ -166,7 +187,7 @@ void add_bench_data_command(CLI::App& bench, Cli& cli) {
   c->add_option("--size", args->size, "Image side in pixels")->capture_default_str();
   c->add_option("--max-threads", args->max_threads, "Loader threads to try: 1..N")->capture_default_str();
   c->add_option("--seconds", args->seconds, "Seconds per measurement")->capture_default_str();
-  c->add_option("--rounds", args->rounds, "Rounds; the best of each measurement is reported")
+  c->add_option("--rounds", args->rounds, "Measure for --seconds x --rounds (x threads for the loader)")
       ->capture_default_str();
   c->add_option("--batch", args->batch, "Loader batch size")->capture_default_str();
   c->callback([args, &cli] { cli.run = [args] { return run_bench_data(*args); }; });
