@@ -85,7 +85,7 @@ int run_worker(TrainArgs a, const Config& config) {
   auto ctx = init(config);
   a.o.overlap = !a.no_overlap;
   auto j = bench::run_train_bench(*ctx, a.o);
-  j["backend"] = a.backend;
+  j["backend"] = config.backend;  // HPCT_BACKEND, set by the parent for every rank
   if (ctx->rank() == 0) std::cout << j.dump() << std::endl;
   return 0;
 }
