@@ -69,15 +69,19 @@ TEST(LaunchLocal, RankKilledBySignalIsReportedAsSignal) {
 }
 
 TEST(LaunchLocal, NoRankSurvivesAKilledLauncher) {
-  std::string file = "/tmp/hpct-launch-kill-" + std::to_string(::getpid()) + ".out";
-  int launcher = start_background(L + " -np 3 -- " + L + " rank-check --print-pid --sleep-s 60", file);
-  ASSERT_GT(launcher, 0);
-  std::string text = wait_for(file, "allreduce=ok", 3, 20);
-  auto pids = rank_pids(text);
-  ASSERT_EQ(pids.size(), 3u) << text;
-  ASSERT_EQ(::kill(launcher, SIGKILL), 0);
-  EXPECT_TRUE(all_gone_within(pids, 5.0)) << "ranks outlived the launcher by 5 s";
-  std::remove(file.c_str());
+  for (std::string spawner : {"local", "mpirun"}) {
+    SCOPED_TRACE(spawner);
+    std::string file = "/tmp/hpct-launch-kill-" + std::to_string(::getpid()) + ".out";
+    int launcher = start_background(L + " -np 3 --spawner " + spawner + " -- " + L +
+                                        " rank-check --print-pid --sleep-s 60", file);
+    ASSERT_GT(launcher, 0);
+    std::string text = wait_for(file, "allreduce=ok", 3, 20);
+    auto pids = rank_pids(text);
+    ASSERT_EQ(pids.size(), 3u) << text;
+    ASSERT_EQ(::kill(launcher, SIGKILL), 0);
+    EXPECT_TRUE(all_gone_within(pids, 5.0)) << "ranks outlived the launcher by 5 s";
+    std::remove(file.c_str());
+  }
 }
 
 TEST(LaunchLocal, MaxRestartsRestartsTheGroupWithTheCount) {

@@ -1,6 +1,7 @@
 #include "launch/launcher.h"
 
 #include <signal.h>
+#include <cstdlib>
 #include <sys/signalfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -95,7 +96,18 @@ std::string make_private_dir(const Env& env) {
     base += sub;
     if (::mkdir(base.c_str(), 0700) != 0 && errno != EEXIST) throw_io("cannot create " + base, errno);
   }
-  std::string tmpl = base + "/job-XXXXXX";
+  // Directories of launchers that were killed outright (the SIGKILL case
+  // cannot clean up) go now: the name carries the owner's pid.
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(base, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name.rfind("job-", 0) != 0) continue;
+    long pid = std::strtol(name.c_str() + 4, nullptr, 10);
+    if (pid > 0 && ::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH) {
+      std::filesystem::remove_all(entry.path(), ec);
+    }
+  }
+  std::string tmpl = base + "/job-" + std::to_string(::getpid()) + "-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
   return tmpl;
 }
