@@ -23,6 +23,7 @@ void add_data_command(CLI::App& app, Cli& cli);         // pack, inspect, verify
 void add_launch_command(CLI::App& app, Cli& cli);       // and the hidden launch-rank
 void add_doctor_command(CLI::App& app, Cli& cli);       // and the hidden doctor --probe
 void add_rank_check_command(CLI::App& app, Cli& cli);   // hidden test program
+void add_train_command(CLI::App& app, Cli& cli);
 // -np -> --np before parsing (CLI11 takes one letter after a single dash).
 void rewrite_single_dash_options(int argc, char** argv);
 

@@ -34,6 +34,7 @@ int main(int argc, char** argv) {
   cli::add_launch_command(app, state);
   cli::add_doctor_command(app, state);
   cli::add_rank_check_command(app, state);
+  cli::add_train_command(app, state);
 
   cli::rewrite_single_dash_options(argc, argv);
   try {

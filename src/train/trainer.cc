@@ -1,0 +1,530 @@
+#include "train/trainer.h"
+
+#include <torch/torch.h>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include "core/clock.h"
+#include "core/error.h"
+#include "data/crc32c.h"
+#include "data/loader.h"
+#include "train/checkpoint.h"
+#include "train/models.h"
+
+namespace hpct::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+torch::Tensor bytes_tensor(const std::string& s) {
+  return torch::from_blob(const_cast<char*>(s.data()), {static_cast<std::int64_t>(s.size())},
+                          torch::kUInt8)
+      .clone();
+}
+
+std::string tensor_bytes(const torch::Tensor& t) {
+  auto c = t.to(torch::kUInt8).contiguous();
+  return std::string(reinterpret_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
+}
+
+// Every rank's bytes on every rank: an allreduce (sum) of a zero matrix in
+// which each rank fills its own row (exact in double for byte values).
+std::vector<std::string> gather_bytes(Context& ctx, const std::string& name, const std::string& mine) {
+  auto lens = torch::zeros({ctx.size()}, torch::kDouble);
+  lens[ctx.rank()] = static_cast<double>(mine.size());
+  lens = allreduce(ctx, name + "/len", lens, false);
+  auto maxlen = static_cast<std::int64_t>(lens.max().item<double>());
+  auto m = torch::zeros({ctx.size(), std::max<std::int64_t>(maxlen, 1)}, torch::kDouble);
+  if (!mine.empty()) {
+    m[ctx.rank()].narrow(0, 0, static_cast<std::int64_t>(mine.size())).copy_(bytes_tensor(mine));
+  }
+  m = allreduce(ctx, name, m, false);
+  std::vector<std::string> out;
+  for (int r = 0; r < ctx.size(); ++r) {
+    auto n = static_cast<std::int64_t>(lens[r].item<double>());
+    out.push_back(tensor_bytes(m[r].narrow(0, 0, n)));
+  }
+  return out;
+}
+
+std::string rng_state() {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return tensor_bytes(gen.get_state());
+}
+
+void set_rng_state(const std::string& bytes) {
+  auto gen = at::detail::getDefaultCPUGenerator();
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(bytes_tensor(bytes));
+}
+
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainOptions& o, Model& model) {
+  if (o.optimizer == "sgd") {
+    return std::make_unique<torch::optim::SGD>(
+        model.parameters(),
+        torch::optim::SGDOptions(o.lr).momentum(o.momentum).weight_decay(o.weight_decay));
+  }
+  if (o.optimizer == "adam") {
+    return std::make_unique<torch::optim::Adam>(
+        model.parameters(), torch::optim::AdamOptions(o.lr).weight_decay(o.weight_decay));
+  }
+  throw_invalid_argument("--optimizer " + o.optimizer + ": choose sgd or adam");
+}
+
+void set_lr(torch::optim::Optimizer& opt, double lr) {
+  for (auto& g : opt.param_groups()) g.options().set_lr(lr);
+}
+
+// CRC-32C over every parameter and buffer, in module order.
+std::uint32_t model_checksum(Model& model) {
+  std::uint32_t crc = 0;
+  auto add = [&](const torch::Tensor& t) {
+    auto c = t.detach().contiguous();
+    crc = data::crc32c(c.data_ptr(), static_cast<size_t>(c.nbytes()), crc);
+  };
+  for (const auto& p : model.parameters()) add(p);
+  for (const auto& b : model.buffers()) add(b);
+  return crc;
+}
+
+// Batch-norm statistics (and any other buffer) averaged over ranks, so
+// every rank evaluates and saves the same model. Parameters are left alone:
+// they are identical already, and the final check proves it.
+void average_buffers(Context& ctx, Model& model) {
+  torch::NoGradGuard no_grad;
+  for (auto& item : model.named_buffers()) {
+    auto& b = item.value();
+    if (!b.is_floating_point()) continue;  // counters (num_batches_tracked) advance alike everywhere
+    b.copy_(allreduce(ctx, "train/buffer/" + item.key(), b, true));
+  }
+}
+
+// The channels of the data's images (for resnet20): one sample's.
+int probe_channels(const TrainOptions& o, const Logger& log) {
+  data::LoaderOptions lo;
+  lo.shards = o.data;
+  lo.batch_size = 1;
+  lo.shuffle = false;
+  lo.threads = 1;
+  lo.prefetch = 1;
+  lo.logger = log;
+  data::Loader probe(lo);
+  data::Batch b;
+  if (!probe.next(&b)) throw_invalid_argument("the training shards hold no samples");
+  return static_cast<int>(b.images.size(1));
+}
+
+struct Payload {
+  std::int64_t step = 0;
+  std::int64_t epoch = 0;
+  bool epoch_done = false;
+  std::string rng;     // this rank's
+  std::string loader;  // this rank's
+};
+
+std::string make_payload(Context& ctx, Model& model, torch::optim::Optimizer& opt, std::int64_t step,
+                         std::int64_t epoch, bool epoch_done, const std::vector<std::string>& rngs,
+                         const std::vector<std::string>& loaders) {
+  torch::serialize::OutputArchive ar;
+  torch::serialize::OutputArchive m;
+  model.save(m);
+  ar.write("model", m);
+  torch::serialize::OutputArchive op;
+  opt.save(op);
+  ar.write("optimizer", op);
+  ar.write("step", torch::tensor({step}, torch::kLong));
+  ar.write("epoch", torch::tensor({epoch}, torch::kLong));
+  ar.write("epoch_done", torch::tensor({epoch_done ? 1 : 0}, torch::kLong));
+  ar.write("world_size", torch::tensor({static_cast<std::int64_t>(ctx.size())}, torch::kLong));
+  for (int r = 0; r < ctx.size(); ++r) {
+    ar.write("rng/" + std::to_string(r), bytes_tensor(rngs[r]));
+    ar.write("loader/" + std::to_string(r), bytes_tensor(loaders[r]));
+  }
+  std::ostringstream ss;
+  ar.save_to(ss);
+  return ss.str();
+}
+
+std::int64_t read_int(torch::serialize::InputArchive& ar, const std::string& key) {
+  torch::Tensor t;
+  ar.read(key, t);
+  return t.item<std::int64_t>();
+}
+
+Payload restore_payload(Context& ctx, const std::string& bytes, const std::string& where, Model& model,
+                        torch::optim::Optimizer& opt) {
+  Payload p;
+  try {
+    torch::serialize::InputArchive ar;
+    std::istringstream ss(bytes);
+    ar.load_from(ss);
+    auto world = read_int(ar, "world_size");
+    if (world != ctx.size()) {
+      throw_mismatch(where + ": written by " + std::to_string(world) + " ranks, this job has " +
+                     std::to_string(ctx.size()) + " (the data split and RNG states are per rank)");
+    }
+    torch::serialize::InputArchive m;
+    ar.read("model", m);
+    model.load(m);
+    torch::serialize::InputArchive op;
+    ar.read("optimizer", op);
+    opt.load(op);
+    p.step = read_int(ar, "step");
+    p.epoch = read_int(ar, "epoch");
+    p.epoch_done = read_int(ar, "epoch_done") != 0;
+    torch::Tensor t;
+    ar.read("rng/" + std::to_string(ctx.rank()), t);
+    p.rng = tensor_bytes(t);
+    torch::Tensor l;
+    ar.read("loader/" + std::to_string(ctx.rank()), l);
+    p.loader = tensor_bytes(l);
+  } catch (const c10::Error& e) {
+    throw_data_corrupt(where + ": checksum matches but libtorch cannot read it as this model's " +
+                       "checkpoint: " + e.what_without_backtrace());
+  }
+  return p;
+}
+
+struct Times {
+  double data = 0, compute = 0, sync = 0, optim = 0;
+  double total() const { return data + compute + sync + optim; }
+};
+
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::app);
+    if (!out_) throw_io("open " + path, errno ? errno : EACCES);
+  }
+  void write(const nlohmann::json& j) {
+    if (out_.is_open()) out_ << j.dump() << '\n' << std::flush;
+  }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+double learning_rate(const TrainOptions& o, int world_size, double e) {
+  double scaled = o.lr;
+  if (o.lr_scaling == "linear") {
+    scaled = o.lr * static_cast<double>(o.batch * world_size) / static_cast<double>(o.lr_reference_batch);
+  } else if (o.lr_scaling != "none") {
+    throw_invalid_argument("--lr-scaling " + o.lr_scaling + ": choose linear or none");
+  }
+  // Goyal et al.'s gradual warmup: from one rank's rate (its batch alone) up
+  // to the rate of the global batch.
+  double start = scaled / world_size;
+  if (o.warmup_epochs > 0 && e < o.warmup_epochs) return start + (scaled - start) * e / o.warmup_epochs;
+  double span = std::max(1e-9, o.epochs - o.warmup_epochs);
+  double f = std::clamp((e - o.warmup_epochs) / span, 0.0, 1.0);
+  if (o.lr_schedule == "cosine") return scaled * 0.5 * (1 + std::cos(M_PI * f));
+  if (o.lr_schedule == "step") return scaled * (f < 0.5 ? 1.0 : f < 0.75 ? 0.1 : 0.01);
+  if (o.lr_schedule == "constant") return scaled;
+  throw_invalid_argument("--lr-schedule " + o.lr_schedule + ": choose cosine, step or constant");
+}
+
+nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& log) {
+  if (o.data.empty()) throw_invalid_argument("--data: no training shards given");
+  if (o.epochs < 1 || o.batch < 1 || o.threads < 1 || o.log_every < 1) {
+    throw_invalid_argument("--epochs, --batch, --threads and --log-every must be at least 1");
+  }
+  if ((o.checkpoint_every > 0 || !o.resume.empty()) && o.checkpoint_dir.empty() &&
+      (o.resume.empty() || o.resume == "auto")) {
+    throw_invalid_argument("--checkpoint-every and --resume auto need --checkpoint-dir");
+  }
+  learning_rate(o, ctx.size(), 0);  // refuse a bad schedule before any work
+  const bool lead = ctx.rank() == 0;
+  at::set_num_threads(o.threads);
+  auto wall_start = Clock::now();
+
+  int channels = o.model == "resnet20" ? probe_channels(o, log) : 1;
+  torch::manual_seed(o.seed);
+  auto model = make_model(o.model, channels);
+  auto optimizer = make_optimizer(o, *model);
+  // Dropout and other random layers draw differently on each rank.
+  torch::manual_seed(o.seed + 1 + static_cast<std::uint64_t>(ctx.rank()));
+
+  data::LoaderOptions lo;
+  lo.shards = o.data;
+  lo.rank = ctx.rank();
+  lo.size = ctx.size();
+  lo.seed = o.seed;
+  lo.batch_size = o.batch;
+  lo.drop_last = true;  // full batches: the global batch is the same every step
+  lo.threads = o.data_threads;
+  lo.normalize = true;
+  lo.logger = log;
+  data::Loader loader(lo);
+  std::unique_ptr<data::Loader> val;
+  if (!o.val.empty()) {
+    data::LoaderOptions vo = lo;
+    vo.shards = o.val;
+    vo.shuffle = false;
+    vo.drop_last = false;
+    val = std::make_unique<data::Loader>(vo);
+  }
+  const std::int64_t steps_per_epoch = loader.batches_per_epoch();
+  if (steps_per_epoch < 1) throw_invalid_argument("the training shards hold less than one batch per rank");
+
+  // Resume: rank 0 chooses the checkpoint, every rank loads it.
+  std::int64_t step = 0, first_epoch = 0, resumed_from = -1;
+  std::string loader_state;
+  {
+    std::string payload, where;
+    double chosen = 0;
+    if (o.resume == "auto") {
+      if (lead) {
+        auto info = find_latest(o.checkpoint_dir, log, &payload);
+        chosen = info ? static_cast<double>(info->step) : -1;
+        if (info) where = info->payload_path;
+        if (!info) log.info("train", "no checkpoint in " + o.checkpoint_dir + "; starting from scratch");
+      }
+      chosen = allreduce(ctx, "train/resume_step", chosen, false);
+      if (chosen >= 0 && !lead) {
+        char name[32];
+        std::snprintf(name, sizeof name, "/ckpt-%010lld.json", static_cast<long long>(chosen));
+        auto info = checkpoint_at(o.checkpoint_dir + name);
+        payload = read_checkpoint(info);
+        where = info.payload_path;
+      }
+    } else if (!o.resume.empty()) {
+      auto info = checkpoint_at(o.resume);
+      payload = read_checkpoint(info);
+      where = info.payload_path;
+      chosen = 0;
+    } else {
+      chosen = -1;
+    }
+    if (chosen >= 0) {
+      auto p = restore_payload(ctx, payload, where, *model, *optimizer);
+      step = p.step;
+      resumed_from = p.step;
+      first_epoch = p.epoch_done ? p.epoch + 1 : p.epoch;
+      if (!p.epoch_done) loader_state = p.loader;
+      set_rng_state(p.rng);
+      if (lead) log.info("train", "resumed from " + where + " (step " + std::to_string(p.step) + ")");
+    }
+  }
+  broadcast_parameters(ctx, *model);
+  DistributedOptions dopts;
+  dopts.compression = o.compression;
+  DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
+
+  MetricsFile metrics(lead ? o.metrics : "");
+  const std::int64_t global_batch = o.batch * ctx.size();
+  double val_loss = NAN, val_acc = NAN, last_loss = NAN;
+  std::int64_t trained_samples = 0;
+  double train_seconds = 0;
+
+  auto save = [&](std::int64_t epoch, bool epoch_done) {
+    if (o.checkpoint_dir.empty()) return;
+    average_buffers(ctx, *model);
+    auto rngs = gather_bytes(ctx, "train/ckpt_rng", rng_state());
+    auto loaders = gather_bytes(ctx, "train/ckpt_loader", loader.save_state());
+    if (lead) {
+      auto payload = make_payload(ctx, *model, *optimizer, step, epoch, epoch_done, rngs, loaders);
+      auto info = write_checkpoint(o.checkpoint_dir, step, epoch, payload);
+      log.info("train", "checkpoint " + info.payload_path + " (" + std::to_string(payload.size()) + " bytes)");
+    }
+  };
+
+  auto evaluate = [&]() {
+    if (!val) return;
+    average_buffers(ctx, *model);
+    model->eval();
+    torch::NoGradGuard no_grad;
+    val->start_epoch(0);
+    data::Batch b;
+    double loss_sum = 0, correct = 0, count = 0;
+    while (val->next(&b)) {
+      auto out = model->forward(b.images);
+      loss_sum += torch::nn::functional::cross_entropy(
+                      out, b.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      .item<double>();
+      correct += out.argmax(1).eq(b.labels).sum().item<double>();
+      count += static_cast<double>(b.labels.size(0));
+    }
+    auto t = allreduce(ctx, "train/val", torch::tensor({loss_sum, correct, count}, torch::kDouble), false);
+    val_loss = t[0].item<double>() / std::max(1.0, t[2].item<double>());
+    val_acc = t[1].item<double>() / std::max(1.0, t[2].item<double>());
+    model->train();
+  };
+
+  bool stop = false;
+  for (std::int64_t epoch = first_epoch; epoch < o.epochs && !stop; ++epoch) {
+    loader.start_epoch(epoch);
+    if (!loader_state.empty()) {
+      loader.restore_state(loader_state);
+      loader_state.clear();
+    }
+    model->train();
+    Times interval;
+    double loss_interval = 0;
+    int steps_interval = 0;
+    auto interval_start = Clock::now();
+    auto epoch_start = Clock::now();
+    std::int64_t epoch_samples = 0;
+    data::Batch batch;
+    while (true) {
+      auto t0 = Clock::now();
+      if (!loader.next(&batch)) break;
+      auto t1 = Clock::now();
+      double lr = learning_rate(o, ctx.size(), static_cast<double>(step) / static_cast<double>(steps_per_epoch));
+      set_lr(*optimizer, lr);
+      opt.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(model->forward(batch.images), batch.labels);
+      loss.backward();
+      auto t2 = Clock::now();
+      opt.synchronize();
+      auto t3 = Clock::now();
+      opt.step();
+      auto t4 = Clock::now();
+      ++step;
+      last_loss = loss.item<double>();
+      using D = std::chrono::duration<double>;
+      interval.data += D(t1 - t0).count();
+      interval.compute += D(t2 - t1).count();
+      interval.sync += D(t3 - t2).count();
+      interval.optim += D(t4 - t3).count();
+      loss_interval += last_loss;
+      ++steps_interval;
+      epoch_samples += global_batch;
+      std::int64_t in_epoch = step - epoch * steps_per_epoch;
+      if (o.progress && lead) {
+        int width = 30;
+        int filled = static_cast<int>(width * in_epoch / steps_per_epoch);
+        std::printf("\repoch %lld/%d [%s%s] %lld/%lld loss %.4f lr %.4g %.0f samples/s   ",
+                    static_cast<long long>(epoch + 1), o.epochs, std::string(filled, '=').c_str(),
+                    std::string(width - filled, ' ').c_str(), static_cast<long long>(in_epoch),
+                    static_cast<long long>(steps_per_epoch), last_loss, lr,
+                    static_cast<double>(epoch_samples) / seconds_since(epoch_start));
+        std::fflush(stdout);
+      }
+      bool at_end = o.max_steps > 0 && step >= o.max_steps;
+      if (step % o.log_every == 0 || at_end) {
+        // Every rank's time split, to name the slowest (a collective: every
+        // rank reaches it at the same step).
+        auto m = torch::zeros({ctx.size(), 5}, torch::kDouble);
+        double n = std::max(1, steps_interval);
+        m[ctx.rank()] = torch::tensor({interval.data / n, interval.compute / n, interval.sync / n,
+                                       interval.optim / n, loss_interval / n},
+                                      torch::kDouble);
+        m = allreduce(ctx, "train/step_times", m, false);
+        if (lead) {
+          auto totals = m.narrow(1, 0, 4).sum(1);
+          auto slowest = totals.argmax().item<std::int64_t>();
+          auto row = m[slowest];
+          double elapsed = seconds_since(interval_start);
+          nlohmann::json j;
+          j["type"] = "step";
+          j["step"] = step;
+          j["epoch"] = epoch;
+          j["loss"] = m.narrow(1, 4, 1).mean().item<double>();
+          j["lr"] = lr;
+          j["samples_per_s"] = static_cast<double>(steps_interval * global_batch) / elapsed;
+          j["data_wait_ms"] = row[0].item<double>() * 1e3;
+          j["forward_backward_ms"] = row[1].item<double>() * 1e3;
+          j["sync_wait_ms"] = row[2].item<double>() * 1e3;
+          j["optimizer_ms"] = row[3].item<double>() * 1e3;
+          j["slowest_rank"] = slowest;
+          metrics.write(j);
+          if (!o.progress) {
+            std::printf("epoch %lld step %lld loss %.4f lr %.4g %.0f samples/s (slowest rank %lld: data %.1f ms, "
+                        "fwd+bwd %.1f ms, sync %.1f ms, opt %.1f ms)\n",
+                        static_cast<long long>(epoch + 1), static_cast<long long>(step),
+                        j["loss"].get<double>(), lr, j["samples_per_s"].get<double>(),
+                        static_cast<long long>(slowest), j["data_wait_ms"].get<double>(),
+                        j["forward_backward_ms"].get<double>(), j["sync_wait_ms"].get<double>(),
+                        j["optimizer_ms"].get<double>());
+            std::fflush(stdout);
+          }
+        }
+        interval = Times{};
+        loss_interval = 0;
+        steps_interval = 0;
+        interval_start = Clock::now();
+      }
+      if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && !at_end) save(epoch, false);
+      if (at_end) {
+        stop = true;
+        break;
+      }
+    }
+    double epoch_seconds = seconds_since(epoch_start);
+    train_seconds += epoch_seconds;
+    trained_samples += epoch_samples;
+    if (o.progress && lead) std::printf("\n");
+    evaluate();
+    if (lead) {
+      nlohmann::json j;
+      j["type"] = "epoch";
+      j["epoch"] = epoch;
+      j["step"] = step;
+      j["train_loss"] = last_loss;
+      j["epoch_s"] = epoch_seconds;
+      j["samples_per_s"] = static_cast<double>(epoch_samples) / std::max(1e-9, epoch_seconds);
+      if (val) {
+        j["val_loss"] = val_loss;
+        j["val_accuracy"] = val_acc;
+      }
+      metrics.write(j);
+      std::printf("epoch %lld/%d done: %.1f s, %.0f samples/s%s\n", static_cast<long long>(epoch + 1),
+                  o.epochs, epoch_seconds, j["samples_per_s"].get<double>(),
+                  val ? (", val loss " + std::to_string(val_loss) + ", val accuracy " +
+                         std::to_string(val_acc * 100) + "%").c_str()
+                      : "");
+      std::fflush(stdout);
+    }
+    save(epoch, !stop);
+  }
+
+  if (first_epoch >= o.epochs) evaluate();  // resumed after the last epoch: report the model as saved
+  average_buffers(ctx, *model);
+  auto crcs = torch::zeros({ctx.size()}, torch::kDouble);
+  crcs[ctx.rank()] = static_cast<double>(model_checksum(*model));
+  crcs = allreduce(ctx, "train/param_crc", crcs, false);
+  bool identical = (crcs == crcs[0]).all().item<bool>();
+
+  nlohmann::json s;
+  s["type"] = "summary";
+  s["model"] = o.model;
+  s["parameters"] = parameter_count(*model);
+  s["np"] = ctx.size();
+  s["epochs"] = o.epochs;
+  s["batch_per_rank"] = o.batch;
+  s["global_batch"] = global_batch;
+  s["steps"] = step;
+  s["resumed_from_step"] = resumed_from;
+  s["train_loss"] = last_loss;
+  if (val) {
+    s["val_loss"] = val_loss;
+    s["val_accuracy"] = val_acc;
+  }
+  s["train_samples_per_s"] = static_cast<double>(trained_samples) / std::max(1e-9, train_seconds);
+  s["wall_s"] = seconds_since(wall_start);
+  char crc_hex[16];
+  std::snprintf(crc_hex, sizeof crc_hex, "%08x", static_cast<unsigned>(crcs[0].item<double>()));
+  s["params_crc32c"] = crc_hex;
+  s["params_identical_across_ranks"] = identical;
+  metrics.write(s);
+  return s;
+}
+
+}  // namespace hpct::train

@@ -1,0 +1,77 @@
+// The training loop of `hpctrain train`: a built-in model (models.h) on
+// WebDataset shards read by hpct::data::Loader, data-parallel through
+// DistributedOptimizer, with validation, learning-rate schedule,
+// checkpoints (checkpoint.h), metrics and a summary. Every rank calls
+// run_training with the same options.
+//
+// Learning rate (Goyal et al., "Accurate, Large Minibatch SGD"):
+//   scaled = lr * global_batch / lr_reference_batch   (lr_scaling "linear")
+//   warmup: linear from scaled / world_size (one rank's batch alone) to
+//   scaled over warmup_epochs, step by step (none on one rank)
+//   then cosine from scaled to 0, or step decay (x0.1 at 1/2 and 3/4 of the
+//   epochs), or constant.
+//
+// Batch norm: running statistics are buffers each rank updates from its own
+// batches; they are averaged over ranks (float buffers; counters advance
+// alike) before each validation, each checkpoint and at the end, so every
+// rank evaluates and saves the same model. Parameters are never broadcast
+// after the start: the final checksum shows they stayed identical.
+//
+// A checkpoint holds the model (parameters and buffers), the optimizer
+// state, step, epoch, every rank's libtorch RNG state and every rank's
+// Loader position; with the same seed and world size a resumed run computes
+// the same parameters as an uninterrupted one.
+//
+// Metrics (JSON lines, rank 0): one "step" line every log_every steps with
+// loss, lr, samples/s and the mean time split per step (data wait,
+// forward+backward, gradient sync wait, optimizer) of the slowest rank, who
+// is named; one "epoch" line with validation loss and accuracy; a "summary".
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "core/log.h"
+#include "hpctrain/hpctrain.h"
+
+namespace hpct::train {
+
+struct TrainOptions {
+  std::string model = "cnn";
+  std::vector<std::string> data;      // training shards (patterns, @list)
+  std::vector<std::string> val;       // validation shards; empty: none
+  int epochs = 1;
+  std::int64_t batch = 64;            // per rank
+  double lr = 0.1;
+  std::string lr_scaling = "linear";  // linear or none
+  std::int64_t lr_reference_batch = 256;
+  double warmup_epochs = 0;
+  std::string lr_schedule = "cosine";  // cosine, step or constant
+  std::string optimizer = "sgd";       // sgd or adam
+  double momentum = 0.9;
+  double weight_decay = 0;
+  std::string compression;            // none, fp16, bf16; empty: HPCT_COMPRESSION
+  int threads = 1;                    // intra-op threads
+  int data_threads = 1;               // decode threads per rank
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
+  std::string resume;                 // "", "auto" or a checkpoint path
+  std::string metrics;                // JSON-lines file (rank 0)
+  std::uint64_t seed = 0;
+  std::int64_t max_steps = 0;         // stop after this many steps in total (0: no limit)
+  int log_every = 50;                 // steps between metrics lines
+  bool progress = false;              // progress bar on rank 0's stdout
+};
+
+// Blocks for the whole run. Returns the summary (on every rank): final
+// validation loss and accuracy, samples/s, wall time, steps, the parameter
+// checksum and whether it was identical on every rank.
+nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& log);
+
+// The learning rate at a step (fraction of the run in epochs), as above.
+double learning_rate(const TrainOptions& o, int world_size, double epoch_progress);
+
+}  // namespace hpct::train

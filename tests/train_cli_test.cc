@@ -1,0 +1,185 @@
+// `hpctrain train` as users run it, on real Fashion-MNIST shards (the test
+// split, packed once): 2 ranks under `hpctrain launch` end with identical
+// parameters; a resumed run ends bit-identical to an uninterrupted one; a
+// bit-flipped newest checkpoint is skipped for the previous one. Short runs
+// (--max-steps) keep the whole file under a minute or two on 2 cores.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+struct CliRun {
+  int exit_code = -1;
+  std::string out;
+  nlohmann::json summary;  // the last JSON line of rank 0's output
+};
+
+CliRun run(const std::string& args) {
+  std::string cmd = std::string("timeout 300 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ") +
+                    HPCT_BINARY + " " + args + " 2>&1";
+  CliRun r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  size_t pos = r.out.rfind("{\"");
+  if (pos != std::string::npos) {
+    r.summary = nlohmann::json::parse(r.out.substr(pos, r.out.find('\n', pos) - pos), nullptr, false);
+  }
+  return r;
+}
+
+class TrainCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string tmpl = (fs::temp_directory_path() / "hpct-train-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    CliRun r = run("data pack --from fashion-mnist --split test -q --max-count 2500 -o '" + dir_ +
+                   "/fm-%06d.tar'");
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  // 2 ranks, the cnn, 7500 training samples, 2500 for validation.
+  static std::string train(const std::string& ckpt, const std::string& extra) {
+    return std::string("launch -np 2 -- ") + HPCT_BINARY + " train --model cnn --data '" + dir_ +
+           "/fm-{000000..000002}.tar' --val " + dir_ + "/fm-000003.tar --epochs 1 --batch 32 --lr 0.05 " +
+           "--threads 1 --seed 7 --log-every 10 --progress lines --checkpoint-dir " + dir_ + "/" + ckpt +
+           " " + extra;
+  }
+
+  static std::string dir_;
+};
+std::string TrainCli::dir_;
+
+TEST_F(TrainCli, TwoRanksEndIdenticalAndResumeIsBitExact) {
+  CliRun full = run(train("a", "--max-steps 40 --checkpoint-every 20 --metrics " + dir_ + "/a.jsonl"));
+  ASSERT_EQ(full.exit_code, 0) << full.out;
+  ASSERT_TRUE(full.summary.is_object()) << full.out;
+  EXPECT_TRUE(full.summary["params_identical_across_ranks"].get<bool>()) << full.out;
+  EXPECT_EQ(full.summary["steps"], 40);
+  EXPECT_EQ(full.summary["np"], 2);
+  EXPECT_GT(full.summary["val_accuracy"].get<double>(), 0.5) << full.out;  // 40 steps learn a lot
+  // Metrics: step lines name the slowest rank and split the step's time.
+  std::ifstream m(dir_ + "/a.jsonl");
+  std::string line;
+  int steps = 0;
+  while (std::getline(m, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] != "step") continue;
+    ++steps;
+    for (const char* k : {"loss", "lr", "samples_per_s", "data_wait_ms", "forward_backward_ms",
+                          "sync_wait_ms", "optimizer_ms", "slowest_rank"}) {
+      EXPECT_TRUE(j.contains(k)) << k << " in " << line;
+    }
+  }
+  EXPECT_EQ(steps, 4);
+
+  // Resume from the step-20 checkpoint: the same 20 steps again give the
+  // same bits.
+  CliRun resumed = run(train("a", "--max-steps 40 --checkpoint-every 20 --resume " + dir_ +
+                                      "/a/ckpt-0000000020.pt"));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
+  EXPECT_EQ(resumed.summary["resumed_from_step"], 20) << resumed.out;
+  EXPECT_EQ(resumed.summary["params_crc32c"], full.summary["params_crc32c"]) << resumed.out;
+}
+
+// The pid of the `hpctrain train` process of `rank` whose command line
+// names `marker`, or 0.
+pid_t find_rank(const std::string& marker, int rank) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream cl(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(cl)), std::istreambuf_iterator<char>());
+    if (cmd.find(marker) == std::string::npos || cmd.find(std::string("train") + '\0') == std::string::npos) continue;
+    std::ifstream en(e.path() / "environ");
+    std::string env((std::istreambuf_iterator<char>(en)), std::istreambuf_iterator<char>());
+    if (env.find(std::string("HPCT_RANK=") + std::to_string(rank) + '\0') != std::string::npos) {
+      return static_cast<pid_t>(std::stoi(name));
+    }
+  }
+  return 0;
+}
+
+// Rank 1 SIGKILLed after the first checkpoint: launch restarts the job, it
+// resumes by itself (--resume auto) and ends with the same parameters as
+// the uninterrupted run of the first test's settings.
+TEST_F(TrainCli, KilledRankResumesUnderLaunchAndEndsBitExact) {
+  CliRun full = run(train("c-full", "--max-steps 40"));
+  ASSERT_EQ(full.exit_code, 0) << full.out;
+  std::thread killer([&] {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+    while (std::chrono::steady_clock::now() < deadline) {
+      if (fs::exists(dir_ + "/c/ckpt-0000000010.json")) {
+        if (pid_t pid = find_rank(dir_ + "/c", 1)) {
+          ::kill(pid, SIGKILL);
+          return;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  });
+  std::string args = train("c", "--max-steps 40 --checkpoint-every 10 --resume auto");
+  args.replace(0, std::string("launch -np 2").size(), "launch -np 2 --max-restarts 1");
+  CliRun killed = run(args);
+  killer.join();
+  ASSERT_EQ(killed.exit_code, 0) << killed.out;
+  EXPECT_NE(killed.out.find("resumed from"), std::string::npos) << killed.out;
+  EXPECT_GE(killed.summary["resumed_from_step"].get<int>(), 10) << killed.out;
+  EXPECT_LT(killed.summary["resumed_from_step"].get<int>(), 40) << killed.out;
+  EXPECT_EQ(killed.summary["params_crc32c"], full.summary["params_crc32c"]) << killed.out;
+}
+
+TEST_F(TrainCli, BitFlippedNewestCheckpointIsSkipped) {
+  CliRun first = run(train("b", "--max-steps 20 --checkpoint-every 10"));
+  ASSERT_EQ(first.exit_code, 0) << first.out;
+  // Checkpoints at steps 10 and 20 (the last one where the run stopped).
+  std::string newest = dir_ + "/b/ckpt-0000000020.pt";
+  ASSERT_TRUE(fs::exists(newest)) << first.out;
+  {
+    std::fstream f(newest, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(1000);
+    char c;
+    f.read(&c, 1);
+    c ^= 0x04;
+    f.seekp(1000);
+    f.write(&c, 1);
+  }
+  CliRun again = run(train("b", "--max-steps 30 --resume auto"));
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_NE(again.out.find("skipping damaged checkpoint"), std::string::npos) << again.out;
+  EXPECT_NE(again.out.find("ckpt-0000000020.pt: CRC-32C"), std::string::npos) << again.out;
+  EXPECT_EQ(again.summary["resumed_from_step"], 10) << again.out;
+  EXPECT_EQ(again.summary["steps"], 30);
+  EXPECT_TRUE(again.summary["params_identical_across_ranks"].get<bool>());
+
+  // Truncated too: the newest (step 30, written at the end of the second
+  // run) and the still bit-flipped step 20 are both skipped for step 10.
+  fs::resize_file(dir_ + "/b/ckpt-0000000030.pt", 100);
+  CliRun third = run(train("b", "--max-steps 30 --resume auto"));
+  ASSERT_EQ(third.exit_code, 0) << third.out;
+  EXPECT_NE(third.out.find("ckpt-0000000030.pt: 100 bytes, manifest says"), std::string::npos) << third.out;
+  EXPECT_NE(third.out.find("ckpt-0000000020.pt: CRC-32C"), std::string::npos) << third.out;
+  EXPECT_EQ(third.summary["resumed_from_step"], 10) << third.out;
+  EXPECT_EQ(third.summary["params_crc32c"], again.summary["params_crc32c"]) << third.out;
+}
+
+}  // namespace

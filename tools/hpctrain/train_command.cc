@@ -1,0 +1,99 @@
+// `hpctrain train`: data-parallel training of a built-in model on WebDataset
+// shards (train/trainer.h). Each rank runs this command: under `hpctrain
+// launch`, mpirun or srun, or alone as a single rank. Rank 0 prints the
+// progress and the summary.
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "core/error.h"
+#include "core/log.h"
+#include "hpctrain/hpctrain.h"
+#include "train/models.h"
+#include "train/trainer.h"
+
+namespace hpct::cli {
+namespace {
+
+// A number of the summary; NaN when absent or null (no epoch ran).
+double num(const nlohmann::json& s, const char* key) {
+  return s.contains(key) && s[key].is_number() ? s[key].get<double>() : NAN;
+}
+
+void print_summary(const nlohmann::json& s) {
+  std::printf("summary: %s on %d rank(s), %d epoch(s), global batch %lld, %lld steps\n",
+              s["model"].get<std::string>().c_str(), s["np"].get<int>(), s["epochs"].get<int>(),
+              static_cast<long long>(s["global_batch"].get<std::int64_t>()),
+              static_cast<long long>(s["steps"].get<std::int64_t>()));
+  if (s.contains("val_accuracy")) {
+    std::printf("summary: validation accuracy %.2f%%, loss %.4f\n", num(s, "val_accuracy") * 100,
+                num(s, "val_loss"));
+  }
+  std::printf("summary: train loss %.4f, %.0f samples/s, wall %.1f s\n", num(s, "train_loss"),
+              num(s, "train_samples_per_s"), num(s, "wall_s"));
+  std::printf("summary: parameters crc32c %s, identical on every rank: %s\n",
+              s["params_crc32c"].get<std::string>().c_str(),
+              s["params_identical_across_ranks"].get<bool>() ? "yes" : "NO");
+  std::cout << s.dump() << std::endl;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, Cli& cli) {
+  auto o = std::make_shared<train::TrainOptions>();
+  auto* c = app.add_subcommand("train", "Train a model on WebDataset shards across the job's ranks");
+  c->add_option("--model", o->model, "mlp, cnn or resnet20")->capture_default_str();
+  c->add_option("--data", o->data, "Training shards: files, patterns ('train-{000000..000005}.tar') or @list")
+      ->required();
+  c->add_option("--val", o->val, "Validation shards (evaluated after each epoch, split over ranks)");
+  c->add_option("--epochs", o->epochs, "Epochs")->capture_default_str();
+  c->add_option("--batch", o->batch, "Batch per rank")->capture_default_str();
+  c->add_option("--lr", o->lr, "Learning rate for a global batch of --lr-reference-batch")->capture_default_str();
+  c->add_option("--lr-scaling", o->lr_scaling, "linear (lr x global batch / reference batch) or none")
+      ->capture_default_str();
+  c->add_option("--lr-reference-batch", o->lr_reference_batch, "Global batch --lr is meant for")
+      ->capture_default_str();
+  c->add_option("--warmup-epochs", o->warmup_epochs, "Linear warmup from one rank's rate to the global batch's")
+      ->capture_default_str();
+  c->add_option("--lr-schedule", o->lr_schedule, "cosine, step or constant after warmup")->capture_default_str();
+  c->add_option("--optimizer", o->optimizer, "sgd or adam")->capture_default_str();
+  c->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
+  c->add_option("--weight-decay", o->weight_decay, "Weight decay")->capture_default_str();
+  c->add_option("--compression", o->compression, "Gradient compression: none, fp16 or bf16 (default HPCT_COMPRESSION)");
+  c->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
+  c->add_option("--data-threads", o->data_threads, "Decode threads per rank")->capture_default_str();
+  c->add_option("--checkpoint-dir", o->checkpoint_dir, "Where rank 0 writes checkpoints");
+  c->add_option("--checkpoint-every", o->checkpoint_every, "Steps between checkpoints (0: each epoch's end)")
+      ->capture_default_str();
+  c->add_option("--resume", o->resume, "auto (newest whole checkpoint in --checkpoint-dir) or a checkpoint file");
+  c->add_option("--metrics", o->metrics, "JSON-lines metrics file (rank 0 appends)");
+  c->add_option("--seed", o->seed, "Seed of the model, the data order and augmentation")->capture_default_str();
+  c->add_option("--max-steps", o->max_steps, "Stop after this many steps in total (0: no limit)")
+      ->capture_default_str();
+  c->add_option("--log-every", o->log_every, "Steps between metrics lines")->capture_default_str();
+  auto progress = std::make_shared<std::string>("auto");
+  c->add_option("--progress", *progress, "auto (bar when stdout is a terminal), bar or lines")
+      ->capture_default_str();
+  c->callback([&cli, o, progress] {
+    cli.run = [&cli, o, progress] {
+      if (*progress != "auto" && *progress != "bar" && *progress != "lines") {
+        throw_invalid_argument("--progress " + *progress + ": choose auto, bar or lines");
+      }
+      train::make_model(o->model);  // refuse an unknown model before joining the job
+      auto ctx = init(cli.config);
+      auto opts = *o;
+      opts.progress = *progress == "bar" || (*progress == "auto" && ::isatty(1) != 0);
+      Logger log = Logger::from_config(cli.config, ctx->rank());
+      auto summary = train::run_training(*ctx, opts, log);
+      if (ctx->rank() == 0) print_summary(summary);
+      return summary["params_identical_across_ranks"].get<bool>() ? 0 : 1;
+    };
+  });
+}
+
+}  // namespace hpct::cli
