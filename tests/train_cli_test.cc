@@ -14,7 +14,9 @@
 #include <thread>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -180,6 +182,34 @@ TEST_F(TrainCli, BitFlippedNewestCheckpointIsSkipped) {
   EXPECT_NE(third.out.find("ckpt-0000000020.pt: CRC-32C"), std::string::npos) << third.out;
   EXPECT_EQ(third.summary["resumed_from_step"], 10) << third.out;
   EXPECT_EQ(third.summary["params_crc32c"], again.summary["params_crc32c"]) << third.out;
+}
+
+}  // namespace
+
+namespace {
+
+// bench train over a list of rank counts: one JSON line each with its
+// scaling efficiency, and the SVG plot.
+TEST(BenchTrainCli, RankListGivesEfficiencyAndPlot) {
+  std::string svg = (fs::temp_directory_path() / ("hpct-bench-train-" + std::to_string(::getpid()) + ".svg")).string();
+  CliRun r = run("bench train --model cnn --synthetic --np 1,2 --steps 5 --warmup 1 --batch 16 --plot " + svg);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::istringstream lines(r.out);
+  std::string line;
+  std::vector<nlohmann::json> runs;
+  while (std::getline(lines, line)) {
+    if (line.rfind("{\"", 0) == 0) runs.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(runs.size(), 2u) << r.out;
+  EXPECT_EQ(runs[0]["np"], 1);
+  EXPECT_EQ(runs[1]["np"], 2);
+  EXPECT_DOUBLE_EQ(runs[0]["scaling_efficiency"].get<double>(), 1.0);
+  EXPECT_GT(runs[1]["scaling_efficiency"].get<double>(), 0.0);
+  std::ifstream f(svg);
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("<svg"), std::string::npos);
+  EXPECT_NE(text.find("<polyline"), std::string::npos);
+  fs::remove(svg);
 }
 
 }  // namespace

@@ -1,16 +1,21 @@
 // `hpctrain bench train`: data-parallel training speed of a built-in model,
-// one JSON line per run.
+// one JSON line per run; with --np 1,2,4 one run per rank count, each line
+// with its scaling efficiency (samples/s over np times the smallest run's
+// per-rank samples/s), and --plot FILE.svg draws both against ranks.
 //
 // Starts N local ranks itself with `mpirun -np N <this binary> bench train
 // --worker ...` (MPI backend by default: shared memory between local ranks;
 // --backend gloo meets through a file store in a temp directory), with
-// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to --threads. Rank 0 prints
-// the result (bench/train_bench.h lists its fields).
+// OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to --threads. Rank 0 writes
+// its result to a file in the run's temp directory; the parent prints it
+// (bench/train_bench.h lists its fields).
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -28,7 +33,9 @@ namespace {
 struct TrainArgs {
   bench::TrainBenchOptions o;
   std::string backend = "mpi";
-  int np = 2;
+  std::string np = "2";     // one rank count, or a list: 1,2,4
+  std::string plot;         // SVG of samples/s and efficiency against ranks
+  std::string result_file;  // worker: rank 0 writes its JSON line here instead of stdout
   double timeout_s = 3600;
   bool no_overlap = false;
   bool worker = false;
@@ -42,8 +49,68 @@ std::vector<std::string> mpirun_prefix(int np) {
   return argv;
 }
 
-int run_parent(const TrainArgs& a, const Config& config) {
-  if (a.np < 1) throw_invalid_argument("--np must be at least 1");
+std::vector<int> parse_np_list(const std::string& list) {
+  std::vector<int> out;
+  std::stringstream ss(list);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    try {
+      size_t used = 0;
+      int n = std::stoi(item, &used);
+      if (used != item.size() || n < 1) throw std::invalid_argument(item);
+      out.push_back(n);
+    } catch (const std::exception&) {
+      throw_invalid_argument("--np " + list + ": '" + item + "' is not a rank count (e.g. --np 1,2,4)");
+    }
+  }
+  if (out.empty()) throw_invalid_argument("--np: no rank count given");
+  return out;
+}
+
+// Samples/s (left axis) and scaling efficiency (right axis, %) against ranks.
+void write_plot(const std::string& path, const std::vector<nlohmann::json>& runs) {
+  const double w = 640, h = 400, l = 70, r = 70, t = 40, b = 50;
+  double max_np = 1, max_sps = 1;
+  for (const auto& j : runs) {
+    max_np = std::max(max_np, j["np"].get<double>());
+    max_sps = std::max(max_sps, j["samples_per_s"].get<double>());
+  }
+  max_sps *= 1.15;
+  auto x = [&](double np) { return l + (max_np > 1 ? (np - 1) / (max_np - 1) : 0.5) * (w - l - r); };
+  auto ys = [&](double v) { return h - b - v / max_sps * (h - t - b); };
+  auto ye = [&](double e) { return h - b - e / 1.2 * (h - t - b); };
+  std::ostringstream o;
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h << "' font-family='sans-serif' font-size='12'>\n"
+    << "<rect width='100%' height='100%' fill='white'/>\n"
+    << "<text x='" << w / 2 << "' y='20' text-anchor='middle'>hpctrain bench train: "
+    << runs[0]["model"].get<std::string>() << ", batch " << runs[0]["batch_per_rank"] << " per rank</text>\n"
+    << "<line x1='" << l << "' y1='" << h - b << "' x2='" << w - r << "' y2='" << h - b << "' stroke='black'/>\n"
+    << "<line x1='" << l << "' y1='" << t << "' x2='" << l << "' y2='" << h - b << "' stroke='black'/>\n"
+    << "<line x1='" << w - r << "' y1='" << t << "' x2='" << w - r << "' y2='" << h - b << "' stroke='black'/>\n"
+    << "<text x='" << w / 2 << "' y='" << h - 12 << "' text-anchor='middle'>ranks</text>\n"
+    << "<text x='15' y='" << t - 10 << "' fill='steelblue'>samples/s</text>\n"
+    << "<text x='" << w - r - 20 << "' y='" << t - 10 << "' fill='darkorange'>efficiency %</text>\n";
+  for (int i = 0; i <= 4; ++i) {
+    double v = max_sps * i / 4, e = 1.2 * i / 4;
+    o << "<text x='" << l - 5 << "' y='" << ys(v) + 4 << "' text-anchor='end'>" << static_cast<long>(v) << "</text>\n"
+      << "<text x='" << w - r + 5 << "' y='" << ye(e) + 4 << "'>" << static_cast<long>(e * 100) << "</text>\n";
+  }
+  std::string sps_pts, eff_pts;
+  for (const auto& j : runs) {
+    double np = j["np"].get<double>();
+    sps_pts += std::to_string(x(np)) + "," + std::to_string(ys(j["samples_per_s"].get<double>())) + " ";
+    eff_pts += std::to_string(x(np)) + "," + std::to_string(ye(j["scaling_efficiency"].get<double>())) + " ";
+    o << "<text x='" << x(np) << "' y='" << h - b + 16 << "' text-anchor='middle'>" << j["np"] << "</text>\n"
+      << "<circle cx='" << x(np) << "' cy='" << ys(j["samples_per_s"].get<double>()) << "' r='4' fill='steelblue'/>\n"
+      << "<circle cx='" << x(np) << "' cy='" << ye(j["scaling_efficiency"].get<double>()) << "' r='4' fill='darkorange'/>\n";
+  }
+  o << "<polyline points='" << sps_pts << "' fill='none' stroke='steelblue' stroke-width='2'/>\n"
+    << "<polyline points='" << eff_pts << "' fill='none' stroke='darkorange' stroke-width='2'/>\n</svg>\n";
+  std::ofstream f(path);
+  if (!(f << o.str())) throw_io("write " + path, errno ? errno : EIO);
+}
+
+int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* result) {
   if (a.o.steps < 1 || a.o.batch < 1 || a.o.threads < 1) {
     throw_invalid_argument("--steps, --batch and --threads must be at least 1");
   }
@@ -52,7 +119,7 @@ int run_parent(const TrainArgs& a, const Config& config) {
   namespace fs = std::filesystem;
   std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
-  std::vector<std::string> argv = mpirun_prefix(a.np);
+  std::vector<std::string> argv = mpirun_prefix(np);
   std::map<std::string, std::string> env = {{"HPCT_BACKEND", a.backend},
                                             {"HPCT_STORE_DIR", tmpl},
                                             {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
@@ -65,18 +132,53 @@ int run_parent(const TrainArgs& a, const Config& config) {
   argv.insert(argv.end(), {self_executable(), "bench", "train", "--worker", "--model", a.o.model,
                            "--steps", std::to_string(a.o.steps), "--batch", std::to_string(a.o.batch),
                            "--threads", std::to_string(a.o.threads), "--warmup",
-                           std::to_string(a.o.warmup)});
+                           std::to_string(a.o.warmup), "--result-file", tmpl + "/result.json"});
   if (a.o.synthetic) argv.push_back("--synthetic");
   if (a.no_overlap) argv.push_back("--no-overlap");
   if (!a.o.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", a.o.data_dir});
   std::fflush(stdout);
   auto r = run_subprocess(argv, env, seconds_to_millis(a.timeout_s));
+  {
+    std::ifstream in(tmpl + "/result.json");
+    std::string line;
+    if (std::getline(in, line)) *result = nlohmann::json::parse(line, nullptr, false);
+  }
   std::error_code ec;
   fs::remove_all(tmpl, ec);
   if (r.timed_out) throw_timeout("bench train did not finish: " + join_command(argv));
   if (r.signal != 0 || r.exit_code != 0) {
     std::fprintf(stderr, "hpctrain: bench train failed: %s\n", join_command(argv).c_str());
     return r.exit_code ? r.exit_code : 1;
+  }
+  if (!result->is_object()) throw_data_corrupt("bench train: rank 0 wrote no result (" + tmpl + "/result.json)");
+  return 0;
+}
+
+int run_parent(const TrainArgs& a, const Config& config) {
+  if (a.o.steps < 1 || a.o.batch < 1 || a.o.threads < 1) {
+    throw_invalid_argument("--steps, --batch and --threads must be at least 1");
+  }
+  auto nps = parse_np_list(a.np);
+  std::vector<nlohmann::json> runs;
+  double per_rank_base = 0;
+  int base_np = 0;
+  for (int np : nps) {
+    nlohmann::json j;
+    if (int rc = run_one(a, config, np, &j)) return rc;
+    if (base_np == 0 || np < base_np) {
+      base_np = np;
+      per_rank_base = j["samples_per_s"].get<double>() / np;
+    }
+    runs.push_back(j);
+  }
+  for (auto& j : runs) {
+    j["scaling_efficiency"] = j["samples_per_s"].get<double>() / (per_rank_base * j["np"].get<double>());
+    j["efficiency_base_np"] = base_np;
+    std::cout << j.dump() << std::endl;
+  }
+  if (!a.plot.empty()) {
+    write_plot(a.plot, runs);
+    std::fprintf(stderr, "hpctrain: plot written to %s\n", a.plot.c_str());
   }
   return 0;
 }
@@ -86,7 +188,11 @@ int run_worker(TrainArgs a, const Config& config) {
   a.o.overlap = !a.no_overlap;
   auto j = bench::run_train_bench(*ctx, a.o);
   j["backend"] = config.backend;  // HPCT_BACKEND, set by the parent for every rank
-  if (ctx->rank() == 0) std::cout << j.dump() << std::endl;
+  if (ctx->rank() == 0 && !a.result_file.empty()) {
+    std::ofstream(a.result_file) << j.dump() << "\n";
+  } else if (ctx->rank() == 0) {
+    std::cout << j.dump() << std::endl;
+  }
   return 0;
 }
 
@@ -96,7 +202,9 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   auto a = std::make_shared<TrainArgs>();
   auto* c = bench.add_subcommand("train", "Data-parallel training speed of a built-in model (JSON)");
   c->add_option("--model", a->o.model, "mlp, cnn or resnet20")->capture_default_str();
-  c->add_option("--np", a->np, "Ranks to start on this host")->capture_default_str();
+  c->add_option("--np", a->np, "Ranks to start on this host, or a list (1,2,4): one run each")
+      ->capture_default_str();
+  c->add_option("--plot", a->plot, "Write an SVG of samples/s and scaling efficiency against ranks");
   c->add_option("--steps", a->o.steps, "Timed steps")->capture_default_str();
   c->add_option("--batch", a->o.batch, "Batch per rank")->capture_default_str();
   c->add_option("--threads", a->o.threads, "Intra-op threads per rank")->capture_default_str();
@@ -107,6 +215,7 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   c->add_flag("--no-overlap", a->no_overlap, "Allreduce all gradients in step(), not during backward");
   c->add_option("--timeout-s", a->timeout_s, "Bound on the whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");
+  c->add_option("--result-file", a->result_file, "Internal: where rank 0 writes its result")->group("");
   c->callback([&cli, a] {
     cli.run = [&cli, a] { return a->worker ? run_worker(*a, cli.config) : run_parent(*a, cli.config); };
   });
