@@ -182,8 +182,18 @@ TEST(DataCli, ServeKilledAndRestartedMidEpochLosesAndRepeatsNothing) {
   pid_t again = start_server(shards + " --listen 127.0.0.1:" + std::to_string(port), &port2, &out2);
   ASSERT_EQ(port2, port);
   while (auto s = c.next()) got.push_back(s->key);
+  // No sample lost or repeated across the kill. Whether this client had to
+  // reconnect depends on how much of the stream the kernel had buffered
+  // before the kill (all 200 small samples may fit); the deterministic
+  // mid-stream reconnect is tests/data_server_test.cc. Here the restarted
+  // process must serve the very same stream to a new client.
   EXPECT_EQ(got, expected);
-  EXPECT_GE(c.reconnects(), 1u);
+  {
+    DataClient fresh(co, 0);
+    std::vector<std::string> again_keys;
+    while (auto s = fresh.next()) again_keys.push_back(s->key);
+    EXPECT_EQ(again_keys, expected);
+  }
   kill(again, SIGTERM);
   int status = 0;
   waitpid(again, &status, 0);

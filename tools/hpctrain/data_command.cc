@@ -3,7 +3,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdio>
+#include <thread>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -173,6 +175,19 @@ std::string read_secret(const Config& config, const std::string& secret_file) {
   return s;
 }
 
+// Set by SIGINT/SIGTERM; the only state a signal handler may touch.
+volatile std::sig_atomic_t g_stop_requested = 0;
+
+void on_stop_signal(int) { g_stop_requested = 1; }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
 int run_serve(const ServeArgs& a, const Config& config) {
   data::DataServerOptions o;
   o.shards = expand(a.shards);
@@ -188,21 +203,19 @@ int run_serve(const ServeArgs& a, const Config& config) {
   o.on_error = data::parse_on_error(a.on_error.empty() ? config.data_on_error : a.on_error);
   o.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
   o.logger = Logger::from_config(config, -1);
-  // Block the stop signals before any thread starts, then wait for them.
-  sigset_t stop;
-  sigemptyset(&stop);
-  sigaddset(&stop, SIGINT);
-  sigaddset(&stop, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  // A handler, not a blocked mask: libraries may have started threads before
+  // main() (libtorch does), and a process-directed SIGTERM can land on one of
+  // them, where a mask set here would not apply and the default would kill us
+  // without the closing line.
+  install_stop_handlers();
   data::DataServer server(o);
   std::printf("serving %llu samples from %zu shards on %s:%d%s\n",
               static_cast<unsigned long long>(server.index().size()), o.shards.size(),
               o.bind_address.c_str(), server.port(), o.decode ? " (decoded)" : "");
   std::fflush(stdout);
   const Deadline deadline(seconds_to_millis(a.duration_s > 0 ? a.duration_s : 1e9));
-  while (!deadline.expired()) {
-    timespec slice{1, 0};
-    if (sigtimedwait(&stop, nullptr, &slice) > 0) break;
+  while (!deadline.expired() && g_stop_requested == 0) {
+    std::this_thread::sleep_for(Millis(50));
   }
   auto s = server.stats();
   std::printf("data server stopping: %llu streams, %llu finished, %llu samples sent\n",
