@@ -210,7 +210,9 @@ TEST(Engine, StallWarnsNamingTensorAndMissingRanksThenAborts) {
                         l.find("'lonely'") != std::string::npos &&
                         l.find("submitted by ranks [0, 2] but not by ranks [1]") != std::string::npos);
   }
-  EXPECT_TRUE(warned) << "no stall warning among " << lines.size() << " lines";
+  std::string all;
+  for (const auto& l : lines) all += l;
+  EXPECT_TRUE(warned) << "no stall warning among " << lines.size() << " lines:\n" << all;
 }
 
 TEST(Engine, LateRankCompletesAfterWarning) {

@@ -40,6 +40,12 @@ std::vector<std::pair<std::string, std::string>> StallInspector::check(
     still.insert(c.name);
     double age = seconds(now - c.since);
     if (abort_s_ > 0 && age >= abort_s_) {
+      // A coordinator that looks late (a busy machine) may find a tensor
+      // already past the abort age: the log still gets the named warning.
+      if (last_warned_.count(c.name) == 0 && age >= warn_s_) {
+        logger_.warn("engine", "stall: " + describe(c, now) +
+                                   "; are the ranks taking different code paths? (HPCT_STALL_WARN_S)");
+      }
       abort.emplace_back(c.name, "stalled: " + describe(c, now) +
                                      " (HPCT_STALL_ABORT_S); every rank must submit the same "
                                      "tensors");
