@@ -46,6 +46,7 @@ struct Loader::Impl {
 
   void set_epoch(std::int64_t e, std::int64_t delivered_batches);
   void ensure_started();
+  void open_remote();  // remote: opens this epoch's stream once
   void stop_threads();
   void worker();
   void receiver(std::uint64_t generation, std::int64_t first_batch,
@@ -75,7 +76,9 @@ struct Loader::Impl {
   int port = 0;
   std::uint64_t remote_fingerprint = 0;
   std::uint64_t remote_index_skipped = 0;
-  std::unique_ptr<DataClient> pending;  // remote: the stream opened by set_epoch
+  std::unique_ptr<DataClient> pending;  // remote: the stream open_remote opened
+  bool stream_open = false;             // remote: this epoch's stream was opened
+  std::int64_t stream_first_batch = 0;  // remote: where it starts
 
   std::int64_t epoch = 0;
   RankPlan plan;               // local only: this rank's epoch
@@ -104,15 +107,12 @@ void Loader::Impl::set_epoch(std::int64_t e, std::int64_t delivered_batches) {
   stop_threads();
   epoch = e;
   if (remote) {
-    // The server tells the count when the stream opens: open it now, so
-    // batches_per_epoch() is known before the first batch, and hand the
-    // open stream to the receiving thread.
-    pending = std::make_unique<DataClient>(
-        client_options(e), static_cast<std::uint64_t>(delivered_batches) * o.batch_size);
-    total = pending->header().total;
-    padded = pending->header().padded;
-    remote_fingerprint = pending->header().fingerprint;
-    remote_index_skipped = pending->header().index_skipped;
+    // The stream opens on first use (open_remote), so a loader constructed
+    // and then moved to another epoch never opens one it drops.
+    stream_open = false;
+    stream_first_batch = delivered_batches;
+    pending.reset();
+    total = padded = 0;
   } else {
     SplitOptions s;
     s.rank = o.rank;
@@ -126,7 +126,7 @@ void Loader::Impl::set_epoch(std::int64_t e, std::int64_t delivered_batches) {
     total = plan.order.size();
     padded = plan.padded;
   }
-  batches = batch_count(total, o.batch_size, o.drop_last);
+  batches = remote ? 0 : batch_count(total, o.batch_size, o.drop_last);
   std::lock_guard<std::mutex> lock(mu);
   delivered = delivered_batches;
   next_claim = delivered_batches;
@@ -139,6 +139,22 @@ void Loader::Impl::set_epoch(std::int64_t e, std::int64_t delivered_batches) {
   stats.index_skipped = remote ? remote_index_skipped : index->stats().skipped_samples;
   stats.reconnects = reconnects;
   reported = false;
+}
+
+void Loader::Impl::open_remote() {
+  if (!remote || stream_open) return;
+  // The server tells the count when the stream opens; the receiving thread
+  // takes the open stream over.
+  pending = std::make_unique<DataClient>(client_options(epoch),
+                                         static_cast<std::uint64_t>(stream_first_batch) * o.batch_size);
+  total = pending->header().total;
+  padded = pending->header().padded;
+  remote_fingerprint = pending->header().fingerprint;
+  remote_index_skipped = pending->header().index_skipped;
+  batches = batch_count(total, o.batch_size, o.drop_last);
+  stats.padded = padded;
+  stats.index_skipped = remote_index_skipped;
+  stream_open = true;
 }
 
 void Loader::Impl::stop_threads() {
@@ -156,6 +172,7 @@ void Loader::Impl::stop_threads() {
 }
 
 void Loader::Impl::ensure_started() {
+  open_remote();
   std::int64_t first;
   std::uint64_t gen;
   {
@@ -429,11 +446,18 @@ bool Loader::next(Batch* batch) {
 }
 
 std::int64_t Loader::epoch() const { return impl_->epoch; }
-std::int64_t Loader::batches_per_epoch() const { return impl_->batches; }
-std::uint64_t Loader::samples_per_epoch() const { return impl_->total; }
+std::int64_t Loader::batches_per_epoch() const {
+  impl_->open_remote();
+  return impl_->batches;
+}
+std::uint64_t Loader::samples_per_epoch() const {
+  impl_->open_remote();
+  return impl_->total;
+}
 LoaderStats Loader::stats() const { return impl_->stats; }
 
 std::string Loader::save_state() const {
+  impl_->open_remote();
   const Impl& m = *impl_;
   std::int64_t delivered;
   {
@@ -508,6 +532,7 @@ void Loader::restore_state(const std::string& bytes) {
         "shuffle settings", std::to_string(buf) + "/" + std::to_string(init),
         std::to_string(m.o.shuffle_buffer) + "/" + std::to_string(m.o.shuffle_initial));
   m.set_epoch(epoch, delivered);
+  m.open_remote();
   check(fp == m.fingerprint(), "dataset fingerprint", std::to_string(fp), std::to_string(m.fingerprint()));
   if (!m.remote) {
     check(order == m.plan.shard_order, "shard order", "(saved)", "a different one");
