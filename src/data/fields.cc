@@ -5,15 +5,68 @@
 #include <cstdlib>
 
 #include "core/error.h"
+#include "data/example.h"
 #include "data/image.h"
 
 namespace hpct::data {
 namespace {
 
-std::string join(const std::vector<std::string>& v) {
+std::string join(const std::vector<std::string>& v, const char* prefix = ".") {
   std::string s;
-  for (const auto& x : v) s += (s.empty() ? "." : ", .") + x;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + (prefix + x);
   return s;
+}
+
+// The first of names present in the Example, or null.
+const std::pair<const std::string, ExampleFeature>* find_feature(const ExampleFeatures& features,
+                                                                 const std::vector<std::string>& names) {
+  for (const auto& name : names) {
+    auto it = features.find(name);
+    if (it != features.end()) return &*it;
+  }
+  return nullptr;
+}
+
+// A TFRecord sample: the Example's image feature decoded into *out_image;
+// returns the label feature's value.
+std::int64_t decode_example_into(const RawSample& sample, std::string_view record, const FieldOptions& o,
+                                 Image* out_image) {
+  ExampleFeatures features;
+  try {
+    features = parse_example(record);
+  } catch (const Error& e) {
+    throw_data_corrupt(sample.where() + ": " + e.what());
+  }
+  const auto* image = find_feature(features, o.example_image_features);
+  const auto* label = find_feature(features, o.example_label_features);
+  if (image == nullptr) {
+    throw_data_corrupt(sample.where() + ": tf.train.Example has no image feature (" +
+                       join(o.example_image_features, "") + "); name it in example_image_features");
+  }
+  if (label == nullptr) {
+    throw_data_corrupt(sample.where() + ": tf.train.Example has no label feature (" +
+                       join(o.example_label_features, "") + "); name it in example_label_features");
+  }
+  const ExampleFeature& img = image->second;
+  const ExampleFeature& lab = label->second;
+  if (img.kind != ExampleFeature::Kind::kBytes || img.bytes.size() != 1) {
+    throw_data_corrupt(sample.where() + ": image feature '" + image->first + "' is a " +
+                       feature_kind_name(img.kind) + " list of " +
+                       std::to_string(img.bytes.size() + img.floats.size() + img.int64s.size()) +
+                       " values; expected one encoded image (bytes)");
+  }
+  if (lab.kind != ExampleFeature::Kind::kInt64 || lab.int64s.size() != 1) {
+    throw_data_corrupt(sample.where() + ": label feature '" + label->first + "' is a " +
+                       feature_kind_name(lab.kind) + " list of " +
+                       std::to_string(lab.bytes.size() + lab.floats.size() + lab.int64s.size()) +
+                       " values; expected one int64");
+  }
+  try {
+    decode_image_into(img.bytes[0], o.channels, out_image);
+  } catch (const Error& e) {
+    throw_data_corrupt(sample.where() + ", feature " + image->first + ": " + e.what());
+  }
+  return lab.int64s[0];
 }
 
 }  // namespace
@@ -46,6 +99,9 @@ std::int64_t decode_sample_into(const RawSample& sample, const FieldOptions& o, 
     if (!sample.error.empty()) throw_data_corrupt(sample.where() + ": " + sample.error);
     *out_image = sample.image;
     return sample.label;
+  }
+  if (sample.fields.size() == 1 && sample.fields[0].first == kTfRecordField) {
+    return decode_example_into(sample, sample.fields[0].second, o, out_image);
   }
   const std::pair<std::string, std::string>* image = nullptr;
   const std::pair<std::string, std::string>* label = nullptr;

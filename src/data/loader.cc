@@ -256,8 +256,11 @@ void Loader::Impl::worker() {
     }
     Result r;
     try {
-      if (!remote) samples = fetch_local(b, &r);
-      if (!r.error) r = build(b, std::move(samples));
+      Result fetched;  // samples that could not be read (skip)
+      if (!remote) samples = fetch_local(b, &fetched);
+      r = build(b, std::move(samples));
+      r.skipped += fetched.skipped;
+      r.errors.insert(r.errors.begin(), fetched.errors.begin(), fetched.errors.end());
     } catch (...) {
       r.error = std::current_exception();
     }
@@ -387,6 +390,8 @@ Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>(std::move(o
   }
   m.fields.image_fields = o.image_fields;
   m.fields.label_fields = o.label_fields;
+  m.fields.example_image_features = o.example_image_features;
+  m.fields.example_label_features = o.example_label_features;
   m.fields.channels = o.channels;
   std::vector<std::string> shards = expand_shard_list(o.shards, *o.fs);
   if (shards.empty()) throw_invalid_argument("loader: no shards given");

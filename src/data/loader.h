@@ -1,6 +1,6 @@
 // hpct::data::Loader: the input pipeline a training loop pulls batches from.
 //
-//   shards (local tar files, or a data server at tcp://host:port)
+//   shards (local tar or TFRecord files, or a data server at tcp://host:port)
 //     -> this rank's samples for the epoch (sampler.h: split by rank over a
 //        (seed, epoch) permutation, shuffle buffer)
 //     -> N decode threads, each building whole batches (batch b goes to
@@ -16,7 +16,15 @@
 // Errors: with on_error fail, the first damaged sample raises DataCorrupt
 // from next() (shard, member, byte offset) when its batch is reached; with
 // skip it is left out of its batch (which is then short) and counted in
-// stats(), which the loader also logs at the end of each epoch.
+// stats(), which the loader also logs at the end of each epoch. Damage that
+// ends a shard (a tar header, a TFRecord length CRC, a file cut short) is
+// found when the shards are indexed, in the constructor: DataCorrupt with
+// fail, and with skip the shard keeps the samples before it (counted in
+// stats().index_skipped).
+//
+// TFRecord files (.tfrecord, .tfrecords, .tfr) are indexed one sample per
+// record and split, shuffled and resumed exactly as tar samples; each record
+// is a tf.train.Example with an encoded image and an int64 label (fields.h).
 //
 // Exact resume: save_state() after k batches and restore_state() in a fresh
 // Loader with the same options: the remaining batches are the same, in the
@@ -44,8 +52,9 @@
 namespace hpct::data {
 
 struct LoaderOptions {
-  // Shard paths or patterns ("train-{000000..000009}.tar", "@list.txt"), or
-  // one "tcp://host:port" naming a data server.
+  // Shard paths or patterns ("train-{000000..000009}.tar", "@list.txt";
+  // tar and TFRecord files may be mixed), or one "tcp://host:port" naming a
+  // data server.
   std::vector<std::string> shards;
   std::string secret;  // the job secret, for a data server
 
@@ -66,6 +75,10 @@ struct LoaderOptions {
   // Which fields hold the image and the label: the first present wins.
   std::vector<std::string> image_fields = {"png", "jpg", "jpeg"};
   std::vector<std::string> label_fields = {"cls", "txt", "json"};
+  // For TFRecord shards: which tf.train.Example features hold the encoded
+  // image (bytes) and the label (int64); the first present wins.
+  std::vector<std::string> example_image_features = {"image/encoded", "image"};
+  std::vector<std::string> example_label_features = {"image/class/label", "label"};
   int channels = 0;            // 0: as decoded; 1 or 3 to convert
   AugmentOptions augment;
   bool normalize = false;      // float32 (x/255 - mean) / std instead of uint8

@@ -5,11 +5,23 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "data/example.h"
 #include "data/idx.h"
 #include "data/image.h"
 #include "data/random.h"
 
 namespace hpct::data {
+
+std::string encode_image_example(std::string_view encoded, std::string_view format, std::int64_t label,
+                                 int height, int width) {
+  ExampleWriter w;
+  w.add_bytes("image/encoded", {encoded});
+  w.add_bytes("image/format", {format});
+  w.add_int64("image/class/label", {label});
+  if (height > 0) w.add_int64("image/height", {height});
+  if (width > 0) w.add_int64("image/width", {width});
+  return w.finish();
+}
 
 PackResult pack_fashion_mnist(const std::string& dir, const std::string& split,
                               const std::string& image_format, ShardWriterOptions out,
@@ -24,6 +36,7 @@ PackResult pack_fashion_mnist(const std::string& dir, const std::string& split,
     throw_data_corrupt("Fashion-MNIST " + split + ": " + images_path + " and " + labels_path +
                        " do not hold matching images and labels");
   }
+  const ShardFormat writer_format = out.format;
   ShardWriter writer(std::move(out));
   const std::uint64_t n = images.items();
   Image img;
@@ -36,8 +49,13 @@ PackResult pack_fashion_mnist(const std::string& dir, const std::string& split,
                       images.values.begin() + static_cast<std::ptrdiff_t>((i + 1) * size));
     char key[32];
     std::snprintf(key, sizeof key, "%06llu", static_cast<unsigned long long>(i));
-    writer.write(key, {{image_format, image_format == "png" ? encode_png(img) : encode_jpeg(img, 95)},
-                       {"cls", std::to_string(labels.values[i])}});
+    std::string encoded = image_format == "png" ? encode_png(img) : encode_jpeg(img, 95);
+    if (writer_format == ShardFormat::kTfRecord) {
+      writer.write_record(encode_image_example(encoded, image_format == "png" ? "png" : "jpeg",
+                                               labels.values[i], img.height, img.width));
+    } else {
+      writer.write(key, {{image_format, std::move(encoded)}, {"cls", std::to_string(labels.values[i])}});
+    }
     if (progress) progress(i + 1, n);
   }
   writer.close();
@@ -83,8 +101,12 @@ PackResult pack_folder(const std::string& dir, std::int64_t shuffle_seed, ShardW
   }
   ShardWriter writer(out);
   for (size_t i = 0; i < items.size(); ++i) {
-    writer.write(items[i].key, {{items[i].ext, read_whole_file(*out.fs, items[i].path)},
-                                {"cls", std::to_string(items[i].label)}});
+    std::string encoded = read_whole_file(*out.fs, items[i].path);
+    if (out.format == ShardFormat::kTfRecord) {
+      writer.write_record(encode_image_example(encoded, items[i].ext == "png" ? "png" : "jpeg", items[i].label));
+    } else {
+      writer.write(items[i].key, {{items[i].ext, std::move(encoded)}, {"cls", std::to_string(items[i].label)}});
+    }
     if (progress) progress(i + 1, items.size());
   }
   writer.close();

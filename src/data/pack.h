@@ -1,11 +1,13 @@
-// Turning datasets into WebDataset tar shards: Fashion-MNIST's idx files
-// (Debian's dataset-fashion-mnist) and ImageNet-style folders of class
-// sub-folders. Used by `hpctrain data pack`.
+// Turning datasets into WebDataset tar shards (or TFRecord files of
+// tf.train.Example records, out.format): Fashion-MNIST's idx files (Debian's
+// dataset-fashion-mnist) and ImageNet-style folders of class sub-folders.
+// Used by `hpctrain data pack`.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "data/shard_writer.h"
 
@@ -21,9 +23,17 @@ struct PackResult {
   std::vector<std::string> classes;  // folder packing: label i is classes[i]
 };
 
+// A tf.train.Example as TensorFlow's image datasets write one:
+// image/encoded, image/format ("png", "jpeg"), image/class/label, and
+// image/height and image/width when they are given (> 0).
+std::string encode_image_example(std::string_view encoded, std::string_view format, std::int64_t label,
+                                 int height = 0, int width = 0);
+
 // Sample i of the split becomes key "%06d" (i) with fields `image_format`
 // ("png": lossless, bit-exact; or "jpg") and "cls" (the label as decimal
-// text), in the idx files' order. Io / DataCorrupt from the idx reader.
+// text), in the idx files' order; in TFRecord format, record i is
+// encode_image_example of the same image and label. Io / DataCorrupt from
+// the idx reader.
 PackResult pack_fashion_mnist(const std::string& dir, const std::string& split,
                               const std::string& image_format, ShardWriterOptions out,
                               const PackProgress& progress = nullptr);

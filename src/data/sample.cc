@@ -3,6 +3,7 @@
 #include <cctype>
 
 #include "core/error.h"
+#include "data/tfrecord.h"
 
 namespace hpct::data {
 
@@ -27,6 +28,10 @@ OnError parse_on_error(const std::string& s) {
 }
 
 std::string RawSample::where() const {
+  if (is_tfrecord_path(shard)) {
+    return "TFRecord file " + shard + ", record " + std::to_string(member_index) + " (sample " + key +
+           "), byte offset " + std::to_string(offset);
+  }
   return "shard " + shard + ", member #" + std::to_string(member_index) + " (sample " + key +
          "), byte offset " + std::to_string(offset);
 }

@@ -5,6 +5,9 @@
 // path up to the first dot of its file name ("train/000017.png" and
 // "train/000017.cls" are sample "train/000017", fields "png" and "cls").
 // Extensions are compared lower-case, as WebDataset does.
+//
+// A TFRecord record is a sample too (shard_index.h): its one field,
+// kTfRecordField, holds the record's data, a tf.train.Example.
 #pragma once
 
 #include <cstdint>
@@ -16,6 +19,9 @@ namespace hpct::data {
 
 // "dir/abc.seg.png" -> key "dir/abc", ext "seg.png".
 void split_member_name(const std::string& name, std::string* key, std::string* ext);
+
+// The field of a TFRecord sample that holds the record's data.
+constexpr const char* kTfRecordField = "tfrecord";
 
 enum class OnError { kFail, kSkip };
 // "fail" | "skip"; InvalidArgument otherwise.
@@ -50,8 +56,8 @@ struct RawSample {
   std::uint64_t id = 0;       // global sample id (see sampler.h)
   std::string key;
   std::string shard;          // shard path, for messages
-  std::uint64_t member_index = 0;
-  std::uint64_t offset = 0;   // byte offset of its first member's header
+  std::uint64_t member_index = 0;  // TFRecord: the record number
+  std::uint64_t offset = 0;   // byte offset of its first member's header (or its record)
   std::vector<std::pair<std::string, std::string>> fields;  // ext, bytes
   // Set when a data server decoded it (serve --decode): image and label
   // replace fields, or error says why it did not decode.
@@ -60,7 +66,8 @@ struct RawSample {
   std::int64_t label = -1;
   std::string error;
 
-  // "shard S, member #M (key), byte offset O", as errors name a sample.
+  // "shard S, member #M (sample K), byte offset O", as errors name a sample
+  // ("TFRecord file S, record M (sample K), byte offset O" for a record).
   std::string where() const;
 };
 

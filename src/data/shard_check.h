@@ -1,6 +1,7 @@
 // What `hpctrain data inspect` and `data verify` report about a shard: its
 // samples, fields and sizes, and whether every member reads and every image
-// decodes. Tar shards and TFRecord files (by the .tfrecord extension).
+// decodes. Tar shards and TFRecord files (is_tfrecord_path), whose records
+// are read as tf.train.Examples.
 #pragma once
 
 #include <cstdint>
@@ -30,8 +31,9 @@ struct ShardSummary {
 // Walks the headers (reads no data). DataCorrupt / Io as the tar reader.
 ShardSummary inspect_shard(FileSystem& fs, const std::string& path);
 
-// Reads every member (TFRecord: every record and its CRCs) and decodes
-// every .png/.jpg/.jpeg field. Returns the failures, each naming the shard,
+// Reads every member (TFRecord: every record and its CRCs, each parsed as a
+// tf.train.Example with an image and a label feature, fields.h) and decodes
+// every .png/.jpg/.jpeg field (TFRecord: the image feature). Returns the failures, each naming the shard,
 // member and byte offset; stops at the first unless all is set. A tar whose
 // headers are damaged yields one failure (nothing after it can be trusted).
 std::vector<std::string> verify_shard(FileSystem& fs, const std::string& path, bool all);

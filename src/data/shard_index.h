@@ -1,5 +1,13 @@
-// The sample index of a set of tar shards: every sample's key and where its
-// fields lie, found by walking the tar headers (the data is not read).
+// The sample index of a set of shards: every sample's key and where its
+// fields lie, found by walking the tar headers or the TFRecord record
+// headers (the data is not read).
+//
+// Tar shards (WebDataset layout, sample.h) and TFRecord files
+// (is_tfrecord_path) may be mixed. A TFRecord record is one sample with key
+// "<file name>#<record number>" and one field, kTfRecordField, holding the
+// record's data (a tf.train.Example, decoded by fields.h); its FieldRef
+// holds the record number as member_index, the record's offset as
+// header_offset, and the data's offset and length.
 //
 // The index gives the loader and the data server random access to samples
 // by global id, which the epoch plan (sampler.h), exact resume and server
@@ -28,10 +36,12 @@ struct ShardIndexStats {
 class ShardIndex {
  public:
   // Walks every shard in order. With OnError::kFail the first damage raises
-  // DataCorrupt (shard, member, byte offset); with kSkip a damaged shard
-  // keeps the samples before the damage, the sample being read when it hit
-  // is counted as skipped, and a shard that cannot be opened is skipped
-  // whole. Blocks on disk.
+  // DataCorrupt (shard, member or record, byte offset); with kSkip a damaged
+  // shard keeps the samples before the damage, the sample being read when it
+  // hit is counted as skipped, and a shard that cannot be opened is skipped
+  // whole. In a TFRecord file the damage found here is framing damage (a
+  // length CRC, a file cut short); a record whose data CRC fails is found by
+  // read(). Blocks on disk.
   static std::shared_ptr<const ShardIndex> build(const std::vector<std::string>& shards,
                                                  std::shared_ptr<FileSystem> fs, OnError on_error,
                                                  const Logger& log = Logger());
@@ -45,13 +55,16 @@ class ShardIndex {
   // saved loader states compare it to make sure they mean the same data.
   std::uint64_t fingerprint() const { return fingerprint_; }
 
-  // Reads a sample's fields (DataCorrupt/Io naming shard, member, offset).
+  // Reads a sample's fields (DataCorrupt/Io naming shard, member, offset);
+  // a TFRecord record's data CRC is checked here. Thread-safe.
   RawSample read(std::uint64_t id) const;
+  bool is_tfrecord_shard(std::uint32_t shard) const { return tfrecord_.at(shard); }
 
  private:
   std::vector<std::string> shards_;
   std::vector<std::unique_ptr<RandomAccessFile>> files_;  // null for a skipped shard
   std::vector<std::uint64_t> shard_samples_;
+  std::vector<bool> tfrecord_;  // by shard: a TFRecord file, not a tar
   std::vector<SampleRef> samples_;
   ShardIndexStats stats_;
   std::uint64_t fingerprint_ = 0;

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "data/tfrecord.h"
 
 namespace hpct::data {
 namespace {
@@ -62,36 +63,63 @@ ShardWriter::ShardWriter(ShardWriterOptions options) : options_(std::move(option
 
 ShardWriter::~ShardWriter() = default;  // an uncommitted shard's temporary is removed
 
-void ShardWriter::write(const std::string& key,
-                        const std::vector<std::pair<std::string, std::string>>& fields) {
-  std::uint64_t need = 0;
-  for (const auto& [ext, bytes] : fields) need += TarWriter::member_bytes(key + "." + ext, bytes.size());
-  if (tar_ && (in_shard_ >= options_.max_count ||
-               (in_shard_ > 0 && tar_->bytes() + need + 2 * kTarBlock > options_.max_size))) {
+std::uint64_t ShardWriter::shard_bytes() const {
+  if (!file_) return 0;
+  return tar_ ? tar_->bytes() : record_bytes_;
+}
+
+void ShardWriter::make_room(std::uint64_t need) {
+  const std::uint64_t trailer = options_.format == ShardFormat::kTar ? 2 * kTarBlock : 0;
+  if (file_ && (in_shard_ >= options_.max_count ||
+                (in_shard_ > 0 && shard_bytes() + need + trailer > options_.max_size))) {
     finish_shard();
   }
-  if (!tar_) {
+  if (!file_) {
     std::string name = format_shard_name(options_.pattern, shards_.size());
     file_ = options_.fs->open_write(name);
-    tar_ = std::make_unique<TarWriter>(*file_);
+    if (options_.format == ShardFormat::kTar) tar_ = std::make_unique<TarWriter>(*file_);
+    record_bytes_ = 0;
     shards_.push_back(name);
   }
+}
+
+void ShardWriter::write(const std::string& key,
+                        const std::vector<std::pair<std::string, std::string>>& fields) {
+  if (options_.format != ShardFormat::kTar) {
+    throw_invalid_argument("shard writer: " + options_.pattern + " is a TFRecord pattern; write records");
+  }
+  std::uint64_t need = 0;
+  for (const auto& [ext, bytes] : fields) need += TarWriter::member_bytes(key + "." + ext, bytes.size());
+  make_room(need);
   for (const auto& [ext, bytes] : fields) tar_->add(key + "." + ext, bytes);
   ++in_shard_;
   ++samples_;
 }
 
+void ShardWriter::write_record(std::string_view data) {
+  if (options_.format != ShardFormat::kTfRecord) {
+    throw_invalid_argument("shard writer: " + options_.pattern + " is a tar pattern; write samples");
+  }
+  const std::string record = encode_tfrecord(data);
+  make_room(record.size());
+  file_->append(record);
+  record_bytes_ += record.size();
+  ++in_shard_;
+  ++samples_;
+}
+
 void ShardWriter::finish_shard() {
-  tar_->finish();
+  if (tar_) tar_->finish();
+  bytes_done_ += shard_bytes();
   file_->commit();
-  bytes_done_ += tar_->bytes();
   tar_.reset();
   file_.reset();
+  record_bytes_ = 0;
   in_shard_ = 0;
 }
 
 void ShardWriter::close() {
-  if (tar_) finish_shard();
+  if (file_) finish_shard();
 }
 
 }  // namespace hpct::data
