@@ -74,18 +74,29 @@ class WireReader {
   void skip(int wire_type) {
     size_t ignored;
     switch (wire_type) {
-      case kVarint: varint(); return;
-      case kFixed64: fixed(8); return;
-      case kLengthDelimited: length_delimited(&ignored); return;
-      case kFixed32: fixed(4); return;
+      case kVarint:
+        varint();
+        return;
+      case kFixed64:
+        fixed(8);
+        return;
+      case kLengthDelimited:
+        length_delimited(&ignored);
+        return;
+      case kFixed32:
+        fixed(4);
+        return;
       case kStartGroup:
-      case kEndGroup: fail(pos_, "protobuf groups are not used by tf.train.Example");
-      default: fail(pos_, "invalid wire type " + std::to_string(wire_type));
+      case kEndGroup:
+        fail(pos_, "protobuf groups are not used by tf.train.Example");
+      default:
+        fail(pos_, "invalid wire type " + std::to_string(wire_type));
     }
   }
 
   [[noreturn]] void fail(size_t at, const std::string& what) const {
-    throw_data_corrupt("malformed tf.train.Example, byte " + std::to_string(base_ + at) + ": " + what);
+    throw_data_corrupt("malformed tf.train.Example, byte " + std::to_string(base_ + at) + ": " +
+                       what);
   }
 
  private:
@@ -152,7 +163,8 @@ void parse_float_list(std::string_view body, size_t base, ExampleFeature* f) {
         r.fail(tag_end - base, "packed float list of " + std::to_string(packed.size()) +
                                    " bytes is not a whole number of floats");
       }
-      for (size_t i = 0; i < packed.size(); i += 4) f->floats.push_back(float_from_le(packed.substr(i, 4)));
+      for (size_t i = 0; i < packed.size(); i += 4)
+        f->floats.push_back(float_from_le(packed.substr(i, 4)));
     } else {
       r.skip(wt);
     }
@@ -258,10 +270,14 @@ ExampleFeatures parse_example(std::string_view record) {
 
 const char* feature_kind_name(ExampleFeature::Kind kind) {
   switch (kind) {
-    case ExampleFeature::Kind::kBytes: return "bytes";
-    case ExampleFeature::Kind::kFloat: return "float";
-    case ExampleFeature::Kind::kInt64: return "int64";
-    case ExampleFeature::Kind::kNone: break;
+    case ExampleFeature::Kind::kBytes:
+      return "bytes";
+    case ExampleFeature::Kind::kFloat:
+      return "float";
+    case ExampleFeature::Kind::kInt64:
+      return "int64";
+    case ExampleFeature::Kind::kNone:
+      break;
   }
   return "empty";
 }
@@ -274,7 +290,8 @@ void ExampleWriter::add_bytes(std::string_view name, const std::vector<std::stri
   add_feature(name, feature);
 }
 
-void ExampleWriter::add_int64(std::string_view name, const std::vector<std::int64_t>& values, bool packed) {
+void ExampleWriter::add_int64(std::string_view name, const std::vector<std::int64_t>& values,
+                              bool packed) {
   std::string list;
   if (packed) {
     std::string varints;

@@ -29,7 +29,7 @@ namespace hpct::data {
 
 struct ExampleFeature {
   enum class Kind { kNone, kBytes, kFloat, kInt64 };
-  Kind kind = Kind::kNone;  // kNone: a Feature with no list set
+  Kind kind = Kind::kNone;              // kNone: a Feature with no list set
   std::vector<std::string_view> bytes;  // views into the parsed record
   std::vector<float> floats;
   std::vector<std::int64_t> int64s;
@@ -53,7 +53,8 @@ class ExampleWriter {
  public:
   void add_bytes(std::string_view name, const std::vector<std::string_view>& values);
   // packed: as TensorFlow writes it; unpacked lists are legal protobuf too.
-  void add_int64(std::string_view name, const std::vector<std::int64_t>& values, bool packed = true);
+  void add_int64(std::string_view name, const std::vector<std::int64_t>& values,
+                 bool packed = true);
   void add_float(std::string_view name, const std::vector<float>& values);
   // The Example's bytes. The writer is empty afterwards.
   std::string finish();

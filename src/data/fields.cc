@@ -27,6 +27,13 @@ const std::pair<const std::string, ExampleFeature>* find_feature(const ExampleFe
   return nullptr;
 }
 
+// "holds 3 bytes values", "is empty", for messages.
+std::string describe(const ExampleFeature& f) {
+  if (f.kind == ExampleFeature::Kind::kNone) return "is empty";
+  return "holds " + std::to_string(f.bytes.size() + f.floats.size() + f.int64s.size()) + " " +
+         feature_kind_name(f.kind) + " values";
+}
+
 // A TFRecord sample: the Example's image feature decoded into *out_image;
 // returns the label feature's value.
 std::int64_t decode_example_into(const RawSample& sample, std::string_view record, const FieldOptions& o,
@@ -50,16 +57,12 @@ std::int64_t decode_example_into(const RawSample& sample, std::string_view recor
   const ExampleFeature& img = image->second;
   const ExampleFeature& lab = label->second;
   if (img.kind != ExampleFeature::Kind::kBytes || img.bytes.size() != 1) {
-    throw_data_corrupt(sample.where() + ": image feature '" + image->first + "' is a " +
-                       feature_kind_name(img.kind) + " list of " +
-                       std::to_string(img.bytes.size() + img.floats.size() + img.int64s.size()) +
-                       " values; expected one encoded image (bytes)");
+    throw_data_corrupt(sample.where() + ": image feature '" + image->first + "' " + describe(img) +
+                       "; expected one encoded image (bytes)");
   }
   if (lab.kind != ExampleFeature::Kind::kInt64 || lab.int64s.size() != 1) {
-    throw_data_corrupt(sample.where() + ": label feature '" + label->first + "' is a " +
-                       feature_kind_name(lab.kind) + " list of " +
-                       std::to_string(lab.bytes.size() + lab.floats.size() + lab.int64s.size()) +
-                       " values; expected one int64");
+    throw_data_corrupt(sample.where() + ": label feature '" + label->first + "' " + describe(lab) +
+                       "; expected one int64");
   }
   try {
     decode_image_into(img.bytes[0], o.channels, out_image);

@@ -137,6 +137,7 @@ void Loader::Impl::set_epoch(std::int64_t e, std::int64_t delivered_batches) {
   stats.epoch = e;
   stats.padded = padded;
   stats.index_skipped = remote ? remote_index_skipped : index->stats().skipped_samples;
+  if (!remote) stats.errors = index->stats().errors;  // damage found while indexing comes first
   stats.reconnects = reconnects;
   reported = false;
 }

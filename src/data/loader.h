@@ -109,7 +109,7 @@ struct LoaderStats {
   std::uint64_t skipped = 0;          // damaged samples left out this epoch
   std::uint64_t index_skipped = 0;    // samples lost to damaged shards when indexing
   std::uint64_t reconnects = 0;       // data server reconnects, all epochs
-  std::vector<std::string> errors;    // the first few skip reasons
+  std::vector<std::string> errors;    // the first few skip reasons (indexing's first)
 };
 
 class Loader {

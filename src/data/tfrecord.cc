@@ -22,12 +22,13 @@ std::uint64_t get_le(const char* p, int bytes) {
 }
 
 std::string where(const RandomAccessFile& file, std::uint64_t number, std::uint64_t offset) {
-  return "TFRecord file " + file.name() + ", record " + std::to_string(number) + " at byte offset " +
-         std::to_string(offset);
+  return "TFRecord file " + file.name() + ", record " + std::to_string(number) +
+         " at byte offset " + std::to_string(offset);
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "-00003-of-00016" exactly.
@@ -47,7 +48,8 @@ bool is_shard_suffix(const std::string& s) {
 }  // namespace
 
 bool is_tfrecord_path(const std::string& path) {
-  if (ends_with(path, ".tfrecord") || ends_with(path, ".tfrecords") || ends_with(path, ".tfr")) return true;
+  if (ends_with(path, ".tfrecord") || ends_with(path, ".tfrecords") || ends_with(path, ".tfr"))
+    return true;
   const size_t slash = path.rfind('/');
   const size_t at = path.rfind(".tfrecord-");
   return at != std::string::npos && (slash == std::string::npos || at > slash) &&
@@ -74,7 +76,8 @@ std::optional<TfRecordFrame> TfRecordReader::frame_or_throw() {
   }
   if (offset_ + kHeaderBytes + len + kFooterBytes > file_.size()) {
     throw_data_corrupt(here + ": record of " + std::to_string(len) +
-                       " bytes is cut short by the end of the file at " + std::to_string(file_.size()));
+                       " bytes is cut short by the end of the file at " +
+                       std::to_string(file_.size()));
   }
   TfRecordFrame f{count_, offset_, len};
   offset_ += kHeaderBytes + len + kFooterBytes;

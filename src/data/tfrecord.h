@@ -56,7 +56,8 @@ class TfRecordReader {
   // max_record_bytes bounds what one length field may make us allocate.
   // on_error: see the file comment; warnings go to log.
   explicit TfRecordReader(const RandomAccessFile& file, OnError on_error = OnError::kFail,
-                          const Logger& log = Logger(), std::uint64_t max_record_bytes = 1ull << 30);
+                          const Logger& log = Logger(),
+                          std::uint64_t max_record_bytes = 1ull << 30);
 
   // The next record, or nullopt at the end of the file (or, with skip, where
   // the framing was lost). DataCorrupt as above with fail.

@@ -70,7 +70,7 @@ LoaderOptions options(const std::vector<std::string>& shards, int rank, int size
 }
 
 struct Seen {
-  std::vector<int> ids;  // in delivery order
+  std::vector<int> ids;                                         // in delivery order
   std::map<int, std::pair<std::string, std::int64_t>> samples;  // id -> (pixels, label)
 };
 
@@ -82,7 +82,8 @@ Seen read_epoch(Loader& l) {
       const int id = dataset_id(b.keys[i]);
       s.ids.push_back(id);
       const auto* px = b.images[static_cast<std::int64_t>(i)].data_ptr<std::uint8_t>();
-      s.samples[id] = {std::string(reinterpret_cast<const char*>(px), 784), b.labels[i].item<std::int64_t>()};
+      s.samples[id] = {std::string(reinterpret_cast<const char*>(px), 784),
+                       b.labels[i].item<std::int64_t>()};
     }
   }
   return s;
@@ -119,8 +120,9 @@ TEST(TfRecordLoader, TwoRanksReadTheDatasetAsTheTarPathDoes) {
     for (const auto& [id, s] : from_tf[r].samples) {
       EXPECT_TRUE(all.insert(id).second) << "sample " << id << " on both ranks";
       ASSERT_EQ(s.second, mnist.labels[id]) << id;
-      ASSERT_TRUE(std::equal(s.first.begin(), s.first.end(), mnist.images[id].pixels.begin(),
-                             [](char a, std::uint8_t b) { return static_cast<std::uint8_t>(a) == b; }))
+      ASSERT_TRUE(
+          std::equal(s.first.begin(), s.first.end(), mnist.images[id].pixels.begin(),
+                     [](char a, std::uint8_t b) { return static_cast<std::uint8_t>(a) == b; }))
           << id;
     }
   }
@@ -144,7 +146,8 @@ TEST(TfRecordLoader, ResumedRunSeesTheSameRest) {
     resumed.restore_state(first.save_state());
     std::vector<std::vector<std::string>> rest;
     while (resumed.next(&b)) rest.push_back(b.keys);
-    EXPECT_EQ(rest, std::vector<std::vector<std::string>>(all.begin() + static_cast<std::ptrdiff_t>(k), all.end()));
+    EXPECT_EQ(rest, std::vector<std::vector<std::string>>(
+                        all.begin() + static_cast<std::ptrdiff_t>(k), all.end()));
   }
 }
 
@@ -158,7 +161,8 @@ std::vector<std::string> small_examples() {
   return out;
 }
 
-std::string tfrecord_file(const std::vector<std::string>& records, std::vector<std::uint64_t>* offsets) {
+std::string tfrecord_file(const std::vector<std::string>& records,
+                          std::vector<std::uint64_t>* offsets) {
   std::string file;
   for (const auto& r : records) {
     offsets->push_back(file.size());
@@ -168,7 +172,7 @@ std::string tfrecord_file(const std::vector<std::string>& records, std::vector<s
 }
 
 struct Outcome {
-  std::string error;  // with fail
+  std::string error;           // with fail
   std::set<std::string> keys;  // with skip
   LoaderStats stats;
   std::uint64_t samples_per_epoch = 0;
@@ -209,9 +213,10 @@ TEST(TfRecordLoader, DamageIsNamedWithFailAndCountedWithSkip) {
   const std::string good = dir / "good.tfrecord";
   testing::write_file(good, file);
   const std::set<std::string> good_keys = keys_of("good.tfrecord", 0, 40);
-  auto expect_named = [](const Outcome& o, const std::string& path, size_t record, std::uint64_t offset,
-                         const std::string& what) {
-    EXPECT_NE(o.error.find("TFRecord file " + path + ", record " + std::to_string(record)), std::string::npos)
+  auto expect_named = [](const Outcome& o, const std::string& path, size_t record,
+                         std::uint64_t offset, const std::string& what) {
+    EXPECT_NE(o.error.find("TFRecord file " + path + ", record " + std::to_string(record)),
+              std::string::npos)
         << o.error;
     EXPECT_NE(o.error.find("byte offset " + std::to_string(offset)), std::string::npos) << o.error;
     EXPECT_NE(o.error.find(what), std::string::npos) << o.error;

@@ -1,13 +1,15 @@
 // tf.train.Example's wire format (golden bytes, packed and unpacked lists,
 // protobuf's merge rules, malformed input), and the TFRecord reader's error
 // policy: a data CRC failure loses one record, framing damage ends the file.
-#include "data/example.h"
+#include "data/tfrecord.h"
 
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "data/example.h"
+#include "data/fields.h"
+#include "data/image.h"
 #include "data/test_files.h"
-#include "data/tfrecord.h"
 
 namespace hpct::data {
 namespace {
@@ -24,11 +26,14 @@ TEST(TfExample, WritesTheProtobufWireFormat) {
   // TensorFlow writes it).
   ExampleWriter w;
   w.add_int64("a", {1});
-  EXPECT_EQ(w.finish(), bytes_of({0x0a, 0x0c, 0x0a, 0x0a, 0x0a, 0x01, 'a', 0x12, 0x05, 0x1a, 0x03, 0x0a, 0x01, 0x01}));
+  EXPECT_EQ(w.finish(), bytes_of({0x0a, 0x0c, 0x0a, 0x0a, 0x0a, 0x01, 'a', 0x12, 0x05, 0x1a, 0x03,
+                                  0x0a, 0x01, 0x01}));
   // The same value unpacked: Int64List{ tag(1, varint) 1 }.
   w.add_int64("a", {1}, /*packed=*/false);
-  EXPECT_EQ(w.finish(), bytes_of({0x0a, 0x0b, 0x0a, 0x09, 0x0a, 0x01, 'a', 0x12, 0x04, 0x1a, 0x02, 0x08, 0x01}));
-  EXPECT_EQ(w.finish(), bytes_of({0x0a, 0x00})) << "an empty Example still has its (empty) Features";
+  EXPECT_EQ(w.finish(), bytes_of({0x0a, 0x0b, 0x0a, 0x09, 0x0a, 0x01, 'a', 0x12, 0x04, 0x1a, 0x02,
+                                  0x08, 0x01}));
+  EXPECT_EQ(w.finish(), bytes_of({0x0a, 0x00}))
+      << "an empty Example still has its (empty) Features";
 }
 
 TEST(TfExample, RoundTripsEveryKindPackedAndUnpacked) {
@@ -49,7 +54,8 @@ TEST(TfExample, RoundTripsEveryKindPackedAndUnpacked) {
     EXPECT_EQ(f["image/encoded"].bytes[0], image);
     EXPECT_EQ(f["names"].bytes, (std::vector<std::string_view>{"", "two", std::string(300, 'z')}));
     EXPECT_EQ(f["image/class/label"].int64s, (std::vector<std::int64_t>{7}));
-    EXPECT_EQ(f["many"].int64s, (std::vector<std::int64_t>{0, -1, 127, 128, 300, INT64_MAX, INT64_MIN}));
+    EXPECT_EQ(f["many"].int64s,
+              (std::vector<std::int64_t>{0, -1, 127, 128, 300, INT64_MAX, INT64_MIN}));
     EXPECT_EQ(f["scores"].floats, (std::vector<float>{0.5f, -2.25f}));
     EXPECT_EQ(f["empty"].kind, ExampleFeature::Kind::kInt64);
     EXPECT_TRUE(f["empty"].int64s.empty());
@@ -84,7 +90,8 @@ TEST(TfExample, MalformedInputIsNamedNeverACrash) {
       ADD_FAILURE() << "a record cut to " << n << " bytes parsed";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kDataCorrupt);
-      EXPECT_NE(std::string(e.what()).find("malformed tf.train.Example, byte "), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("malformed tf.train.Example, byte "), std::string::npos)
+          << e.what();
     }
   }
   // Every single-byte change either parses or is DataCorrupt (run under the
@@ -109,17 +116,74 @@ TEST(TfExample, MalformedInputIsNamedNeverACrash) {
     return std::string("parsed");
   };
   // A length far past the end, an 11-byte varint, a group, a bad packed float list.
-  EXPECT_NE(message_of(bytes_of({0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x00})).find("byte 1: length 4294967295 runs past"),
+  EXPECT_NE(message_of(bytes_of({0x0a, 0xff, 0xff, 0xff, 0xff, 0x0f, 0x00}))
+                .find("byte 1: length 4294967295 runs past"),
             std::string::npos);
-  EXPECT_NE(message_of(bytes_of({0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}))
-                .find("varint"),
-            std::string::npos);
+  EXPECT_NE(
+      message_of(bytes_of({0x08, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x01}))
+          .find("varint"),
+      std::string::npos);
   EXPECT_NE(message_of(bytes_of({0x0b})).find("groups"), std::string::npos);
   EXPECT_NE(message_of(bytes_of({0x00})).find("field number 0"), std::string::npos);
   // Features{entry{key "f", Feature{float_list{packed 3 bytes}}}}
-  EXPECT_NE(message_of(bytes_of({0x0a, 0x0c, 0x0a, 0x0a, 0x0a, 0x01, 'f', 0x12, 0x05, 0x12, 0x03, 0x0a, 0x01, 0x00}))
+  EXPECT_NE(message_of(bytes_of({0x0a, 0x0c, 0x0a, 0x0a, 0x0a, 0x01, 'f', 0x12, 0x05, 0x12, 0x03,
+                                 0x0a, 0x01, 0x00}))
                 .find("not a whole number of floats"),
             std::string::npos);
+}
+
+TEST(TfExample, DecodesTheImageAndLabelAndNamesWhatIsWrong) {
+  testing::SmallMnist m = testing::load_mnist(1);
+  const std::string png = encode_png(m.images[0]);
+  auto sample_of = [](std::string record) {
+    RawSample s;
+    s.shard = "/d/train.tfrecord";
+    s.key = "train.tfrecord#4";
+    s.member_index = 4;
+    s.offset = 1234;
+    s.fields.emplace_back(kTfRecordField, std::move(record));
+    return s;
+  };
+  auto error_of = [](const RawSample& s, const FieldOptions& o) {
+    try {
+      decode_sample(s, o);
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kDataCorrupt);
+      return std::string(e.what());
+    }
+    return std::string("decoded");
+  };
+  const FieldOptions defaults;
+  {
+    ExampleWriter w;
+    w.add_bytes("image/encoded", {png});
+    w.add_int64("image/class/label", {m.labels[0]});
+    DecodedSample d = decode_sample(sample_of(w.finish()), defaults);
+    EXPECT_EQ(d.label, m.labels[0]);
+    EXPECT_EQ(d.image.pixels, m.images[0].pixels);
+  }
+  const std::string where =
+      "TFRecord file /d/train.tfrecord, record 4 (sample train.tfrecord#4), byte offset 1234: ";
+  ExampleWriter w;
+  w.add_bytes("image", {png});
+  w.add_float("label", {1.0f});
+  EXPECT_EQ(error_of(sample_of(w.finish()), defaults),
+            where + "label feature 'label' holds 1 float values; expected one int64");
+  w.add_bytes("image", {png, png});
+  w.add_int64("label", {1});
+  EXPECT_EQ(
+      error_of(sample_of(w.finish()), defaults),
+      where + "image feature 'image' holds 2 bytes values; expected one encoded image (bytes)");
+  w.add_bytes("image", {"not an image"});
+  w.add_int64("label", {1});
+  EXPECT_NE(error_of(sample_of(w.finish()), defaults)
+                .find(where.substr(0, where.size() - 2) + ", feature image: "),
+            std::string::npos);
+  w.add_int64("label", {1});
+  EXPECT_EQ(error_of(sample_of(w.finish()), defaults),
+            where +
+                "tf.train.Example has no image feature (image/encoded, image); name it in "
+                "example_image_features");
 }
 
 // Five records; record i holds i+1 bytes of 'a'+i.
@@ -145,7 +209,8 @@ ReadResult read_all(const std::string& path, OnError on_error) {
   ReadResult out;
   PosixFileSystem fs;
   auto f = fs.open_read(path);
-  Logger log(LogLevel::kWarn, "all", 0, [&](const std::string& line) { out.warnings += line + "\n"; });
+  Logger log(LogLevel::kWarn, "all", 0,
+             [&](const std::string& line) { out.warnings += line + "\n"; });
   TfRecordReader reader(*f, on_error, log);
   try {
     while (auto r = reader.next()) out.records.push_back(r->data);
@@ -200,8 +265,8 @@ TEST(TfRecord, FramingDamageEndsTheFileWithSkip) {
     SCOPED_TRACE(c.name);
     const std::string path = dir / (c.name + ".tfrecord");
     testing::write_file(path, c.bytes);
-    const std::string where = path + ", record " + std::to_string(c.records_before) + " at byte offset " +
-                              std::to_string(c.at);
+    const std::string where = path + ", record " + std::to_string(c.records_before) +
+                              " at byte offset " + std::to_string(c.at);
     ReadResult fail = read_all(path, OnError::kFail);
     EXPECT_EQ(fail.records.size(), c.records_before);
     EXPECT_NE(fail.error.find(where), std::string::npos) << fail.error;
@@ -214,17 +279,19 @@ TEST(TfRecord, FramingDamageEndsTheFileWithSkip) {
     EXPECT_EQ(skip.stats.skipped_records, 0u);
     ASSERT_EQ(skip.stats.errors.size(), 1u);
     EXPECT_NE(skip.warnings.find(where), std::string::npos) << skip.warnings;
-    EXPECT_NE(skip.warnings.find("skipping the rest of a TFRecord file"), std::string::npos) << skip.warnings;
+    EXPECT_NE(skip.warnings.find("skipping the rest of a TFRecord file"), std::string::npos)
+        << skip.warnings;
   }
 }
 
 TEST(TfRecord, RecognisesTensorFlowFileNames) {
-  for (const char* yes : {"a.tfrecord", "d/a.tfrecords", "x.tfr", "mnist-train.tfrecord-00003-of-00016",
-                          "/data/imagenet/train.tfrecord-00000-of-01024"}) {
+  for (const char* yes :
+       {"a.tfrecord", "d/a.tfrecords", "x.tfr", "mnist-train.tfrecord-00003-of-00016",
+        "/data/imagenet/train.tfrecord-00000-of-01024"}) {
     EXPECT_TRUE(is_tfrecord_path(yes)) << yes;
   }
-  for (const char* no : {"a.tar", "a.tfrecord.gz", "a.tfrecord-x", "a.tfrecord-1-of-", "a.tfrecord/x.tar",
-                         "tfrecord", "a.tfrecord-00001"}) {
+  for (const char* no : {"a.tar", "a.tfrecord.gz", "a.tfrecord-x", "a.tfrecord-1-of-",
+                         "a.tfrecord/x.tar", "tfrecord", "a.tfrecord-00001"}) {
     EXPECT_FALSE(is_tfrecord_path(no)) << no;
   }
 }

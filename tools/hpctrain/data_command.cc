@@ -1,5 +1,6 @@
-// `hpctrain data pack|inspect|verify|serve`: make WebDataset shards, look
-// inside them, check them, and serve them to a job's ranks.
+// `hpctrain data pack|inspect|verify|serve`: make WebDataset shards (or
+// TFRecord files), look inside them, check them, and serve them to a job's
+// ranks.
 #include <signal.h>
 #include <unistd.h>
 
@@ -23,6 +24,7 @@
 #include "data/shard_check.h"
 #include "data/shard_index.h"
 #include "data/shard_list.h"
+#include "data/tfrecord.h"
 #include "store/secret.h"
 
 namespace hpct::cli {
@@ -64,6 +66,7 @@ struct PackArgs {
   std::uint64_t max_count = 10000;
   std::string max_size = "1G";
   std::string image_format = "png";
+  std::string format;  // tar | tfrecord; empty: from the output's extension
   std::int64_t shuffle_seed = 0;
   bool quiet = false;
 };
@@ -73,6 +76,20 @@ int run_pack(const PackArgs& a) {
   out.pattern = a.output;
   out.max_count = a.max_count;
   out.max_size = parse_bytes(a.max_size);
+  // The Loader tells the formats apart by the file name, so the name and the
+  // format must agree.
+  const bool tfrecord_name = data::is_tfrecord_path(a.output);
+  const std::string format = a.format.empty() ? (tfrecord_name ? "tfrecord" : "tar") : a.format;
+  if (format != "tar" && format != "tfrecord") {
+    throw_invalid_argument("--format " + format + ": expected tar or tfrecord");
+  }
+  if ((format == "tfrecord") != tfrecord_name) {
+    throw_invalid_argument("-o " + a.output + " does not name a " + format +
+                           " file: readers pick the format from the name, so use " +
+                           (format == "tfrecord" ? "a .tfrecord pattern, e.g. out/train-%05d.tfrecord"
+                                                 : "a .tar pattern, e.g. out/train-%06d.tar"));
+  }
+  out.format = format == "tfrecord" ? data::ShardFormat::kTfRecord : data::ShardFormat::kTar;
   data::format_shard_name(a.output, 0);  // refuse a bad pattern before reading anything
   ProgressBar bar(!a.quiet);
   auto progress = [&](std::uint64_t d, std::uint64_t t) { bar.update(d, t); };
@@ -228,17 +245,21 @@ int run_serve(const ServeArgs& a, const Config& config) {
 }  // namespace
 
 void add_data_command(CLI::App& app, Cli& cli) {
-  auto* data = app.add_subcommand("data", "Pack, inspect, verify and serve WebDataset shards");
+  auto* data = app.add_subcommand("data", "Pack, inspect, verify and serve WebDataset shards and TFRecord files");
   data->require_subcommand(1);
 
   auto pack = std::make_shared<PackArgs>();
-  auto* p = data->add_subcommand("pack", "Write a dataset as tar shards (WebDataset layout)");
+  auto* p = data->add_subcommand("pack", "Write a dataset as tar shards (WebDataset layout) or TFRecord files");
   p->add_option("--from", pack->from, "fashion-mnist, or folder DIR (DIR/<class>/<image>)")
       ->required()
       ->expected(1, 2);
   p->add_option("--split", pack->split, "fashion-mnist: train or test")->capture_default_str();
   p->add_option("--dir", pack->dir, "fashion-mnist: where the idx files are")->capture_default_str();
-  p->add_option("-o,--output", pack->output, "Shard name pattern, e.g. 'out/train-%06d.tar'")->required();
+  p->add_option("-o,--output", pack->output,
+                "Shard name pattern, e.g. 'out/train-%06d.tar' or 'out/train-%05d.tfrecord'")
+      ->required();
+  p->add_option("--format", pack->format,
+                "tar (WebDataset) or tfrecord (tf.train.Example records); default: from -o's extension");
   p->add_option("--max-count", pack->max_count, "Samples per shard")->capture_default_str();
   p->add_option("--max-size", pack->max_size, "Bytes per shard (4K, 256M, 1G)")->capture_default_str();
   p->add_option("--image-format", pack->image_format, "fashion-mnist: png (lossless) or jpg")
