@@ -1,6 +1,6 @@
 // `hpctrain data ...` as users run it: pack Fashion-MNIST and read it back
 // bit-exactly with a plain tar reader, tar(1) lists the shards, verify
-// names damage and exits 1, and a `data serve` process SIGKILLed and
+// names damage and exits 1 (tar and TFRecord), and a `data serve` process SIGKILLed and
 // restarted mid-epoch costs the client no sample and repeats none.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -16,6 +16,7 @@
 #include "data/image.h"
 #include "data/tar.h"
 #include "data/test_files.h"
+#include "data/tfrecord.h"
 
 namespace hpct::data {
 namespace {
@@ -124,6 +125,50 @@ TEST(DataCli, VerifyNamesShardMemberAndOffset) {
   CliRun cut = run("data verify " + (dir / "short.tar"));
   EXPECT_EQ(cut.exit_code, 1);
   EXPECT_NE(cut.out.find("cut short"), std::string::npos) << cut.out;
+}
+
+TEST(DataCli, TfRecordPackInspectAndVerify) {
+  testing::TempDir dir;
+  CliRun bad_name = run("data pack --from fashion-mnist --split test -q --format tfrecord -o '" +
+                        (dir / "t-%05d.tar") + "'");
+  EXPECT_EQ(bad_name.exit_code, 2) << bad_name.out;
+  EXPECT_NE(bad_name.out.find("does not name a tfrecord file"), std::string::npos) << bad_name.out;
+
+  CliRun r = run("data pack --from fashion-mnist --split test -q --max-count 6000 -o '" + (dir / "t-%05d.tfrecord") + "'");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("packed 10000 samples into 2 shards"), std::string::npos) << r.out;
+  const std::string first = dir / "t-00000.tfrecord";
+  CliRun inspect = run("data inspect " + first);
+  EXPECT_EQ(inspect.exit_code, 0) << inspect.out;
+  EXPECT_NE(inspect.out.find("6000 samples"), std::string::npos) << inspect.out;
+  EXPECT_NE(inspect.out.find(".image/class/label     6000"), std::string::npos) << inspect.out;
+  CliRun ok = run("data verify '" + (dir / "t-{00000..00001}.tfrecord") + "'");
+  EXPECT_EQ(ok.exit_code, 0) << ok.out;
+  EXPECT_NE(ok.out.find("OK 2 shards"), std::string::npos) << ok.out;
+
+  // A flipped bit in record 3's data, then a cut inside record 5.
+  std::string bytes = testing::slurp(first);
+  std::vector<std::uint64_t> offsets;
+  {
+    PosixFileSystem fs;
+    auto f = fs.open_read(first);
+    TfRecordReader reader(*f);
+    for (int i = 0; i < 6; ++i) offsets.push_back(reader.next_frame()->offset);
+  }
+  std::string flipped = bytes;
+  flipped[offsets[3] + 100] ^= 0x02;
+  testing::write_file(dir / "flipped.tfrecord", flipped);
+  CliRun bad = run("data verify --all " + (dir / "flipped.tfrecord"));
+  EXPECT_EQ(bad.exit_code, 1) << bad.out;
+  EXPECT_NE(bad.out.find("FAIL TFRecord file " + (dir / "flipped.tfrecord") + ", record 3 at byte offset " +
+                         std::to_string(offsets[3]) + ": CRC-32C of the data does not match"),
+            std::string::npos)
+      << bad.out;
+  EXPECT_NE(bad.out.find("1 failures in 1 shards"), std::string::npos) << "the framing held: the rest was read";
+  testing::write_file(dir / "cut.tfrecord", bytes.substr(0, offsets[5] + 20));
+  CliRun cut = run("data verify " + (dir / "cut.tfrecord"));
+  EXPECT_EQ(cut.exit_code, 1) << cut.out;
+  EXPECT_NE(cut.out.find("record 5 at byte offset " + std::to_string(offsets[5])), std::string::npos) << cut.out;
 }
 
 // Starts `hpctrain data serve` and returns its pid; *port is read from its
