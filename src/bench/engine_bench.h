@@ -8,7 +8,8 @@
 // ("separate") gives every gradient its own allocation, so fusion has to
 // pack. Engine and raw runs alternate in blocks (the engine is shut down
 // while raw calls run: one MPI caller at a time); each block's first engine
-// iteration (full negotiation) is not timed.
+// iteration (full negotiation) is not timed. The raw call is always a sum;
+// the engine runs each op in `ops`.
 //
 // Every rank calls run_engine_bench with the same options; rank 0 emits one
 // JSON object per (model, layout). Blocks for the whole benchmark.
@@ -29,6 +30,9 @@ namespace hpct::bench {
 struct EngineBenchOptions {
   std::vector<std::string> models = {"mlp", "resnet20"};
   std::vector<std::string> layouts = {"flat", "separate"};
+  // sum: the raw call's own operation; avg: what DistributedOptimizer asks
+  // for (the sum, then one scaling pass over the result).
+  std::vector<std::string> ops = {"sum", "avg"};
   int iters = 10;   // timed iterations per block
   int blocks = 3;   // engine/raw alternations
 };

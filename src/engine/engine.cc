@@ -19,6 +19,8 @@ struct Handle::State {
   std::exception_ptr error;           // GUARDED_BY(mu)
   std::vector<std::uint8_t> gathered;  // written before done, read after
   std::vector<std::int64_t> gathered_shape;
+  // Valid while !done: the engine completes every handle before it goes.
+  Engine* engine = nullptr;
 };
 
 namespace {
@@ -40,12 +42,14 @@ bool Handle::poll() const {
 
 void Handle::wait() const {
   std::unique_lock<std::mutex> lk(state_->mu);
+  if (!state_->done) state_->engine->flush();
   state_->cv.wait(lk, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);
 }
 
 void Handle::wait(Millis timeout) const {
   std::unique_lock<std::mutex> lk(state_->mu);
+  if (!state_->done) state_->engine->flush();
   if (!state_->cv.wait_for(lk, timeout, [&] { return state_->done; })) {
     throw_timeout("tensor '" + state_->name + "' was not done within " +
                   std::to_string(timeout.count()) + " ms");
@@ -110,6 +114,17 @@ void Engine::shutdown() {
   if (thread_.joinable()) thread_.join();
 }
 
+// Called with a handle's State::mu held (Handle::wait); takes mu_, which
+// complete() never holds while it takes a State::mu.
+void Engine::flush() {
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    if (flush_requested_) return;
+    flush_requested_ = true;
+  }
+  wake_.notify_one();
+}
+
 Engine::Stats Engine::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   return stats_;
@@ -162,6 +177,7 @@ Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
   }
   auto state = std::make_shared<Handle::State>();
   state->name = req.name;
+  state->engine = this;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (broken_) std::rethrow_exception(broken_);
@@ -228,7 +244,8 @@ bool Engine::wait_for_round() {
     if (!incoming_.empty()) {
       // The fusion window: gather what arrives within a cycle of the first
       // new tensor (0: negotiate at once; tensors arriving during a round
-      // are batched anyway).
+      // are batched anyway), unless a caller already waits (flush).
+      if (flush_requested_) break;
       due = incoming_.front().submitted + cycle_;
     } else if (!pending_.empty() || global_pending_) {
       due = last_round_start_ + pending_wait_;
@@ -243,6 +260,7 @@ bool Engine::wait_for_round() {
     pending_.emplace(next_seq_++, std::move(e));
   }
   incoming_.clear();
+  flush_requested_ = false;
   ++stats_.rounds;
   return shutdown_requested_;
 }

@@ -14,7 +14,10 @@
 // Pacing (why the thread never spins): it sleeps on a condition variable and
 // enters a negotiation round (a) HPCT_CYCLE_MS after a new tensor arrived
 // (the fusion window; tensors that arrive while a round runs are batched
-// anyway), (b) every max(HPCT_CYCLE_MS, 1 ms) while tensors are pending
+// anyway), or at once when a caller waits on a handle whose tensor is not
+// done (flush(): the caller submits nothing more until it wakes, so waiting
+// out the window gains nothing; DistributedOptimizer::step() ends backward
+// this way), (b) every max(HPCT_CYCLE_MS, 1 ms) while tensors are pending
 // anywhere (backing off to 16 times that while rounds change nothing), (c)
 // otherwise once per idle period (min(1 s, HPCT_STALL_WARN_S / 4)), so a rank
 // that waits for a silent one is not stuck in a collective, stalls are
@@ -133,6 +136,11 @@ class Engine {
   // In place: t on root is copied to every rank.
   Handle broadcast_async(const std::string& name, TensorRef t, int root);
 
+  // Starts a round now instead of at the end of the fusion window (see
+  // Pacing). Handle::wait() calls it; a caller that submitted its last
+  // tensor for a while may too.
+  void flush();
+
   // Announces the shutdown to every rank, fails every pending handle, joins
   // the thread. Idempotent; never throws.
   void shutdown();
@@ -191,6 +199,7 @@ class Engine {
   std::vector<Entry> incoming_;             // GUARDED_BY(mu_)
   std::unordered_set<std::string> held_;    // names pending on this rank; GUARDED_BY(mu_)
   bool shutdown_requested_ = false;         // GUARDED_BY(mu_)
+  bool flush_requested_ = false;            // GUARDED_BY(mu_): a round is due now
   std::exception_ptr broken_;               // GUARDED_BY(mu_): set when the thread stopped
   Stats stats_;                             // GUARDED_BY(mu_)
 

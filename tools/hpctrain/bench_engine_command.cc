@@ -28,6 +28,7 @@ struct EngineArgs {
   int np = 2;
   std::string models = "mlp,resnet20";
   std::string layouts = "flat,separate";
+  std::string ops = "sum,avg";
   int iters = 10;
   int blocks = 3;
   double timeout_s = 1800;
@@ -62,7 +63,7 @@ int run_parent(const EngineArgs& a, const Config& config) {
   argv.insert(argv.end(),
               {"-x", "HPCT_BACKEND", "-x", "HPCT_STORE_DIR", "-x", "OMP_NUM_THREADS", "-x",
                "OPENBLAS_NUM_THREADS", self_executable(), "bench", "engine", "--worker", "--models",
-               a.models, "--layouts", a.layouts, "--iters", std::to_string(a.iters), "--blocks",
+               a.models, "--layouts", a.layouts, "--ops", a.ops, "--iters", std::to_string(a.iters), "--blocks",
                std::to_string(a.blocks)});
   for (const auto& e : config.describe()) {
     if (e.source != ConfigSource::kDefault) {
@@ -91,6 +92,7 @@ int run_worker(const EngineArgs& a, const Config& config) {
   bench::EngineBenchOptions o;
   o.models = split(a.models);
   o.layouts = split(a.layouts);
+  o.ops = split(a.ops);
   o.iters = a.iters;
   o.blocks = a.blocks;
   auto raw = bench::make_raw_allreduce(*world.comm);
@@ -109,6 +111,8 @@ void add_bench_engine_command(CLI::App& bench, Cli& cli) {
   c->add_option("--np", a->np, "Ranks to start on this host")->capture_default_str();
   c->add_option("--models", a->models, "Comma-separated: mlp, cnn, resnet20")->capture_default_str();
   c->add_option("--layouts", a->layouts, "flat (DistributedOptimizer's), separate (packed)")
+      ->capture_default_str();
+  c->add_option("--ops", a->ops, "Engine ops: sum (the raw call's), avg (DistributedOptimizer's)")
       ->capture_default_str();
   c->add_option("--iters", a->iters, "Timed iterations per block")->capture_default_str();
   c->add_option("--blocks", a->blocks, "Engine/raw alternations")->capture_default_str();

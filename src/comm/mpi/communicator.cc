@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdint>
@@ -167,6 +168,32 @@ MPI_Op mpi_op(const MpiCommunicator::Worker& w, DataType t, ReduceOp op) {
       return MPI_PROD;
   }
   return MPI_OP_NULL;
+}
+
+// Collectives of at most this many bytes (the engine's negotiation, metrics,
+// barriers) wait for their peers politely (wait_politely); larger ones block
+// in MPI, which moves data fastest once every rank is there.
+constexpr size_t kPoliteBytes = 64 << 10;
+
+// Waits for a nonblocking collective without holding a core. A blocking MPI
+// call polls for as long as a peer is late (OpenMPI's shared-memory
+// transport spins, at best yielding), and a rank that waits in one for a
+// slower rank's backward pass takes CPU from the compute threads of a host
+// with as many ranks as cores. Here: MPI_Test in a short spin (the peers are
+// usually there already), then between sleeps that grow to 200 us. The
+// caller's deadline bounds the wait (handoff).
+void wait_politely(MPI_Request& request, const char* call) {
+  using Clock = std::chrono::steady_clock;
+  const auto spin_until = Clock::now() + std::chrono::microseconds(30);
+  auto nap = std::chrono::microseconds(10);
+  for (;;) {
+    int done = 0;
+    check_mpi(MPI_Test(&request, &done, MPI_STATUS_IGNORE), call);
+    if (done) return;
+    if (Clock::now() < spin_until) continue;
+    std::this_thread::sleep_for(nap);
+    nap = std::min(nap * 2, std::chrono::microseconds(200));
+  }
 }
 
 const char* thread_level_name(int level) {
@@ -408,8 +435,15 @@ void MpiCommunicator::do_allreduce(const AllreduceOptions& o) {
                reduce_op_name(o.op) + ")";
       },
       [in, out = o.output, n, dtype = o.dtype, op = o.op, t = mpi_type(o.dtype),
-       mop = mpi_op(*worker_, o.dtype, o.op), comm = worker_->comm, size = size_] {
-        check_mpi(MPI_Allreduce(in, out, n, t, mop, comm), "MPI_Allreduce");
+       mop = mpi_op(*worker_, o.dtype, o.op), comm = worker_->comm, size = size_,
+       polite = o.count * dtype_size(o.dtype) <= kPoliteBytes] {
+        if (polite) {
+          MPI_Request request;
+          check_mpi(MPI_Iallreduce(in, out, n, t, mop, comm, &request), "MPI_Iallreduce");
+          wait_politely(request, "MPI_Iallreduce");
+        } else {
+          check_mpi(MPI_Allreduce(in, out, n, t, mop, comm), "MPI_Allreduce");
+        }
         if (op == ReduceOp::kAvg) finish_average(out, static_cast<size_t>(n), dtype, size);
       });
 }
@@ -422,7 +456,14 @@ void MpiCommunicator::do_broadcast(const BroadcastOptions& o) {
         return "MPI_Bcast of " + std::to_string(o.count) + " " + dtype_name(o.dtype) +
                " from rank " + std::to_string(o.root);
       },
-      [buf = o.buffer, n, t = mpi_type(o.dtype), root = o.root, comm = worker_->comm] {
+      [buf = o.buffer, n, t = mpi_type(o.dtype), root = o.root, comm = worker_->comm,
+       polite = o.count * dtype_size(o.dtype) <= kPoliteBytes] {
+        if (polite) {
+          MPI_Request request;
+          check_mpi(MPI_Ibcast(buf, n, t, root, comm, &request), "MPI_Ibcast");
+          wait_politely(request, "MPI_Ibcast");
+          return;
+        }
         check_mpi(MPI_Bcast(buf, n, t, root, comm), "MPI_Bcast");
       });
 }
@@ -436,7 +477,14 @@ void MpiCommunicator::do_allgather(const AllgatherOptions& o) {
         return "MPI_Allgather of " + std::to_string(o.count) + " " + dtype_name(o.dtype) +
                " per rank";
       },
-      [in = o.input, out = o.output, n, t = mpi_type(o.dtype), comm = worker_->comm] {
+      [in = o.input, out = o.output, n, t = mpi_type(o.dtype), comm = worker_->comm,
+       polite = o.count * size_ * dtype_size(o.dtype) <= kPoliteBytes] {
+        if (polite) {
+          MPI_Request request;
+          check_mpi(MPI_Iallgather(in, n, t, out, n, t, comm, &request), "MPI_Iallgather");
+          wait_politely(request, "MPI_Iallgather");
+          return;
+        }
         check_mpi(MPI_Allgather(in, n, t, out, n, t, comm), "MPI_Allgather");
       });
 }
@@ -459,7 +507,14 @@ void MpiCommunicator::do_allgatherv(const AllgathervOptions& o) {
                " in all (" + std::to_string(mine) + " from this rank)";
       },
       [in = o.input, out = o.output, mine, counts = std::move(counts), displs = std::move(displs),
-       t = mpi_type(o.dtype), comm = worker_->comm] {
+       t = mpi_type(o.dtype), comm = worker_->comm, polite = total * dtype_size(o.dtype) <= kPoliteBytes] {
+        if (polite) {
+          MPI_Request request;
+          check_mpi(MPI_Iallgatherv(in, mine, t, out, counts.data(), displs.data(), t, comm, &request),
+                    "MPI_Iallgatherv");
+          wait_politely(request, "MPI_Iallgatherv");
+          return;
+        }
         check_mpi(MPI_Allgatherv(in, mine, t, out, counts.data(), displs.data(), t, comm),
                   "MPI_Allgatherv");
       });
@@ -485,7 +540,11 @@ void MpiCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) {
 void MpiCommunicator::do_barrier(const BarrierOptions& o) {
   run(
       "barrier", o.timeout, [] { return std::string("MPI_Barrier"); },
-      [comm = worker_->comm] { check_mpi(MPI_Barrier(comm), "MPI_Barrier"); });
+      [comm = worker_->comm] {
+        MPI_Request request;
+        check_mpi(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
+        wait_politely(request, "MPI_Ibarrier");
+      });
 }
 
 void MpiCommunicator::do_send(const SendOptions& o) {
