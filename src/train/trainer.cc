@@ -19,6 +19,7 @@
 #include "data/loader.h"
 #include "train/checkpoint.h"
 #include "train/models.h"
+#include "train/scripted_model.h"
 
 namespace hpct::train {
 namespace {
@@ -113,19 +114,92 @@ void average_buffers(Context& ctx, Model& model) {
   }
 }
 
-// The channels of the data's images (for resnet20): one sample's.
-int probe_channels(const TrainOptions& o, const Logger& log) {
+// One sample of the training data, [1, C, H, W]: its channels shape
+// resnet20, and a forward pass on it checks the model fits the data before
+// any rank starts training.
+torch::Tensor probe_sample(const TrainOptions& o, const Logger& log) {
   data::LoaderOptions lo;
   lo.shards = o.data;
   lo.batch_size = 1;
   lo.shuffle = false;
   lo.threads = 1;
   lo.prefetch = 1;
+  lo.normalize = true;  // as training sees it
   lo.logger = log;
   data::Loader probe(lo);
   data::Batch b;
   if (!probe.next(&b)) throw_invalid_argument("the training shards hold no samples");
-  return static_cast<int>(b.images.size(1));
+  return b.images;
+}
+
+std::string shape_of(const torch::Tensor& t) {
+  std::ostringstream s;
+  s << t.sizes() << " " << t.dtype();
+  return s.str();
+}
+
+// The message of a libtorch error without its C++ stack; for an error raised
+// inside a TorchScript module, the operator's own message after the script's
+// traceback.
+std::string error_summary(const std::exception& e) {
+  const auto* c = dynamic_cast<const c10::Error*>(&e);
+  std::string s = c ? c->what_without_backtrace() : e.what();
+  const std::string marker = "\nRuntimeError: ";
+  auto pos = s.rfind(marker);
+  if (pos != std::string::npos) s = s.substr(pos + marker.size());
+  return s.substr(0, s.find('\n'));
+}
+
+// The model's logits [N, classes] for x. Errors name the model and the
+// shapes, never only a libtorch stack.
+torch::Tensor logits(Model& model, const std::string& name, const torch::Tensor& x) {
+  torch::Tensor out;
+  try {
+    out = model.forward(x);
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw_invalid_argument("--model " + name + ": forward failed on a batch of shape " + shape_of(x) + ": " +
+                           error_summary(e));
+  }
+  if (out.dim() != 2 || out.size(0) != x.size(0) || !out.is_floating_point()) {
+    throw_invalid_argument("--model " + name + ": forward on a batch of shape " + shape_of(x) +
+                           " returned " + shape_of(out) + "; expected float logits [" +
+                           std::to_string(x.size(0)) + ", classes]");
+  }
+  return out;
+}
+
+// Cross entropy of the logits, refusing labels the model has no class for.
+torch::Tensor classification_loss(const std::string& name, const torch::Tensor& out, const torch::Tensor& labels,
+                                  torch::nn::functional::CrossEntropyFuncOptions opts = {}) {
+  auto top = labels.max().item<std::int64_t>();
+  if (top >= out.size(1)) {
+    throw_invalid_argument("--model " + name + ": it outputs " + std::to_string(out.size(1)) +
+                           " classes, the data has label " + std::to_string(top));
+  }
+  return torch::nn::functional::cross_entropy(out, labels, opts);
+}
+
+// The final model, written by rank 0, or by every rank when the path holds
+// "{rank}" (replaced by the rank): TorchScript for a scripted model, a
+// libtorch archive of parameters and buffers for a built-in one.
+void save_final_model(Context& ctx, Model& model, std::string path, const Logger& log) {
+  auto at = path.find("{rank}");
+  if (at == std::string::npos && ctx.rank() != 0) return;
+  if (at != std::string::npos) path.replace(at, 6, std::to_string(ctx.rank()));
+  if (auto* scripted = dynamic_cast<ScriptedModel*>(&model)) {
+    scripted->save_script(path);
+  } else {
+    torch::serialize::OutputArchive ar;
+    model.save(ar);
+    try {
+      ar.save_to(path);
+    } catch (const c10::Error& e) {
+      throw_io("save model " + path + " (" + error_summary(e) + ")", errno ? errno : EIO);
+    }
+  }
+  log.info("train", "model saved to " + path);
 }
 
 struct Payload {
@@ -254,9 +328,15 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   at::set_num_threads(o.threads);
   auto wall_start = Clock::now();
 
-  int channels = o.model == "resnet20" ? probe_channels(o, log) : 1;
+  auto sample = probe_sample(o, log);
   torch::manual_seed(o.seed);
-  auto model = make_model(o.model, channels);
+  auto model = open_model(o.model, static_cast<int>(sample.size(1)));
+  {
+    model->eval();
+    torch::NoGradGuard no_grad;
+    logits(*model, o.model, sample);
+    model->train();
+  }
   auto optimizer = make_optimizer(o, *model);
   // Dropout and other random layers draw differently on each rank.
   torch::manual_seed(o.seed + 1 + static_cast<std::uint64_t>(ctx.rank()));
@@ -354,9 +434,9 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
     data::Batch b;
     double loss_sum = 0, correct = 0, count = 0;
     while (val->next(&b)) {
-      auto out = model->forward(b.images);
-      loss_sum += torch::nn::functional::cross_entropy(
-                      out, b.labels, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+      auto out = logits(*model, o.model, b.images);
+      loss_sum += classification_loss(o.model, out, b.labels,
+                                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
                       .item<double>();
       correct += out.argmax(1).eq(b.labels).sum().item<double>();
       count += static_cast<double>(b.labels.size(0));
@@ -389,7 +469,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
       double lr = learning_rate(o, ctx.size(), static_cast<double>(step) / static_cast<double>(steps_per_epoch));
       set_lr(*optimizer, lr);
       opt.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(batch.images), batch.labels);
+      auto loss = classification_loss(o.model, logits(*model, o.model, batch.images), batch.labels);
       loss.backward();
       auto t2 = Clock::now();
       opt.synchronize();
@@ -501,6 +581,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   crcs[ctx.rank()] = static_cast<double>(model_checksum(*model));
   crcs = allreduce(ctx, "train/param_crc", crcs, false);
   bool identical = (crcs == crcs[0]).all().item<bool>();
+  if (!o.save_model.empty()) save_final_model(ctx, *model, o.save_model, log);
 
   nlohmann::json s;
   s["type"] = "summary";

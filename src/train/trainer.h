@@ -1,4 +1,5 @@
-// The training loop of `hpctrain train`: a built-in model (models.h) on
+// The training loop of `hpctrain train`: a built-in model (models.h) or a
+// TorchScript one (scripted_model.h), behind the same Model interface, on
 // WebDataset shards read by hpct::data::Loader, data-parallel through
 // DistributedOptimizer, with validation, learning-rate schedule,
 // checkpoints (checkpoint.h), metrics and a summary. Every rank calls
@@ -14,7 +15,8 @@
 // Batch norm: running statistics are buffers each rank updates from its own
 // batches; they are averaged over ranks (float buffers; counters advance
 // alike) before each validation, each checkpoint and at the end, so every
-// rank evaluates and saves the same model. Parameters are never broadcast
+// rank evaluates and saves the same model. The same rule holds for every
+// buffer of a TorchScript model. Parameters are never broadcast
 // after the start: the final checksum shows they stayed identical.
 //
 // A checkpoint holds the model (parameters and buffers), the optimizer
@@ -60,6 +62,7 @@ struct TrainOptions {
   std::int64_t checkpoint_every = 0;  // steps; 0: only at the end of each epoch
   std::string resume;                 // "", "auto" or a checkpoint path
   std::string metrics;                // JSON-lines file (rank 0)
+  std::string save_model;             // final model file (rank 0; "{rank}" in it: every rank)
   std::uint64_t seed = 0;
   std::int64_t max_steps = 0;         // stop after this many steps in total (0: no limit)
   int log_every = 50;                 // steps between metrics lines

@@ -1,4 +1,4 @@
-// `hpctrain train`: data-parallel training of a built-in model on WebDataset
+// `hpctrain train`: data-parallel training of a built-in or TorchScript model on WebDataset
 // shards (train/trainer.h). Each rank runs this command: under `hpctrain
 // launch`, mpirun or srun, or alone as a single rank. Rank 0 prints the
 // progress and the summary.
@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "hpctrain/hpctrain.h"
-#include "train/models.h"
+#include "train/scripted_model.h"
 #include "train/trainer.h"
 
 namespace hpct::cli {
@@ -47,7 +47,8 @@ void print_summary(const nlohmann::json& s) {
 void add_train_command(CLI::App& app, Cli& cli) {
   auto o = std::make_shared<train::TrainOptions>();
   auto* c = app.add_subcommand("train", "Train a model on WebDataset shards across the job's ranks");
-  c->add_option("--model", o->model, "mlp, cnn or resnet20")->capture_default_str();
+  c->add_option("--model", o->model, "mlp, cnn, resnet20, or a TorchScript file (torch.jit.script(m).save())")
+      ->capture_default_str();
   c->add_option("--data", o->data, "Training shards: files, patterns ('train-{000000..000005}.tar') or @list")
       ->required();
   c->add_option("--val", o->val, "Validation shards (evaluated after each epoch, split over ranks)");
@@ -72,6 +73,9 @@ void add_train_command(CLI::App& app, Cli& cli) {
       ->capture_default_str();
   c->add_option("--resume", o->resume, "auto (newest whole checkpoint in --checkpoint-dir) or a checkpoint file");
   c->add_option("--metrics", o->metrics, "JSON-lines metrics file (rank 0 appends)");
+  c->add_option("--save-model", o->save_model,
+                "Write the final model here (rank 0; every rank when the path holds {rank}): TorchScript for a "
+                "TorchScript model, a libtorch archive otherwise");
   c->add_option("--seed", o->seed, "Seed of the model, the data order and augmentation")->capture_default_str();
   c->add_option("--max-steps", o->max_steps, "Stop after this many steps in total (0: no limit)")
       ->capture_default_str();
@@ -84,7 +88,7 @@ void add_train_command(CLI::App& app, Cli& cli) {
       if (*progress != "auto" && *progress != "bar" && *progress != "lines") {
         throw_invalid_argument("--progress " + *progress + ": choose auto, bar or lines");
       }
-      train::make_model(o->model);  // refuse an unknown model before joining the job
+      train::open_model(o->model);  // refuse an unknown or unreadable model before joining the job
       auto ctx = init(cli.config);
       auto opts = *o;
       opts.progress = *progress == "bar" || (*progress == "auto" && ::isatty(1) != 0);
