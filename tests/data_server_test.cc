@@ -99,11 +99,14 @@ TEST(DataServer, TwoClientsGetWhatTheLocalLoaderGives) {
     }
     EXPECT_EQ(seen.size(), 300u);
     // The server counts a stream finished after its End frame is sent,
-    // which the client may see first: poll, bounded.
+    // which the client may see first: poll, bounded. At least both clients'
+    // streams; more when a client on a loaded machine gave up on a slow
+    // first handshake and opened its stream again (the abandoned one may
+    // still have fitted into the socket buffers and ended).
     for (int i = 0; i < 250 && server.stats().streams_finished < 2; ++i) {
       std::this_thread::sleep_for(Millis(20));
     }
-    EXPECT_EQ(server.stats().streams_finished, 2u);
+    EXPECT_GE(server.stats().streams_finished, 2u);
     EXPECT_LE(server.stats().largest_queue, 2u) << "the send queue is bounded";
   }
 }
