@@ -1,8 +1,11 @@
 // The hpctrain binary as a user runs it: exit codes, messages, JSON output.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -15,8 +18,9 @@ struct CliRun {
   std::string out;  // stdout and stderr together
 };
 
-CliRun run(const std::string& args) {
-  std::string cmd = std::string("timeout 300 ") + HPCT_BINARY + " " + args + " 2>&1";
+// Runs a shell command line to its end, stdout and stderr together.
+CliRun run_command(const std::string& command) {
+  std::string cmd = "timeout 300 " + command + " 2>&1";
   CliRun r;
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -27,6 +31,8 @@ CliRun run(const std::string& args) {
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return r;
 }
+
+CliRun run(const std::string& args) { return run_command(std::string(HPCT_BINARY) + " " + args); }
 
 std::vector<nlohmann::json> json_lines(const std::string& text) {
   std::vector<nlohmann::json> out;
@@ -84,6 +90,77 @@ TEST(Cli, GlooRankWithoutStoreSaysHowToFixIt) {
   EXPECT_EQ(WEXITSTATUS(status), 2) << out;
   EXPECT_NE(out.find("HPCT_STORE_DIR"), std::string::npos) << out;
   EXPECT_EQ(s.exit_code, 0) << s.out;  // a single rank needs no store
+}
+
+// The "Subcommands:" lines of a --help text, spaces collapsed.
+std::vector<std::string> subcommand_lines(const std::string& help) {
+  std::vector<std::string> out;
+  std::istringstream in(help);
+  std::string line;
+  bool in_list = false;
+  while (std::getline(in, line)) {
+    if (line.rfind("Subcommands:", 0) == 0) { in_list = true; continue; }
+    if (!in_list) continue;
+    if (line.empty()) break;
+    std::istringstream words(line);
+    std::string w, joined;
+    while (words >> w) joined += (joined.empty() ? "" : " ") + w;
+    out.push_back(joined);
+  }
+  return out;
+}
+
+std::string torch_binary() {
+  std::string self = HPCT_BINARY;
+  return self.substr(0, self.rfind('/') + 1) + "hpctrain-torch";
+}
+
+// hpctrain does not load libtorch: train and the torch benchmarks run in
+// hpctrain-torch, which hpctrain execs with the same argv.
+TEST(Cli, TorchSubcommandsRunThroughTheSiblingAsBefore) {
+  CliRun help = run("--help");
+  ASSERT_EQ(help.exit_code, 0) << help.out;
+  for (const char* sub : {"config", "bench", "data", "launch", "doctor", "train"}) {
+    EXPECT_NE(help.out.find(std::string("\n  ") + sub + " "), std::string::npos) << sub << help.out;
+  }
+  // The stubs' descriptions are the real subcommands'.
+  CliRun bench = run("bench --help");
+  for (const auto& [front, torch] : {std::pair{help.out, std::string(" --help")},
+                                     std::pair{bench.out, std::string(" bench --help")}}) {
+    CliRun t = run_command(torch_binary() + torch);
+    auto listed = subcommand_lines(t.out);
+    ASSERT_FALSE(listed.empty()) << t.out;
+    auto ours = subcommand_lines(front);
+    for (const auto& line : listed) {
+      EXPECT_NE(std::find(ours.begin(), ours.end(), line), ours.end()) << line << "\n" << front;
+    }
+  }
+
+  CliRun train = run("train --help");
+  EXPECT_EQ(train.exit_code, 0) << train.out;
+  EXPECT_NE(train.out.find("--model"), std::string::npos) << train.out;
+  // --set and -v reach it, and the configuration is printed once, by hpctrain-torch.
+  CliRun engine = run("--set HPCT_TIMEOUT_S=12 -v bench engine --np 0");
+  EXPECT_EQ(engine.exit_code, 2) << engine.out;
+  auto first = engine.out.find("HPCT_TIMEOUT_S ");
+  ASSERT_NE(first, std::string::npos) << engine.out;
+  EXPECT_NE(engine.out.find("12", first), std::string::npos) << engine.out;
+  EXPECT_EQ(engine.out.find("HPCT_TIMEOUT_S ", first + 1), std::string::npos) << engine.out;
+  EXPECT_NE(engine.out.find("--np must be at least 1"), std::string::npos) << engine.out;
+  EXPECT_EQ(run("bench engine --no-such-flag").exit_code, 2);
+  EXPECT_EQ(run("-v train --no-such-flag").exit_code, 2);
+}
+
+TEST(Cli, MissingTorchSiblingNamesThePathAndTheFix) {
+  std::string dir = "/tmp/hpct-cli-alone-" + std::to_string(::getpid());
+  std::string copy = dir + "/hpctrain";
+  ASSERT_EQ(std::system(("mkdir -p " + dir + " && cp " + std::string(HPCT_BINARY) + " " + copy).c_str()), 0);
+  CliRun r = run_command(copy + " train --help");
+  EXPECT_EQ(r.exit_code, 5) << r.out;  // Io
+  EXPECT_NE(r.out.find(dir + "/hpctrain-torch"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--target hpctrain-torch"), std::string::npos) << r.out;
+  EXPECT_EQ(run_command(copy + " config --json").exit_code, 0);  // the rest does not need it
+  std::system(("rm -rf " + dir).c_str());
 }
 
 // Both backends end to end: mpirun starts 2 ranks; MPI ranks meet through

@@ -10,15 +10,15 @@
 namespace {
 
 using namespace launch_test;
-const std::string L = HPCT_LAUNCH_BINARY;  // hpctrain-launch
-const std::string FULL = HPCT_BINARY;      // hpctrain
+const std::string H = HPCT_BINARY;     // hpctrain
+const std::string L = H + " launch";
 
 TEST(LaunchLocal, FourRanksRunAndSeeTheirPlace) {
   Outcome r = run(L + " -np 4 -- hostname");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   for (int i = 0; i < 4; ++i) EXPECT_EQ(count(r.out, "[" + std::to_string(i) + "] "), 1) << r.out;
 
-  Outcome e = run(L + " -np 4 --env EXTRA=yes -- " + L + " rank-check --print-env");
+  Outcome e = run(L + " -np 4 --env EXTRA=yes -- " + H + " rank-check --print-env");
   ASSERT_EQ(e.exit_code, 0) << e.out;
   long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
   std::string omp = std::to_string(std::max(1L, cores / 4));
@@ -49,7 +49,7 @@ TEST(LaunchLocal, OutputDirAndPrefixes) {
 }
 
 TEST(LaunchLocal, FailingRankStopsTheJobAndIsNamed) {
-  Outcome r = run(L + " -np 4 -- " + L + " rank-check --print-pid --fail-rank 2 --fail-code 3 --sleep-s 60");
+  Outcome r = run(L + " -np 4 -- " + H + " rank-check --print-pid --fail-rank 2 --fail-code 3 --sleep-s 60");
   EXPECT_EQ(r.exit_code, 3) << r.out;
   EXPECT_NE(r.out.find("rank 2 on host"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("exited with code 3"), std::string::npos) << r.out;
@@ -61,7 +61,7 @@ TEST(LaunchLocal, FailingRankStopsTheJobAndIsNamed) {
 }
 
 TEST(LaunchLocal, RankKilledBySignalIsReportedAsSignal) {
-  Outcome r = run(L + " -np 2 -- " + L + " rank-check --fail-rank 1 --fail-signal 9 --sleep-s 60");
+  Outcome r = run(L + " -np 2 -- " + H + " rank-check --fail-rank 1 --fail-signal 9 --sleep-s 60");
   EXPECT_EQ(r.exit_code, 137) << r.out;
   EXPECT_NE(r.out.find("rank 1 on host"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("killed by signal 9"), std::string::npos) << r.out;
@@ -72,7 +72,7 @@ TEST(LaunchLocal, NoRankSurvivesAKilledLauncher) {
   for (std::string spawner : {"local", "mpirun"}) {
     SCOPED_TRACE(spawner);
     std::string file = "/tmp/hpct-launch-kill-" + std::to_string(::getpid()) + ".out";
-    int launcher = start_background(L + " -np 3 --spawner " + spawner + " -- " + L +
+    int launcher = start_background(L + " -np 3 --spawner " + spawner + " -- " + H +
                                         " rank-check --print-pid --sleep-s 60", file);
     ASSERT_GT(launcher, 0);
     std::string text = wait_for(file, "allreduce=ok", 3, 20);
@@ -85,36 +85,36 @@ TEST(LaunchLocal, NoRankSurvivesAKilledLauncher) {
 }
 
 TEST(LaunchLocal, MaxRestartsRestartsTheGroupWithTheCount) {
-  Outcome r = run(L + " -np 3 --max-restarts 1 -- " + L +
+  Outcome r = run(L + " -np 3 --max-restarts 1 -- " + H +
               " rank-check --fail-rank 1 --fail-code 4 --fail-restarts-below 1");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("restarting the job (restart 1 of 1)"), std::string::npos) << r.out;
   EXPECT_EQ(count(r.out, "restart=1 "), 3) << r.out;
-  Outcome fail = run(L + " -np 2 --max-restarts 1 -- " + L + " rank-check --no-comm --fail-rank 0 --fail-code 4");
+  Outcome fail = run(L + " -np 2 --max-restarts 1 -- " + H + " rank-check --no-comm --fail-rank 0 --fail-code 4");
   EXPECT_EQ(fail.exit_code, 4) << fail.out;
   EXPECT_NE(fail.out.find("job failed after 1 restarts"), std::string::npos) << fail.out;
 }
 
 TEST(LaunchLocal, MpirunSpawnerAndMpirunDirectly) {
-  Outcome r = run(L + " -np 4 --spawner mpirun -- " + L + " rank-check");
+  Outcome r = run(L + " -np 4 --spawner mpirun -- " + H + " rank-check");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(count(r.out, "backend=mpi allreduce=ok"), 4) << r.out;
   EXPECT_EQ(count(r.out, "size=4 local="), 4) << r.out;
   // Ranks that mpirun starts without hpctrain launch read mpirun's variables.
   std::string root = ::geteuid() == 0 ? " --allow-run-as-root" : "";
-  Outcome d = run("mpirun -np 2 --oversubscribe" + root + " " + L + " rank-check");
+  Outcome d = run("mpirun -np 2 --oversubscribe" + root + " " + H + " rank-check");
   ASSERT_EQ(d.exit_code, 0) << d.out;
   EXPECT_EQ(count(d.out, "size=2 local="), 2) << d.out;
   EXPECT_EQ(count(d.out, "backend=mpi allreduce=ok"), 2) << d.out;
   // A failing rank under mpirun is named as under the other spawners.
-  Outcome f = run(L + " -np 2 --spawner mpirun -- " + L + " rank-check --fail-rank 1 --fail-code 3 --sleep-s 60");
+  Outcome f = run(L + " -np 2 --spawner mpirun -- " + H + " rank-check --fail-rank 1 --fail-code 3 --sleep-s 60");
   EXPECT_EQ(f.exit_code, 3) << f.out;
   EXPECT_NE(f.out.find("rank 1 on host"), std::string::npos) << f.out;
   EXPECT_LT(f.seconds, 10.0);
 }
 
 TEST(LaunchLocal, FullBinaryAndBadInput) {
-  Outcome r = run(FULL + " launch -np 2 -- hostname");
+  Outcome r = run(H + " launch -np 2 -- hostname");
   EXPECT_EQ(r.exit_code, 0) << r.out;
   Outcome bad = run(L + " -np 5 -H localhost:2 -- hostname");
   EXPECT_EQ(bad.exit_code, 2) << bad.out;

@@ -12,7 +12,8 @@
 namespace {
 
 using namespace launch_test;
-const std::string L = HPCT_LAUNCH_BINARY;
+const std::string H = HPCT_BINARY;  // hpctrain
+const std::string L = H + " launch";
 
 class LaunchNetns : public ::testing::Test {
  protected:
@@ -42,7 +43,7 @@ TEST_F(LaunchNetns, SshHostnameAndGlooAllreduceAcrossThreeHosts) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   for (int i = 0; i < 4; ++i) EXPECT_EQ(count(r.out, "[" + std::to_string(i) + "] "), 1) << r.out;
 
-  Outcome g = run(L + " -np 4 --prefix host" + host_list_ + ssh_ + "-- " + L + " rank-check --print-env");
+  Outcome g = run(L + " -np 4 --prefix host" + host_list_ + ssh_ + "-- " + H + " rank-check --print-env");
   ASSERT_EQ(g.exit_code, 0) << g.out;
   EXPECT_EQ(count(g.out, "backend=gloo allreduce=ok"), 4) << g.out;
   EXPECT_NE(g.out.find("[" + hosts_[0] + ":1] rank-check rank=1 size=4 local=1/2 cross=0/3 host=" + hosts_[0]),
@@ -57,17 +58,17 @@ TEST_F(LaunchNetns, SshHostnameAndGlooAllreduceAcrossThreeHosts) {
 }
 
 TEST_F(LaunchNetns, MpirunAcrossThreeHosts) {
-  Outcome r = run(mpi_env_ + L + " -np 4 --spawner mpirun" + host_list_ + "-- " + L + " rank-check");
+  Outcome r = run(mpi_env_ + L + " -np 4 --spawner mpirun" + host_list_ + "-- " + H + " rank-check");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(count(r.out, "backend=mpi allreduce=ok"), 4) << r.out;
   EXPECT_EQ(count(r.out, "cross=2/3 host=" + hosts_[2]), 1) << r.out;
-  Outcome g = run(mpi_env_ + L + " -np 4 --spawner mpirun --backend gloo" + host_list_ + "-- " + L + " rank-check");
+  Outcome g = run(mpi_env_ + L + " -np 4 --spawner mpirun --backend gloo" + host_list_ + "-- " + H + " rank-check");
   ASSERT_EQ(g.exit_code, 0) << g.out;
   EXPECT_EQ(count(g.out, "backend=gloo allreduce=ok"), 4) << g.out;
 }
 
 TEST_F(LaunchNetns, RemoteRankFailureStopsEveryHost) {
-  Outcome r = run(L + " -np 4" + host_list_ + ssh_ + "-- " + L +
+  Outcome r = run(L + " -np 4" + host_list_ + ssh_ + "-- " + H +
               " rank-check --print-pid --fail-rank 3 --fail-code 3 --sleep-s 60");
   EXPECT_EQ(r.exit_code, 3) << r.out;
   EXPECT_NE(r.out.find("rank 3 on host " + hosts_[2] + " exited with code 3"), std::string::npos) << r.out;
@@ -75,7 +76,7 @@ TEST_F(LaunchNetns, RemoteRankFailureStopsEveryHost) {
   EXPECT_EQ(pids.size(), 4u) << r.out;
   EXPECT_TRUE(all_gone_within(pids, 1.0)) << r.out;
   EXPECT_LT(r.seconds, 15.0);
-  Outcome k = run(L + " -np 2 -H " + hosts_[0] + "," + hosts_[1] + ssh_ + "-- " + L +
+  Outcome k = run(L + " -np 2 -H " + hosts_[0] + "," + hosts_[1] + ssh_ + "-- " + H +
               " rank-check --fail-rank 1 --fail-signal 9 --sleep-s 60");
   EXPECT_EQ(k.exit_code, 137) << k.out;
   EXPECT_NE(k.out.find("rank 1 on host " + hosts_[1] + " was killed by signal 9"), std::string::npos) << k.out;
@@ -89,7 +90,7 @@ TEST_F(LaunchNetns, HostWithSshdDownIsNamedWithinTheStartTimeout) {
     ~Restart() { run(cmd); }
   } restart{script + " sshd-start " + env_["NETNS_NAME"] + " 3"};
   Outcome r = run(L + " -np 3 --start-timeout 10 -H " + hosts_[0] + "," + hosts_[1] + "," + hosts_[2] + ssh_ +
-              "-- " + L + " rank-check --sleep-s 60");
+              "-- " + H + " rank-check --sleep-s 60");
   EXPECT_NE(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("rank 2 on host " + hosts_[2] + " did not start"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Connection refused"), std::string::npos) << r.out;
@@ -98,7 +99,7 @@ TEST_F(LaunchNetns, HostWithSshdDownIsNamedWithinTheStartTimeout) {
 
 TEST_F(LaunchNetns, NoRemoteRankSurvivesAKilledLauncher) {
   std::string file = "/tmp/hpct-netns-kill-" + std::to_string(::getpid()) + ".out";
-  int launcher = start_background(L + " -np 4" + host_list_ + ssh_ + "-- " + L + " rank-check --print-pid --sleep-s 60", file);
+  int launcher = start_background(L + " -np 4" + host_list_ + ssh_ + "-- " + H + " rank-check --print-pid --sleep-s 60", file);
   ASSERT_GT(launcher, 0);
   std::string text = wait_for(file, "allreduce=ok", 4, 30);
   auto pids = rank_pids(text);

@@ -9,7 +9,8 @@
 namespace {
 
 using namespace launch_test;
-const std::string L = HPCT_LAUNCH_BINARY;
+const std::string H = HPCT_BINARY;  // hpctrain
+const std::string L = H + " launch";
 
 class LaunchSlurm : public ::testing::Test {
  protected:
@@ -23,7 +24,7 @@ class LaunchSlurm : public ::testing::Test {
 };
 
 TEST_F(LaunchSlurm, SrunSpawnerInsideAnAllocation) {
-  Outcome r = run(env_ + "salloc -n 4 --overcommit " + L + " -np 4 --spawner srun -- " + L + " rank-check");
+  Outcome r = run(env_ + "salloc -n 4 --overcommit " + L + " -np 4 --spawner srun -- " + H + " rank-check");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(count(r.out, "backend=gloo allreduce=ok"), 4) << r.out;
   for (int i = 0; i < 4; ++i) {
@@ -33,7 +34,7 @@ TEST_F(LaunchSlurm, SrunSpawnerInsideAnAllocation) {
 }
 
 TEST_F(LaunchSlurm, FailingRankUnderSrun) {
-  Outcome r = run(env_ + "salloc -n 2 --overcommit " + L + " -np 2 --spawner srun -- " + L +
+  Outcome r = run(env_ + "salloc -n 2 --overcommit " + L + " -np 2 --spawner srun -- " + H +
               " rank-check --fail-rank 1 --fail-code 3 --sleep-s 60");
   EXPECT_EQ(r.exit_code, 3) << r.out;
   EXPECT_NE(r.out.find("rank 1 on host"), std::string::npos) << r.out;
@@ -41,7 +42,7 @@ TEST_F(LaunchSlurm, FailingRankUnderSrun) {
 }
 
 TEST_F(LaunchSlurm, RanksStartedBySrunDirectly) {
-  Outcome r = run(env_ + "srun -n 2 --overcommit " + L + " rank-check --no-comm");
+  Outcome r = run(env_ + "srun -n 2 --overcommit " + H + " rank-check --no-comm");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("rank-check rank=0 size=2"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("rank-check rank=1 size=2"), std::string::npos) << r.out;

@@ -112,15 +112,6 @@ std::string make_private_dir(const Env& env) {
   return tmpl;
 }
 
-// hpctrain-launch next to this binary (no libtorch: starts in milliseconds),
-// else this binary itself.
-std::string wrapper_executable() {
-  std::string self = self_executable();
-  auto slash = self.rfind('/');
-  std::string light = self.substr(0, slash + 1) + "hpctrain-launch";
-  return ::access(light.c_str(), X_OK) == 0 ? light : self;
-}
-
 }  // namespace
 
 int run_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
@@ -162,7 +153,7 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   if (o.backend == "mpi" && (spawner == "local" || spawner == "ssh")) {
     throw_invalid_argument("--backend mpi needs an MPI runtime: use --spawner mpirun (or srun with MPI)");
   }
-  layout.wrapper = wrapper_executable();
+  layout.wrapper = self_executable();  // hpctrain, which starts in milliseconds (no libtorch)
 
   // The store binds where the ranks can reach it.
   std::string bind = choose_store_address(o.network_interface, remote_hosts);

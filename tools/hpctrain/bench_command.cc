@@ -1,17 +1,13 @@
 // `hpctrain bench ...`: the parent command; each benchmark adds itself from
-// its own file (bench_comm_command.cc, ...).
+// its own file (bench_comm_command.cc, ...), in hpctrain or hpctrain-torch.
 #include "commands.h"
 
 namespace hpct::cli {
 
-void add_bench_command(CLI::App& app, Cli& cli) {
+CLI::App& add_bench_command(CLI::App& app) {
   auto* bench = app.add_subcommand("bench", "Measure speed and scaling, as JSON lines");
   bench->require_subcommand(1);
-  add_bench_comm_command(*bench, cli);
-  add_bench_engine_command(*bench, cli);
-  add_bench_train_command(*bench, cli);
-  add_bench_data_command(*bench, cli);
-  add_bench_launch_command(*bench, cli);
+  return *bench;
 }
 
 }  // namespace hpct::cli

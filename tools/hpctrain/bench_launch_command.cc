@@ -1,10 +1,9 @@
 // `hpctrain bench launch`: how long a launcher takes from its start to every
-// rank past its first barrier, for `hpctrain-launch -np N` (the launcher
-// without libtorch), `hpctrain launch -np N` (the full binary) and
-// `mpirun -np N`, all running the same program (`hpctrain-launch rank-check
-// --timestamp`: Gloo through the job store under hpctrain, MPI under
-// mpirun). Runs alternate so machine noise hits all three; JSON lines, one
-// per run and a summary with the medians and the ratios to mpirun.
+// rank past its first barrier, for `hpctrain launch -np N` and `mpirun -np N`
+// running the same program (`hpctrain rank-check --timestamp`: Gloo through
+// the job store under hpctrain, MPI under mpirun). Runs alternate so machine
+// noise hits both; JSON lines, one per run and a summary with the medians
+// and the ratio to mpirun.
 #include <poll.h>
 #include <signal.h>
 #include <unistd.h>
@@ -105,25 +104,20 @@ double median(std::vector<double> v) {
 int run_bench_launch(const BenchLaunchArgs& a) {
   if (a.np < 1 || a.reps < 1) throw_invalid_argument("bench launch: --np and --reps must be at least 1");
   const std::string self = self_executable();
-  const std::string light = self.substr(0, self.rfind('/') + 1) + "hpctrain-launch";
-  if (::access(light.c_str(), X_OK) != 0) {
-    throw_invalid_argument("bench launch needs hpctrain-launch next to hpctrain (" + light + ")");
-  }
   const std::string np = std::to_string(a.np);
-  const std::vector<std::string> program = {light, "rank-check", "--timestamp"};
-  std::vector<std::string> fast = {light, "--np", np, "--"};
-  std::vector<std::string> full = {self, "launch", "--np", np, "--"};
+  const std::vector<std::string> program = {self, "rank-check", "--timestamp"};
+  std::vector<std::string> ours = {self, "launch", "--np", np, "--"};
   std::vector<std::string> mpirun = {"mpirun", "-np", np, "--oversubscribe", "--mca", "btl", "self,vader",
                                      "--mca", "mpi_yield_when_idle", "1", "--bind-to", "none"};
   if (::geteuid() == 0) mpirun.push_back("--allow-run-as-root");
-  for (auto* v : {&fast, &full, &mpirun}) v->insert(v->end(), program.begin(), program.end());
-  const char* names[3] = {"hpctrain-launch", "hpctrain launch", "mpirun"};
+  for (auto* v : {&ours, &mpirun}) v->insert(v->end(), program.begin(), program.end());
+  const char* names[2] = {"hpctrain launch", "mpirun"};
 
-  std::vector<double> times[3];
-  for (int rep = -1; rep < a.reps; ++rep) {  // rep -1 warms the page cache for all
-    double t[3];
-    for (int which = 0; which < 3; ++which) {
-      const auto& argv = which == 0 ? fast : which == 1 ? full : mpirun;
+  std::vector<double> times[2];
+  for (int rep = -1; rep < a.reps; ++rep) {  // rep -1 warms the page cache for both
+    double t[2];
+    for (int which = 0; which < 2; ++which) {
+      const auto& argv = which == 0 ? ours : mpirun;
       int status = 0;
       long long t0 = unix_ns();
       std::string out = run_capture(argv, a.timeout_s, &status);
@@ -134,19 +128,17 @@ int run_bench_launch(const BenchLaunchArgs& a) {
       t[which] = time_to_barrier(out, t0, a.np, names[which]);
     }
     if (rep < 0) continue;
-    for (int w = 0; w < 3; ++w) times[w].push_back(t[w]);
-    nlohmann::json j = {{"bench", "launch"}, {"np", a.np}, {"rep", rep},
-                        {"hpctrain_launch_light_s", t[0]}, {"hpctrain_launch_s", t[1]},
-                        {"mpirun_s", t[2]}, {"ratio", t[0] / t[2]}, {"ratio_full", t[1] / t[2]}};
+    for (int w = 0; w < 2; ++w) times[w].push_back(t[w]);
+    nlohmann::json j = {{"bench", "launch"}, {"np", a.np},        {"rep", rep},
+                        {"hpctrain_launch_s", t[0]}, {"mpirun_s", t[1]}, {"ratio", t[0] / t[1]}};
     std::cout << j.dump() << std::endl;
   }
-  double ml = median(times[0]), mf = median(times[1]), mm = median(times[2]);
+  double mh = median(times[0]), mm = median(times[1]);
   nlohmann::json s = {{"bench", "launch"}, {"np", a.np}, {"reps", a.reps}, {"summary", true},
-                      {"median_hpctrain_launch_light_s", ml}, {"median_hpctrain_launch_s", mf},
-                      {"median_mpirun_s", mm}, {"ratio", ml / mm}, {"ratio_full", mf / mm},
+                      {"median_hpctrain_launch_s", mh}, {"median_mpirun_s", mm}, {"ratio", mh / mm},
                       {"what", "start to every rank past its first barrier, same program "
-                               "(hpctrain-launch rank-check): hpctrain-launch / hpctrain launch "
-                               "(Gloo via the job store) vs mpirun (MPI)"}};
+                               "(hpctrain rank-check): hpctrain launch (Gloo via the job store) "
+                               "vs mpirun (MPI)"}};
   std::cout << s.dump() << std::endl;
   return 0;
 }

@@ -1,11 +1,14 @@
 // The hpctrain CLI: one file per subcommand, each adding itself to the root
 // App. A subcommand's callback stores the work to run in Cli::run, so that
-// main() runs it outside CLI11's parser and maps hpct::Error to exit codes.
+// run_cli (cli_main.h) runs it outside CLI11's parser and maps hpct::Error to
+// exit codes. The subcommands that need libtorch live in a second executable,
+// hpctrain-torch; hpctrain registers them with add_forwarded_command.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 #include <functional>
+#include <string>
 
 #include "core/config.h"
 
@@ -15,10 +18,26 @@ struct Cli {
   Config config;                // HPCT_* from the environment, then --set flags
   bool verbose = false;         // print the effective configuration first
   std::function<int()> run;     // the chosen subcommand's work; returns the exit code
+  // Set when the chosen subcommand lives in another executable: its file
+  // name (next to this one) and the subcommand, for messages.
+  std::string forward_to;
+  std::string forward_command;
 };
 
+// The executable, next to hpctrain, holding the subcommands that need libtorch.
+inline constexpr char kTorchExecutable[] = "hpctrain-torch";
+
+// A stub for a subcommand that runs in `executable`: it parses nothing (not
+// even --help) and makes run_cli exec that executable with the same argv, so
+// `hpctrain train --help` is `hpctrain-torch train --help`.
+void add_forwarded_command(CLI::App& parent, Cli& cli, const std::string& name,
+                           const std::string& description, const std::string& executable);
+// Replaces this process with `executable` from this one's directory, argv
+// unchanged. Throws Io (naming the path and the fix) when it cannot.
+[[noreturn]] void exec_sibling(const std::string& executable, const std::string& command, char** argv);
+
 void add_config_command(CLI::App& app, Cli& cli);
-void add_bench_command(CLI::App& app, Cli& cli);
+CLI::App& add_bench_command(CLI::App& app);             // the parent; add its subcommands next
 void add_data_command(CLI::App& app, Cli& cli);         // pack, inspect, verify, serve
 void add_launch_command(CLI::App& app, Cli& cli);       // and the hidden launch-rank
 void add_doctor_command(CLI::App& app, Cli& cli);       // and the hidden doctor --probe

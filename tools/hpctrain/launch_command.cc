@@ -1,8 +1,6 @@
 // `hpctrain launch`: start a job's ranks on this host or many and supervise
 // them (src/launch/launcher.h), and `hpctrain launch-rank`, the hidden rank
 // wrapper every spawner starts on the rank's host (src/launch/rank_wrapper.h).
-#include <cstring>
-
 #include "commands.h"
 #include "core/error.h"
 #include "launch/launcher.h"
@@ -20,15 +18,6 @@ struct LaunchArgs {
 };
 
 }  // namespace
-
-void rewrite_single_dash_options(int argc, char** argv) {
-  // mpirun users type -np; CLI11 takes only one letter after a single dash.
-  static char np[] = "--np";
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--") == 0) break;
-    if (std::strcmp(argv[i], "-np") == 0) argv[i] = np;
-  }
-}
 
 void add_launch_command(CLI::App& app, Cli& cli) {
   auto a = std::make_shared<LaunchArgs>();
