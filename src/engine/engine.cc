@@ -434,10 +434,31 @@ void Engine::execute(const Response& r, bool from_full) {
     std::lock_guard<std::mutex> lk(mu_);
     ++stats_.collectives;
   }
-  for (Entry* e : es) {
-    if (from_full && r.type != Response::Type::kAllgather) controller_->cache().insert(e->req);
-    complete(*e, nullptr);
+  if (from_full && r.type != Response::Type::kAllgather) {
+    for (Entry* e : es) controller_->cache().insert(e->req);
   }
+  complete_all(es);
+}
+
+// As complete(e, nullptr) for each, but every handle is marked done before
+// the first waiter is woken: a caller waiting on them in turn wakes once.
+void Engine::complete_all(const std::vector<Entry*>& es) {
+  std::vector<std::shared_ptr<Handle::State>> states;
+  states.reserve(es.size());
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    for (Entry* e : es) held_.erase(e->req.name);
+  }
+  for (Entry* e : es) {
+    states.push_back(e->state);
+    std::string name = e->req.name;
+    erase(name);  // drops the keepalive; e is gone
+  }
+  for (auto& state : states) {
+    std::lock_guard<std::mutex> lk(state->mu);
+    state->done = true;
+  }
+  for (auto& state : states) state->cv.notify_all();
 }
 
 void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {

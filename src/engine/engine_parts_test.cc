@@ -98,6 +98,25 @@ TEST(EngineCache, StableIndicesAndReplacement) {
   EXPECT_FALSE(cache.lookup(a));
 }
 
+TEST(EngineCache, SameSignatureAgreesWithTheSignatureText) {
+  const Request base = req("t", {4, 5});
+  std::vector<Request> variants(8, base);
+  variants[1].shape = {5, 4};
+  variants[2].dtype = comm::DataType::kFloat64;
+  variants[3].op = comm::ReduceOp::kMax;
+  variants[4].compression = Compression::kFp16;
+  variants[5].kind = CollectiveKind::kBroadcast;
+  variants[6].kind = CollectiveKind::kBroadcast;
+  variants[6].root = 1;
+  variants[7].root = 1;  // an allreduce ignores the root
+  for (const auto& a : variants) {
+    for (const auto& b : variants) {
+      EXPECT_EQ(a.same_signature(b), a.signature() == b.signature())
+          << a.signature() << " vs " << b.signature();
+    }
+  }
+}
+
 TEST(EngineCompression, RoundTripsWithinPrecisionAndScales) {
   std::vector<float> x(1003);
   for (size_t i = 0; i < x.size(); ++i) x[i] = std::sin(static_cast<float>(i)) * 100.0f;

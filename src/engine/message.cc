@@ -117,6 +117,12 @@ std::string Request::signature() const {
   return os.str();
 }
 
+bool Request::same_signature(const Request& o) const {
+  if (kind != o.kind || dtype != o.dtype || shape != o.shape) return false;
+  if (kind == CollectiveKind::kAllreduce && (op != o.op || compression != o.compression)) return false;
+  return kind != CollectiveKind::kBroadcast || root == o.root;
+}
+
 std::string encode(const RequestList& l) {
   Writer w;
   w.put<std::uint8_t>(l.shutdown);

@@ -38,6 +38,9 @@ struct Request {
   // Everything the ranks must agree on, except the name ("allreduce float32
   // sum none [4096,784]"); the response cache's key with the name.
   std::string signature() const;
+  // signature() == other.signature(), without formatting either (the
+  // response cache asks this for every tensor of every step).
+  bool same_signature(const Request& other) const;
 };
 
 std::string shape_string(const std::vector<std::int64_t>& shape);  // "[4096, 784]"

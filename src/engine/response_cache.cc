@@ -4,7 +4,7 @@ namespace hpct::engine {
 
 std::optional<std::size_t> ResponseCache::lookup(const Request& r) const {
   auto it = by_name_.find(r.name);
-  if (it == by_name_.end() || signatures_[it->second] != r.signature()) return std::nullopt;
+  if (it == by_name_.end() || !entries_[it->second].same_signature(r)) return std::nullopt;
   return it->second;
 }
 
@@ -13,13 +13,11 @@ void ResponseCache::insert(const Request& r) {
   stored.waited_ms = 0;
   auto it = by_name_.find(r.name);
   if (it != by_name_.end()) {
-    signatures_[it->second] = stored.signature();
     entries_[it->second] = std::move(stored);
     return;
   }
   if (entries_.size() >= capacity_) return;
   by_name_.emplace(r.name, entries_.size());
-  signatures_.push_back(stored.signature());
   entries_.push_back(std::move(stored));
 }
 

@@ -35,7 +35,6 @@ class ResponseCache {
  private:
   std::size_t capacity_;
   std::vector<Request> entries_;
-  std::vector<std::string> signatures_;
   std::unordered_map<std::string, std::size_t> by_name_;
 };
 

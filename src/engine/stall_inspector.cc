@@ -1,5 +1,6 @@
 #include "engine/stall_inspector.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <sstream>
 #include <unordered_set>
@@ -7,7 +8,9 @@
 namespace hpct::engine {
 namespace {
 
-std::string rank_list(const std::vector<int>& ranks) {
+// "[0, 2]", ascending whatever order the ranks reported in.
+std::string rank_list(std::vector<int> ranks) {
+  std::sort(ranks.begin(), ranks.end());
   std::ostringstream os;
   os << "[";
   for (size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
