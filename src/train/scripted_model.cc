@@ -43,7 +43,7 @@ ScriptedModel::ScriptedModel(const std::string& path) : path_(path) {
   // registered under their attribute names, so named_parameters() and
   // checkpoint keys read as in Python.
   std::map<std::string, std::shared_ptr<torch::nn::Module>> mirror;
-  std::map<std::string, torch::jit::Module> owners;
+  std::map<std::string, torch::jit::Module> owners{{"", script_}};  // "": the root
   for (const auto& sub : script_.named_modules()) {
     owners.emplace(sub.name, sub.value);
     if (sub.name.empty()) continue;
