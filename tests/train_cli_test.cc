@@ -184,6 +184,24 @@ TEST_F(TrainCli, BitFlippedNewestCheckpointIsSkipped) {
   EXPECT_EQ(third.summary["params_crc32c"], again.summary["params_crc32c"]) << third.out;
 }
 
+// bench train streaming real shards through the Loader on 2 ranks: the
+// JSON line says so, and the model learned something in 40 steps.
+TEST_F(TrainCli, BenchTrainReadsShards) {
+  CliRun r = run("bench train --model mlp --np 2 --steps 40 --warmup 2 --batch 32 --data '" + dir_ +
+                 "/fm-{000000..000002}.tar'");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  auto pos = r.out.find("{\"");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  auto j = nlohmann::json::parse(r.out.substr(pos, r.out.find('\n', pos) - pos));
+  EXPECT_EQ(j["data"], "shards");
+  EXPECT_EQ(j["np"], 2);
+  EXPECT_GT(j["samples_per_s"].get<double>(), 0.0);
+  EXPECT_LT(j["final_loss"].get<double>(), 1.5) << "10 classes start near ln 10 = 2.3";
+  CliRun both = run("bench train --model mlp --np 1 --steps 1 --synthetic --data '" + dir_ + "/fm-000000.tar'");
+  EXPECT_EQ(both.exit_code, 2) << both.out;
+  EXPECT_NE(both.out.find("exclude each other"), std::string::npos) << both.out;
+}
+
 }  // namespace
 
 namespace {

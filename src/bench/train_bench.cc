@@ -4,7 +4,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/error.h"
 #include "data/idx.h"
+#include "data/loader.h"
 #include "engine/engine.h"
 #include "train/models.h"
 
@@ -13,6 +15,7 @@ namespace {
 
 // [N, 1, 28, 28] float images and [N] labels.
 std::pair<torch::Tensor, torch::Tensor> load_data(const TrainBenchOptions& o) {
+  if (!o.shards.empty()) return {torch::empty({0}), torch::empty({0})};  // the Loader streams them
   if (o.synthetic) {
     auto gen = at::detail::createCPUGenerator(1);
     return {torch::randn({1024, 1, 28, 28}, gen), torch::randint(0, 10, {1024}, gen, torch::kLong)};
@@ -39,10 +42,37 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   DistributedOptions dopts;
   dopts.overlap = o.overlap;
   DistributedOptimizer opt(ctx, sgd, model->named_parameters(), dopts);
-  DistributedSampler sampler(static_cast<std::size_t>(images.size(0)), ctx, true, 0, true);
+  DistributedSampler sampler(static_cast<std::size_t>(std::max<std::int64_t>(images.size(0), 1)), ctx,
+                             true, 0, true);
+  std::unique_ptr<data::Loader> loader;
+  if (!o.shards.empty()) {
+    data::LoaderOptions lo;
+    lo.shards = o.shards;
+    lo.rank = ctx.rank();
+    lo.size = ctx.size();
+    lo.batch_size = o.batch;
+    lo.drop_last = true;
+    lo.threads = o.data_threads;
+    lo.normalize = true;
+    lo.mean = {0.2860f};
+    lo.std = {0.3530f};
+    loader = std::make_unique<data::Loader>(lo);
+    if (loader->batches_per_epoch() < 1) {
+      throw_invalid_argument("bench train: the shards hold less than one batch of " +
+                             std::to_string(o.batch) + " per rank");
+    }
+  }
 
   std::uint64_t epoch = 0;
   auto next_batch = [&]() {
+    if (loader) {
+      data::Batch b;
+      if (!loader->next(&b)) {
+        loader->start_epoch(static_cast<std::int64_t>(++epoch));
+        if (!loader->next(&b)) throw_data_corrupt("bench train: an epoch of the shards gave no batch");
+      }
+      return std::make_pair(b.images, b.labels);
+    }
     auto idx = sampler.next(static_cast<std::size_t>(o.batch));
     if (!idx || idx->size() < static_cast<std::size_t>(o.batch)) {
       sampler.set_epoch(++epoch);
@@ -86,7 +116,8 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["batch_per_rank"] = o.batch;
   j["steps"] = o.steps;
   j["threads"] = o.threads;
-  j["data"] = o.synthetic ? "synthetic" : "fashion-mnist";
+  j["data"] = !o.shards.empty() ? "shards" : o.synthetic ? "synthetic" : "fashion-mnist";
+  if (loader) j["data_threads"] = o.data_threads;
   j["samples_per_s"] = static_cast<double>(ctx.size()) * o.batch * o.steps / elapsed;
   j["step_ms"] = elapsed / o.steps * 1e3;
   j["final_loss"] = avg_loss;

@@ -4,13 +4,16 @@
 //
 // Data: Fashion-MNIST's training set read from Debian's idx files into
 // memory (normalized to mean 0.2860, std 0.3530, like the peer script), split
-// by DistributedSampler; or, with synthetic, a fixed random pool of 1024
-// images (no disk). SGD lr 0.01 momentum 0.9, cross-entropy. The first
+// by DistributedSampler; or, with shards, streamed from WebDataset/TFRecord
+// shards through hpct::data::Loader (decode threads, prefetch, the same
+// normalization; `hpctrain data pack --from fashion-mnist` makes them); or,
+// with synthetic, a fixed random pool of 1024 images (no disk). SGD lr 0.01 momentum 0.9, cross-entropy. The first
 // `warmup` steps are not timed (they include the first, fully negotiated
 // step and the flat-gradient layout). The time is the slowest rank's.
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -27,6 +30,8 @@ struct TrainBenchOptions {
   int warmup = 3;
   bool overlap = true;
   std::string data_dir;  // empty: Debian's fashion-mnist directory
+  std::vector<std::string> shards;  // non-empty: read these through the Loader
+  int data_threads = 1;             // the Loader's decode threads per rank
 };
 
 // Blocks for the run; every rank calls it. Returns the result (the same on

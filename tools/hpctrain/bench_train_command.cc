@@ -114,6 +114,10 @@ int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* re
   if (a.o.steps < 1 || a.o.batch < 1 || a.o.threads < 1) {
     throw_invalid_argument("--steps, --batch and --threads must be at least 1");
   }
+  if (a.o.synthetic && !a.o.shards.empty()) {
+    throw_invalid_argument("--synthetic and --data exclude each other: pick random images or the shards");
+  }
+  if (a.o.data_threads < 1) throw_invalid_argument("--data-threads must be at least 1");
   train::make_model(a.o.model);  // refuse an unknown model before starting ranks
   comm::parse_backend(a.backend);
   namespace fs = std::filesystem;
@@ -136,6 +140,8 @@ int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* re
   if (a.o.synthetic) argv.push_back("--synthetic");
   if (a.no_overlap) argv.push_back("--no-overlap");
   if (!a.o.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", a.o.data_dir});
+  for (const auto& s : a.o.shards) argv.insert(argv.end(), {"--data", s});
+  if (!a.o.shards.empty()) argv.insert(argv.end(), {"--data-threads", std::to_string(a.o.data_threads)});
   std::fflush(stdout);
   auto r = run_subprocess(argv, env, seconds_to_millis(a.timeout_s));
   {
@@ -211,6 +217,11 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   c->add_option("--warmup", a->o.warmup, "Untimed steps first")->capture_default_str();
   c->add_flag("--synthetic", a->o.synthetic, "Random images instead of Fashion-MNIST");
   c->add_option("--data-dir", a->o.data_dir, "Directory of the Fashion-MNIST idx files");
+  c->add_option("--data", a->o.shards,
+                "Shards to stream through the Loader instead (train-{000000..000005}.tar; "
+                "`hpctrain data pack --from fashion-mnist` makes them)");
+  c->add_option("--data-threads", a->o.data_threads, "Loader decode threads per rank (with --data)")
+      ->capture_default_str();
   c->add_option("--backend", a->backend, "mpi or gloo")->capture_default_str();
   c->add_flag("--no-overlap", a->no_overlap, "Allreduce all gradients in step(), not during backward");
   c->add_option("--timeout-s", a->timeout_s, "Bound on the whole run")->capture_default_str();
