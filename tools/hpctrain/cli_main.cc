@@ -39,10 +39,12 @@ void rewrite_single_dash_options(int argc, char** argv) {
 
 int run_cli(CLI::App& app, Cli& state, int argc, char** argv) {
   app.require_subcommand(1);
-  app.set_version_flag("--version", std::string("hpctrain ") + HPCT_VERSION + " (" + HPCT_GIT + ")");
+  app.set_version_flag("--version",
+                       std::string("hpctrain ") + HPCT_VERSION + " (" + HPCT_GIT + ")");
   app.add_flag("-v,--verbose", state.verbose, "Print the effective configuration before running");
   std::vector<std::string> sets;
-  app.add_option("--set", sets, "Override a setting: --set HPCT_TIMEOUT_S=60 (see `hpctrain config`)")
+  app.add_option("--set", sets,
+                 "Override a setting: --set HPCT_TIMEOUT_S=60 (see `hpctrain config`)")
       ->type_name("NAME=VALUE");
 
   rewrite_single_dash_options(argc, argv);

@@ -6,7 +6,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <functional>
 #include <string>
 
@@ -15,9 +14,9 @@
 namespace hpct::cli {
 
 struct Cli {
-  Config config;                // HPCT_* from the environment, then --set flags
-  bool verbose = false;         // print the effective configuration first
-  std::function<int()> run;     // the chosen subcommand's work; returns the exit code
+  Config config;             // HPCT_* from the environment, then --set flags
+  bool verbose = false;      // print the effective configuration first
+  std::function<int()> run;  // the chosen subcommand's work; returns the exit code
   // Set when the chosen subcommand lives in another executable: its file
   // name (next to this one) and the subcommand, for messages.
   std::string forward_to;
@@ -34,14 +33,15 @@ void add_forwarded_command(CLI::App& parent, Cli& cli, const std::string& name,
                            const std::string& description, const std::string& executable);
 // Replaces this process with `executable` from this one's directory, argv
 // unchanged. Throws Io (naming the path and the fix) when it cannot.
-[[noreturn]] void exec_sibling(const std::string& executable, const std::string& command, char** argv);
+[[noreturn]] void exec_sibling(const std::string& executable, const std::string& command,
+                               char** argv);
 
 void add_config_command(CLI::App& app, Cli& cli);
-CLI::App& add_bench_command(CLI::App& app);             // the parent; add its subcommands next
-void add_data_command(CLI::App& app, Cli& cli);         // pack, inspect, verify, serve
-void add_launch_command(CLI::App& app, Cli& cli);       // and the hidden launch-rank
-void add_doctor_command(CLI::App& app, Cli& cli);       // and the hidden doctor --probe
-void add_rank_check_command(CLI::App& app, Cli& cli);   // hidden test program
+CLI::App& add_bench_command(CLI::App& app);            // the parent; add its subcommands next
+void add_data_command(CLI::App& app, Cli& cli);        // pack, inspect, verify, serve
+void add_launch_command(CLI::App& app, Cli& cli);      // and the hidden launch-rank
+void add_doctor_command(CLI::App& app, Cli& cli);      // and the hidden doctor --probe
+void add_rank_check_command(CLI::App& app, Cli& cli);  // hidden test program
 void add_train_command(CLI::App& app, Cli& cli);
 // -np -> --np before parsing (CLI11 takes one letter after a single dash).
 void rewrite_single_dash_options(int argc, char** argv);

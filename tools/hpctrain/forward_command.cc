@@ -28,8 +28,9 @@ void exec_sibling(const std::string& executable, const std::string& command, cha
   const std::string self = self_executable();
   const std::string path = self.substr(0, self.rfind('/') + 1) + executable;
   ::execv(path.c_str(), argv);
-  throw_io("`hpctrain " + command + "` runs in " + path + ", which did not start (build or install " +
-               executable + " next to " + self + ": cmake --build BUILD_DIR --target " + executable + ")",
+  throw_io("`hpctrain " + command + "` runs in " + path +
+               ", which did not start (build or install " + executable + " next to " + self +
+               ": cmake --build BUILD_DIR --target " + executable + ")",
            errno);
 }
 

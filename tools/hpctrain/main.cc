@@ -17,19 +17,23 @@ int main(int argc, char** argv) {
   CLI::App& bench = add_bench_command(app);
   add_bench_comm_command(bench, state);
   // Descriptions as in bench_*_command.cc / train_command.cc; cli_test checks they match.
-  add_forwarded_command(bench, state, "engine",
-                        "A model's gradient list through the engine vs one raw allreduce of the same bytes",
+  add_forwarded_command(
+      bench, state, "engine",
+      "A model's gradient list through the engine vs one raw allreduce of the same bytes",
+      kTorchExecutable);
+  add_forwarded_command(bench, state, "train",
+                        "Data-parallel training speed of a built-in model (JSON)",
                         kTorchExecutable);
-  add_forwarded_command(bench, state, "train", "Data-parallel training speed of a built-in model (JSON)",
-                        kTorchExecutable);
-  add_forwarded_command(bench, state, "data", "JPEG decode vs libjpeg-turbo, and loader thread scaling",
+  add_forwarded_command(bench, state, "data",
+                        "JPEG decode vs libjpeg-turbo, and loader thread scaling",
                         kTorchExecutable);
   add_bench_launch_command(bench, state);
   add_data_command(app, state);
   add_launch_command(app, state);
   add_doctor_command(app, state);
   add_rank_check_command(app, state);
-  add_forwarded_command(app, state, "train", "Train a model on WebDataset shards across the job's ranks",
+  add_forwarded_command(app, state, "train",
+                        "Train a model on WebDataset shards across the job's ranks",
                         kTorchExecutable);
   return run_cli(app, state, argc, argv);
 }

@@ -8,7 +8,8 @@
 int main(int argc, char** argv) {
   using namespace hpct::cli;
   Cli state;
-  CLI::App app{"hpctrain-torch: the hpctrain subcommands that need libtorch; run them as `hpctrain ...`"};
+  CLI::App app{
+      "hpctrain-torch: the hpctrain subcommands that need libtorch; run them as `hpctrain ...`"};
   CLI::App& bench = add_bench_command(app);
   add_bench_engine_command(bench, state);
   add_bench_train_command(bench, state);
