@@ -180,11 +180,15 @@ constexpr size_t kPoliteBytes = 64 << 10;
 // transport spins, at best yielding), and a rank that waits in one for a
 // slower rank's backward pass takes CPU from the compute threads of a host
 // with as many ranks as cores. Here: MPI_Test in a short spin (the peers are
-// usually there already), then between sleeps that grow to 200 us. The
-// caller's deadline bounds the wait (handoff).
+// usually there already), then between naps that grow to kPoliteNapMax (a
+// rank napping finds the collective done at most that late, and the next
+// collective starts that much skewed). The caller's deadline bounds the wait
+// (handoff).
+constexpr std::chrono::microseconds kPoliteSpin{50};
+constexpr std::chrono::microseconds kPoliteNapMax{100};
 void wait_politely(MPI_Request& request, const char* call) {
   using Clock = std::chrono::steady_clock;
-  const auto spin_until = Clock::now() + std::chrono::microseconds(30);
+  const auto spin_until = Clock::now() + kPoliteSpin;
   auto nap = std::chrono::microseconds(10);
   for (;;) {
     int done = 0;
@@ -192,7 +196,7 @@ void wait_politely(MPI_Request& request, const char* call) {
     if (done) return;
     if (Clock::now() < spin_until) continue;
     std::this_thread::sleep_for(nap);
-    nap = std::min(nap * 2, std::chrono::microseconds(200));
+    nap = std::min(nap * 2, kPoliteNapMax);
   }
 }
 

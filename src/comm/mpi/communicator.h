@@ -6,8 +6,13 @@
 //
 // Why a worker thread: a blocking MPI call cannot time out, and polling a
 // non-blocking one (MPI_Test in a loop) either spins a core, which starves
-// 2-core ranks, or sleeps, which adds latency. So the MPI calls stay blocking
-// and the waiting moves to a condition variable that has a deadline.
+// 2-core ranks, or sleeps, which adds latency. So the waiting moves to a
+// condition variable that has a deadline. Large operations stay blocking MPI
+// calls (fastest once every rank is there); small ones (up to 64 KiB: the
+// engine's negotiation, metrics, barriers), which often wait for a rank that
+// is still computing, are the non-blocking MPI_I* calls tested in a short
+// spin and then between growing naps, so the worker does not spin a core
+// for the length of a peer's backward pass (communicator.cc: wait_politely).
 //
 // Handoff protocol (Worker in communicator.cc; all fields under Worker::mu):
 //   1. The caller checks the FailureLatch (a broken communicator fails at
