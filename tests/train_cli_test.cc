@@ -210,7 +210,8 @@ namespace {
 // scaling efficiency, and the SVG plot.
 TEST(BenchTrainCli, RankListGivesEfficiencyAndPlot) {
   std::string svg = (fs::temp_directory_path() / ("hpct-bench-train-" + std::to_string(::getpid()) + ".svg")).string();
-  CliRun r = run("bench train --model cnn --synthetic --np 1,2 --steps 5 --warmup 1 --batch 16 --plot " + svg);
+  CliRun r = run("bench train --model cnn --synthetic --np 1,2 --steps 5 --warmup 1 --batch 16 --contention --plot " +
+                 svg);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::istringstream lines(r.out);
   std::string line;
@@ -223,6 +224,10 @@ TEST(BenchTrainCli, RankListGivesEfficiencyAndPlot) {
   EXPECT_EQ(runs[1]["np"], 2);
   EXPECT_DOUBLE_EQ(runs[0]["scaling_efficiency"].get<double>(), 1.0);
   EXPECT_GT(runs[1]["scaling_efficiency"].get<double>(), 0.0);
+  // --contention: the 2 ranks were also timed training alone side by side.
+  EXPECT_FALSE(runs[0].contains("sync_efficiency")) << runs[0];
+  EXPECT_GT(runs[1]["independent_samples_per_s"].get<double>(), 0.0) << runs[1];
+  EXPECT_GT(runs[1]["sync_efficiency"].get<double>(), 0.0) << runs[1];
   std::ifstream f(svg);
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("<svg"), std::string::npos);

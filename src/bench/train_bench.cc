@@ -41,7 +41,9 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   DistributedOptions dopts;
   dopts.overlap = o.overlap;
-  DistributedOptimizer opt(ctx, sgd, model->named_parameters(), dopts);
+  std::unique_ptr<DistributedOptimizer> dist;
+  if (o.sync) dist = std::make_unique<DistributedOptimizer>(ctx, sgd, model->named_parameters(), dopts);
+
   DistributedSampler sampler(static_cast<std::size_t>(std::max<std::int64_t>(images.size(0), 1)), ctx,
                              true, 0, true);
   std::unique_ptr<data::Loader> loader;
@@ -91,10 +93,18 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
       start = SteadyClock::now();
     }
     auto [x, y] = next_batch();
-    opt.zero_grad();
+    if (dist) {
+      dist->zero_grad();
+    } else {
+      sgd.zero_grad();
+    }
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     loss.backward();
-    opt.step();
+    if (dist) {
+      dist->step();
+    } else {
+      sgd.step();
+    }
     loss_value = loss.item<double>();
   }
   double mine = std::chrono::duration<double>(SteadyClock::now() - start).count();
@@ -122,6 +132,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["step_ms"] = elapsed / o.steps * 1e3;
   j["final_loss"] = avg_loss;
   j["overlap"] = o.overlap;
+  j["sync"] = o.sync;
   j["fusion_bytes"] = eo.fusion_bytes;
   j["cycle_ms"] = eo.cycle_ms;
   j["compression"] = engine::compression_name(eo.compression);

@@ -32,6 +32,10 @@ struct TrainBenchOptions {
   std::string data_dir;  // empty: Debian's fashion-mnist directory
   std::vector<std::string> shards;  // non-empty: read these through the Loader
   int data_threads = 1;             // the Loader's decode threads per rank
+  // false: every rank trains alone (its own optimizer, no gradient
+  // allreduce), everything else the same: how fast N ranks can be on this
+  // host at all, with the cores, caches and memory bandwidth they share.
+  bool sync = true;
 };
 
 // Blocks for the run; every rank calls it. Returns the result (the same on

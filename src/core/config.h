@@ -54,6 +54,9 @@ namespace hpct {
     "data: attempts a data server client makes to reconnect before it gives up")                \
   X(bool, mpi_yield, "HPCT_MPI_YIELD", true,                                                    \
     "Let MPI yield the core while it waits (mpi_yield_when_idle); spinning starves 2-core ranks") \
+  X(std::int64_t, mmap_threshold, "HPCT_MMAP_THRESHOLD", 32 << 20,                              \
+    "hpct::init: glibc keeps freed blocks up to this size for reuse (mallopt) instead of "      \
+    "unmapping them, so a step's tensors are not faulted in again every step (0: glibc default)") \
   X(std::int64_t, fusion_bytes, "HPCT_FUSION_BYTES", 64 << 20,                                  \
     "Engine: most bytes of ready tensors packed into one allreduce (docs/engine.md)")          \
   X(double, cycle_ms, "HPCT_CYCLE_MS", 5.0,                                                     \

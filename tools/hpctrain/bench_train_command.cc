@@ -38,6 +38,7 @@ struct TrainArgs {
   std::string result_file;  // worker: rank 0 writes its JSON line here instead of stdout
   double timeout_s = 3600;
   bool no_overlap = false;
+  bool contention = false;  // also run each np > 1 without gradient sync
   bool worker = false;
 };
 
@@ -139,6 +140,7 @@ int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* re
                            std::to_string(a.o.warmup), "--result-file", tmpl + "/result.json"});
   if (a.o.synthetic) argv.push_back("--synthetic");
   if (a.no_overlap) argv.push_back("--no-overlap");
+  if (!a.o.sync) argv.push_back("--no-sync");
   if (!a.o.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", a.o.data_dir});
   for (const auto& s : a.o.shards) argv.insert(argv.end(), {"--data", s});
   if (!a.o.shards.empty()) argv.insert(argv.end(), {"--data-threads", std::to_string(a.o.data_threads)});
@@ -174,6 +176,15 @@ int run_parent(const TrainArgs& a, const Config& config) {
     if (base_np == 0 || np < base_np) {
       base_np = np;
       per_rank_base = j["samples_per_s"].get<double>() / np;
+    }
+    if (a.contention && np > 1) {
+      // The same ranks training alone side by side: the host's own ceiling.
+      TrainArgs alone = a;
+      alone.o.sync = false;
+      nlohmann::json k;
+      if (int rc = run_one(alone, config, np, &k)) return rc;
+      j["independent_samples_per_s"] = k["samples_per_s"];
+      j["sync_efficiency"] = j["samples_per_s"].get<double>() / k["samples_per_s"].get<double>();
     }
     runs.push_back(j);
   }
@@ -223,6 +234,11 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   c->add_option("--data-threads", a->o.data_threads, "Loader decode threads per rank (with --data)")
       ->capture_default_str();
   c->add_option("--backend", a->backend, "mpi or gloo")->capture_default_str();
+  c->add_flag("--contention", a->contention,
+              "For each np > 1 also time the same ranks training alone (no gradient sync): "
+              "sync_efficiency separates the host's contention from the cost of syncing");
+  c->add_flag("--no-sync", [a](std::int64_t) { a->o.sync = false; },
+              "Every rank trains alone (no gradient allreduce)");
   c->add_flag("--no-overlap", a->no_overlap, "Allreduce all gradients in step(), not during backward");
   c->add_option("--timeout-s", a->timeout_s, "Bound on the whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");
