@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "shell_run.h"
+
 namespace {
 
 struct CliRun {
@@ -20,16 +22,8 @@ struct CliRun {
 
 // Runs a shell command line to its end, stdout and stderr together.
 CliRun run_command(const std::string& command) {
-  std::string cmd = "timeout 300 " + command + " 2>&1";
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  auto s = hpct::test::run_shell("timeout 300 " + command + " 2>&1");
+  return {s.exit_code, s.out};
 }
 
 CliRun run(const std::string& args) { return run_command(std::string(HPCT_BINARY) + " " + args); }
@@ -80,15 +74,9 @@ TEST(Cli, GlooRankWithoutStoreSaysHowToFixIt) {
   // Started by hand as one rank of two, with no store to meet the other.
   std::string cmd = std::string("HPCT_RANK=0 HPCT_SIZE=2 HPCT_BACKEND=gloo timeout 60 ") +
                     HPCT_BINARY + " bench comm --worker --sizes 4K --iters 1 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  int status = pclose(p);
-  EXPECT_EQ(WEXITSTATUS(status), 2) << out;
-  EXPECT_NE(out.find("HPCT_STORE_DIR"), std::string::npos) << out;
+  auto alone = hpct::test::run_shell(cmd);
+  EXPECT_EQ(alone.exit_code, 2) << alone.out;
+  EXPECT_NE(alone.out.find("HPCT_STORE_DIR"), std::string::npos) << alone.out;
   EXPECT_EQ(s.exit_code, 0) << s.out;  // a single rank needs no store
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "shell_run.h"
+
 #include "data/data_client.h"
 #include "data/idx.h"
 #include "data/image.h"
@@ -27,15 +29,8 @@ struct CliRun {
 };
 
 CliRun run(const std::string& args) {
-  std::string cmd = std::string("timeout 300 ") + HPCT_BINARY + " " + args + " 2>&1";
-  CliRun r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return r;
+  auto s = test::run_shell(std::string("timeout 300 ") + HPCT_BINARY + " " + args + " 2>&1");
+  return {s.exit_code, s.out};
 }
 
 TEST(DataCli, PackedFashionMnistRoundTripsBitExactly) {

@@ -20,29 +20,15 @@
 #include <string>
 #include <vector>
 
+#include "shell_run.h"
+
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CmdResult {
-  int exit_code = -1;
-  std::string out;
-  double seconds = 0;
-};
+using CmdResult = hpct::test::ShellResult;
 
-CmdResult sh(const std::string& cmd) {
-  CmdResult r;
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
+CmdResult sh(const std::string& cmd) { return hpct::test::run_shell(cmd); }
 
 // Runs `fn` when it goes out of scope: undoes a fault whatever the test did.
 struct Undo {

@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "shell_run.h"
+
 namespace launch_test {
 
 struct Outcome {
@@ -27,18 +29,8 @@ struct Outcome {
 
 // Runs `sh -c cmd` under timeout(1), stdout and stderr together.
 inline Outcome run(const std::string& cmd, int timeout_s = 60) {
-  std::string full = "timeout -s KILL " + std::to_string(timeout_s) + " sh -c '" + cmd + "' 2>&1";
-  Outcome r;
-  auto t0 = std::chrono::steady_clock::now();
-  FILE* p = popen(full.c_str(), "r");
-  if (p == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
+  auto s = hpct::test::run_shell("timeout -s KILL " + std::to_string(timeout_s) + " sh -c '" + cmd + "' 2>&1");
+  return {s.exit_code, s.out, s.seconds};
 }
 
 inline int count(const std::string& text, const std::string& what) {

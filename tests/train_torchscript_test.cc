@@ -20,6 +20,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "shell_run.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -31,13 +33,10 @@ struct CliRun {
 };
 
 CliRun shell(const std::string& cmd) {
+  auto s = hpct::test::run_shell(cmd + " 2>&1");
   CliRun r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
-  int status = pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.exit_code = s.exit_code;
+  r.out = s.out;
   size_t pos = r.out.rfind("{\"");
   if (pos != std::string::npos) {
     r.summary = nlohmann::json::parse(r.out.substr(pos, r.out.find('\n', pos) - pos), nullptr, false);
