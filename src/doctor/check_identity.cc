@@ -174,7 +174,8 @@ std::vector<Row> check_user(const DoctorInput& in) {
 std::vector<Row> check_hpctrain(const DoctorInput& in) {
   std::vector<Row> rows;
   const HeadFacts& me = in.head;
-  std::string copy_fix_tail = ":" + me.exe + " (or install it on a shared file system)";
+  std::string copy_fix_tail =
+      ":" + me.exe + ", and hpctrain-torch beside it the same way (or install both on a shared file system)";
   for (const auto& h : in.hosts) {
     Row r{{h.name}, "hpctrain", Status::kOk, "", ""};
     if (!probed(h)) {

@@ -33,7 +33,7 @@ struct HostFacts {
   std::string version;       // HPCT_VERSION of the probe binary
   std::string git;           // its git description
   std::string exe;           // /proc/self/exe
-  std::string build_sha256;  // of /proc/self/exe
+  std::string build_sha256;  // of /proc/self/exe and hpctrain-torch beside it (build_sha256())
   std::string user;          // effective user name
   std::string hostname;      // gethostname()
   std::vector<std::string> hostname_addrs;  // what hostname resolves to there

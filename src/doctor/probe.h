@@ -66,6 +66,10 @@ HostFacts collect_host_facts(const ProbeOptions& options);
 
 // SHA-256 of a file, hex. Io naming the file when it cannot be read.
 std::string file_sha256(const std::string& path);
+// The build's fingerprint: the SHA-256 of `exe` when it has no hpctrain-torch
+// beside it, else the SHA-256 of both files' digests, so a host whose torch
+// half differs (or is missing) shows up as another build.
+std::string build_sha256(const std::string& exe);
 
 // The facts of the head itself, that every host is compared against.
 HeadFacts local_head_facts(const std::string& version, const std::string& git);

@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -184,6 +185,20 @@ void write_token(const ProbeOptions& o, HostFacts& f) {
 
 }  // namespace
 
+namespace {
+
+std::string to_hex(const unsigned char* bytes, unsigned len) {
+  std::string hex;
+  char two[3];
+  for (unsigned i = 0; i < len; ++i) {
+    std::snprintf(two, sizeof two, "%02x", bytes[i]);
+    hex += two;
+  }
+  return hex;
+}
+
+}  // namespace
+
 std::string file_sha256(const std::string& path) {
   std::FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) throw_io("open " + path, errno);
@@ -199,13 +214,20 @@ std::string file_sha256(const std::string& path) {
   EVP_DigestFinal_ex(ctx, md, &len);
   EVP_MD_CTX_free(ctx);
   if (failed) throw_io("read " + path, EIO);
-  std::string hex;
-  char two[3];
-  for (unsigned i = 0; i < len; ++i) {
-    std::snprintf(two, sizeof two, "%02x", md[i]);
-    hex += two;
-  }
-  return hex;
+  return to_hex(md, len);
+}
+
+std::string build_sha256(const std::string& exe) {
+  const std::string mine = file_sha256(exe);
+  const std::string sibling = (std::filesystem::path(exe).parent_path() / "hpctrain-torch").string();
+  std::error_code ec;
+  const std::string torch_half =
+      std::filesystem::exists(sibling, ec) ? file_sha256(sibling) : std::string("no hpctrain-torch");
+  const std::string both = mine + " " + torch_half;
+  unsigned char md[EVP_MAX_MD_SIZE];
+  unsigned len = 0;
+  EVP_Digest(both.data(), both.size(), md, &len, EVP_sha256(), nullptr);
+  return to_hex(md, len);
 }
 
 HeadFacts local_head_facts(const std::string& version, const std::string& git) {
@@ -213,7 +235,7 @@ HeadFacts local_head_facts(const std::string& version, const std::string& git) {
   h.version = version;
   h.git = git;
   h.exe = self_executable();
-  h.build_sha256 = file_sha256(h.exe);
+  h.build_sha256 = build_sha256(h.exe);
   h.user = user_name();
   return h;
 }
@@ -224,7 +246,7 @@ HostFacts collect_host_facts(const ProbeOptions& o) {
   f.version = o.version;
   f.git = o.git;
   f.exe = self_executable();
-  f.build_sha256 = file_sha256(f.exe);
+  f.build_sha256 = build_sha256(f.exe);
   f.user = user_name();
   f.hostname = host_name();
   std::string ignored;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "core/error.h"
@@ -30,6 +31,27 @@ TEST(DoctorProbe, LoopbackAddresses) {
   EXPECT_FALSE(is_loopback_address("10.0.0.1"));
   std::string err;
   EXPECT_EQ(resolve_ipv4("127.0.0.1", &err), std::vector<std::string>{"127.0.0.1"});
+}
+
+// The build fingerprint covers hpctrain-torch beside hpctrain: a host whose
+// torch half differs or is missing is another build.
+TEST(DoctorProbe, BuildHashCoversTheTorchSibling) {
+  namespace fs = std::filesystem;
+  std::string tmpl = (fs::temp_directory_path() / "hpct-build-hash-XXXXXX").string();
+  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const fs::path dir = tmpl;
+  auto write = [](const fs::path& p, const std::string& text) { std::ofstream(p) << text; };
+  write(dir / "hpctrain", "front");
+  const std::string alone = build_sha256((dir / "hpctrain").string());
+  EXPECT_EQ(alone.size(), 64u);
+  write(dir / "hpctrain-torch", "torch A");
+  const std::string with_a = build_sha256((dir / "hpctrain").string());
+  write(dir / "hpctrain-torch", "torch B");
+  const std::string with_b = build_sha256((dir / "hpctrain").string());
+  EXPECT_NE(alone, with_a);
+  EXPECT_NE(with_a, with_b);
+  EXPECT_EQ(with_b, build_sha256((dir / "hpctrain").string()));  // the same files, the same hash
+  fs::remove_all(dir);
 }
 
 std::string read_line(int fd) {
