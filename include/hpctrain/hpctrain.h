@@ -75,9 +75,13 @@ struct DistributedOptions {
   bool average = true;  // false: sum over ranks
   // none, fp16 or bf16; empty: HPCT_COMPRESSION.
   std::string compression;
-  // Start each gradient's allreduce from an autograd hook as soon as it is
-  // ready (overlap with backward). false: all of them in step().
-  bool overlap = true;
+  // true: start each gradient's allreduce from an autograd hook as soon as
+  // it is ready (overlap with backward); false: all of them in step().
+  // Unset: HPCT_OVERLAP (on, off, or auto: off when this host's ranks
+  // times their intra-op threads fill every core the process may run on,
+  // where there is no idle core for the allreduce to overlap on; on
+  // otherwise).
+  std::optional<bool> overlap;
 };
 
 // Wraps any torch::optim::Optimizer (which keeps doing the update): step()
@@ -107,6 +111,8 @@ class DistributedOptimizer {
   void step();
   void zero_grad();
   torch::optim::Optimizer& optimizer();
+  // Whether gradients are allreduced during backward (DistributedOptions::overlap resolved).
+  bool overlaps() const;
 
   struct Impl;
 

@@ -131,7 +131,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["samples_per_s"] = static_cast<double>(ctx.size()) * o.batch * o.steps / elapsed;
   j["step_ms"] = elapsed / o.steps * 1e3;
   j["final_loss"] = avg_loss;
-  j["overlap"] = o.overlap;
+  j["overlap"] = dist ? dist->overlaps() : false;
   j["sync"] = o.sync;
   j["fusion_bytes"] = eo.fusion_bytes;
   j["cycle_ms"] = eo.cycle_ms;

@@ -12,6 +12,7 @@
 // step and the flat-gradient layout). The time is the slowest rank's.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ struct TrainBenchOptions {
   int threads = 1;     // intra-op threads per rank
   bool synthetic = false;
   int warmup = 3;
-  bool overlap = true;
+  std::optional<bool> overlap;  // unset: HPCT_OVERLAP (DistributedOptions::overlap)
   std::string data_dir;  // empty: Debian's fashion-mnist directory
   std::vector<std::string> shards;  // non-empty: read these through the Loader
   int data_threads = 1;             // the Loader's decode threads per rank

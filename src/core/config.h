@@ -57,6 +57,9 @@ namespace hpct {
   X(std::int64_t, mmap_threshold, "HPCT_MMAP_THRESHOLD", 32 << 20,                              \
     "hpct::init: glibc keeps freed blocks up to this size for reuse (mallopt) instead of "      \
     "unmapping them, so a step's tensors are not faulted in again every step (0: glibc default)") \
+  X(std::string, overlap, "HPCT_OVERLAP", "auto",                                               \
+    "DistributedOptimizer: allreduce gradients during backward (on) or all in step() (off); "   \
+    "auto: off when this host's ranks' compute threads fill every core (docs/engine.md)")        \
   X(std::int64_t, fusion_bytes, "HPCT_FUSION_BYTES", 64 << 20,                                  \
     "Engine: most bytes of ready tensors packed into one allreduce (docs/engine.md)")          \
   X(double, cycle_ms, "HPCT_CYCLE_MS", 5.0,                                                     \

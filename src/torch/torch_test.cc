@@ -184,6 +184,39 @@ TEST(DistributedOptimizer, NoOverlapNoFusion) {
   check_training<SmallCnn>(c, {1, 8, 8});
 }
 
+// DistributedOptions::overlap unset follows HPCT_OVERLAP; set, it wins; a
+// value that is not on/off/auto is refused by name.
+TEST(DistributedOptimizer, OverlapFollowsHpctOverlapUnlessSet) {
+  comm::testing::run_gloo_world(1, Millis(30000), [&](comm::GlooCommunicator& comm) {
+    SmallMlp m;
+    torch::optim::SGD sgd(m.parameters(), 0.1);
+    for (bool on : {true, false}) {
+      Config c = test_config(64 << 20);
+      c.overlap = on ? "on" : "off";
+      auto ctx = make_context(comm, c, quiet(0));
+      {
+        DistributedOptimizer opt(*ctx, sgd, m.named_parameters());
+        EXPECT_EQ(opt.overlaps(), on);
+      }
+      DistributedOptions o;
+      o.overlap = !on;
+      DistributedOptimizer forced(*ctx, sgd, m.named_parameters(), o);
+      EXPECT_EQ(forced.overlaps(), !on);
+    }
+    Config bad = test_config(64 << 20);
+    bad.overlap = "sometimes";
+    auto ctx = make_context(comm, bad, quiet(0));
+    try {
+      DistributedOptimizer opt(*ctx, sgd, m.named_parameters());
+      ADD_FAILURE() << "HPCT_OVERLAP=sometimes was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("HPCT_OVERLAP=sometimes: expected on, off or auto"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 TEST(DistributedOptimizer, GradientAccumulation) {
   TrainCase c{"mlp", 2};
   c.passes = 2;

@@ -202,7 +202,7 @@ int run_parent(const TrainArgs& a, const Config& config) {
 
 int run_worker(TrainArgs a, const Config& config) {
   auto ctx = init(config);
-  a.o.overlap = !a.no_overlap;
+  if (a.no_overlap) a.o.overlap = false;
   auto j = bench::run_train_bench(*ctx, a.o);
   j["backend"] = config.backend;  // HPCT_BACKEND, set by the parent for every rank
   if (ctx->rank() == 0 && !a.result_file.empty()) {
@@ -239,7 +239,7 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
               "sync_efficiency separates the host's contention from the cost of syncing");
   c->add_flag("--no-sync", [a](std::int64_t) { a->o.sync = false; },
               "Every rank trains alone (no gradient allreduce)");
-  c->add_flag("--no-overlap", a->no_overlap, "Allreduce all gradients in step(), not during backward");
+  c->add_flag("--no-overlap", a->no_overlap, "Allreduce all gradients in step(), not during backward (default: HPCT_OVERLAP, auto)");
   c->add_option("--timeout-s", a->timeout_s, "Bound on the whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");
   c->add_option("--result-file", a->result_file, "Internal: where rank 0 writes its result")->group("");
