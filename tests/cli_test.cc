@@ -111,7 +111,7 @@ TEST(Cli, TorchSubcommandsRunThroughTheSiblingAsBefore) {
   for (const char* sub : {"config", "bench", "data", "launch", "doctor", "train"}) {
     EXPECT_NE(help.out.find(std::string("\n  ") + sub + " "), std::string::npos) << sub << help.out;
   }
-  // The stubs' descriptions are the real subcommands'.
+  // The forwarding subcommands' descriptions are the real subcommands'.
   CliRun bench = run("bench --help");
   for (const auto& [front, torch] : {std::pair{help.out, std::string(" --help")},
                                      std::pair{bench.out, std::string(" bench --help")}}) {

@@ -8,6 +8,8 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <vector>
+#include <string>
 
 #include "core/config.h"
 
@@ -26,9 +28,10 @@ struct Cli {
 // The executable, next to hpctrain, holding the subcommands that need libtorch.
 inline constexpr char kTorchExecutable[] = "hpctrain-torch";
 
-// A stub for a subcommand that runs in `executable`: it parses nothing (not
-// even --help) and makes run_cli exec that executable with the same argv, so
-// `hpctrain train --help` is `hpctrain-torch train --help`.
+// A forwarding subcommand, for one that runs in `executable`: it parses
+// nothing itself (not even --help) and makes run_cli exec that executable
+// with the same argv, so `hpctrain train --help` is `hpctrain-torch train
+// --help`.
 void add_forwarded_command(CLI::App& parent, Cli& cli, const std::string& name,
                            const std::string& description, const std::string& executable);
 // Replaces this process with `executable` from this one's directory, argv
@@ -38,6 +41,11 @@ void add_forwarded_command(CLI::App& parent, Cli& cli, const std::string& name,
 
 void add_config_command(CLI::App& app, Cli& cli);
 CLI::App& add_bench_command(CLI::App& app);            // the parent; add its subcommands next
+// How the benchmarks start their own local ranks: mpirun with the flags a
+// single small host needs (see shared/notes): oversubscription for np >
+// cores, shared memory, yielding while idle, no binding; as root,
+// --allow-run-as-root.
+std::vector<std::string> local_mpirun_prefix(int np);
 void add_data_command(CLI::App& app, Cli& cli);        // pack, inspect, verify, serve
 void add_launch_command(CLI::App& app, Cli& cli);      // and the hidden launch-rank
 void add_doctor_command(CLI::App& app, Cli& cli);      // and the hidden doctor --probe

@@ -4,8 +4,8 @@
 // and running their static initialisers costs ~1 s before main(), which every
 // launch, rank wrapper and doctor probe would pay. The subcommands that need
 // libtorch live in hpctrain-torch (torch_main.cc), built and installed next
-// to this one; here they are stubs that exec it with the same argv, so users
-// see one command either way.
+// to this one; here they are forwarding subcommands (add_forwarded_command)
+// that exec it with the same argv, so users see one command either way.
 #include "cli_main.h"
 #include "commands.h"
 
