@@ -20,30 +20,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "shell_run.h"
+#include "cli_summary_run.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  nlohmann::json summary;  // the last JSON line of rank 0's output
-};
-
-CliRun run(const std::string& args) {
-  auto s = hpct::test::run_shell(std::string("timeout 300 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ") +
-                                 HPCT_BINARY + " " + args + " 2>&1");
-  CliRun r;
-  r.exit_code = s.exit_code;
-  r.out = s.out;
-  size_t pos = r.out.rfind("{\"");
-  if (pos != std::string::npos) {
-    r.summary = nlohmann::json::parse(r.out.substr(pos, r.out.find('\n', pos) - pos), nullptr, false);
-  }
-  return r;
-}
+using hpct::test::CliRun;
+CliRun run(const std::string& args) { return hpct::test::run_hpctrain(args); }
 
 class TrainCli : public ::testing::Test {
  protected:

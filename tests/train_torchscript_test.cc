@@ -20,34 +20,15 @@
 
 #include <nlohmann/json.hpp>
 
-#include "shell_run.h"
+#include "cli_summary_run.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct CliRun {
-  int exit_code = -1;
-  std::string out;
-  nlohmann::json summary;  // the last JSON line of the output
-};
-
-CliRun shell(const std::string& cmd) {
-  auto s = hpct::test::run_shell(cmd + " 2>&1");
-  CliRun r;
-  r.exit_code = s.exit_code;
-  r.out = s.out;
-  size_t pos = r.out.rfind("{\"");
-  if (pos != std::string::npos) {
-    r.summary = nlohmann::json::parse(r.out.substr(pos, r.out.find('\n', pos) - pos), nullptr, false);
-  }
-  return r;
-}
-
-CliRun run(const std::string& args) {
-  return shell(std::string("timeout 300 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ") + HPCT_BINARY + " " +
-               args);
-}
+using hpct::test::CliRun;
+CliRun shell(const std::string& cmd) { return hpct::test::run_with_summary(cmd); }
+CliRun run(const std::string& args) { return hpct::test::run_hpctrain(args); }
 
 // A python3 that imports torch: $HPCT_TEST_PYTHON, Debian's /usr/bin/python3
 // (a pyenv or venv python3 first on PATH may not see python3-torch), python3.

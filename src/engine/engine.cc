@@ -437,12 +437,13 @@ void Engine::execute(const Response& r, bool from_full) {
   if (from_full && r.type != Response::Type::kAllgather) {
     for (Entry* e : es) controller_->cache().insert(e->req);
   }
-  complete_all(es);
+  complete_all(es, nullptr);
 }
 
-// As complete(e, nullptr) for each, but every handle is marked done before
-// the first waiter is woken: a caller waiting on them in turn wakes once.
-void Engine::complete_all(const std::vector<Entry*>& es) {
+// Ends each entry's operation with `error` (nullptr: success). Every handle
+// is marked done before the first waiter is woken: a caller waiting on them
+// in turn wakes once.
+void Engine::complete_all(const std::vector<Entry*>& es, std::exception_ptr error) {
   std::vector<std::shared_ptr<Handle::State>> states;
   states.reserve(es.size());
   {
@@ -457,6 +458,7 @@ void Engine::complete_all(const std::vector<Entry*>& es) {
   for (auto& state : states) {
     std::lock_guard<std::mutex> lk(state->mu);
     state->done = true;
+    state->error = error;
   }
   for (auto& state : states) state->cv.notify_all();
 }
@@ -531,21 +533,7 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
   }
 }
 
-void Engine::complete(Entry& e, std::exception_ptr error) {
-  auto state = e.state;
-  std::string name = e.req.name;
-  erase(name);  // drops the keepalive
-  {
-    std::lock_guard<std::mutex> lk(mu_);
-    held_.erase(name);
-  }
-  {
-    std::lock_guard<std::mutex> lk(state->mu);
-    state->done = true;
-    state->error = error;
-  }
-  state->cv.notify_all();
-}
+void Engine::complete(Entry& e, std::exception_ptr error) { complete_all({&e}, error); }
 
 void Engine::fail_all(std::exception_ptr error) {
   while (!pending_.empty()) {

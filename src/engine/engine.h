@@ -180,7 +180,7 @@ class Engine {
   void execute(const Response& r, bool from_full);
   void execute_allreduce(const Response& r, std::vector<Entry*>& es);
   void complete(Entry& e, std::exception_ptr error);
-  void complete_all(const std::vector<Entry*>& es);  // successes
+  void complete_all(const std::vector<Entry*>& es, std::exception_ptr error);
   void fail_all(std::exception_ptr error);
   Entry* find(const std::string& name);
   void erase(const std::string& name);

@@ -36,16 +36,6 @@ struct CommArgs {
   bool worker = false;
 };
 
-// mpirun with the flags a single 2-core host needs (see shared/notes):
-// oversubscription for np > cores, shared memory, and yielding while idle.
-std::vector<std::string> mpirun_prefix(int np) {
-  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(np), "--oversubscribe",
-                                   "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1",
-                                   "--bind-to", "none"};
-  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-  return argv;
-}
-
 int run_comm_parent(const CommArgs& a) {
   std::vector<std::string> backends;
   if (a.backend == "all") {
@@ -62,7 +52,7 @@ int run_comm_parent(const CommArgs& a) {
     namespace fs = std::filesystem;
     std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
-    std::vector<std::string> argv = mpirun_prefix(a.np);
+    std::vector<std::string> argv = local_mpirun_prefix(a.np);
     argv.insert(argv.end(), {"-x", "HPCT_BACKEND", "-x", "HPCT_STORE_DIR", "-x", "HPCT_JOB_ID",
                              "-x", "OMP_NUM_THREADS", self_executable(), "bench", "comm", "--worker",
                              "--sizes", a.sizes, "--ops", a.ops, "--iters", std::to_string(a.iters),

@@ -44,22 +44,13 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-// Local ranks under mpirun, with the flags a 2-core host needs (as bench comm).
-std::vector<std::string> mpirun_prefix(int np) {
-  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(np), "--oversubscribe",
-                                   "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1",
-                                   "--bind-to", "none"};
-  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-  return argv;
-}
-
 int run_parent(const EngineArgs& a, const Config& config) {
   if (a.np < 1) throw_invalid_argument("--np must be at least 1");
   comm::parse_backend(a.backend);
   namespace fs = std::filesystem;
   std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
-  std::vector<std::string> argv = mpirun_prefix(a.np);
+  std::vector<std::string> argv = local_mpirun_prefix(a.np);
   argv.insert(argv.end(),
               {"-x", "HPCT_BACKEND", "-x", "HPCT_STORE_DIR", "-x", "OMP_NUM_THREADS", "-x",
                "OPENBLAS_NUM_THREADS", self_executable(), "bench", "engine", "--worker", "--models",

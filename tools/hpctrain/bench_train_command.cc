@@ -42,14 +42,6 @@ struct TrainArgs {
   bool worker = false;
 };
 
-std::vector<std::string> mpirun_prefix(int np) {
-  std::vector<std::string> argv = {"mpirun", "-np", std::to_string(np), "--oversubscribe",
-                                   "--mca", "btl", "self,vader", "--mca", "mpi_yield_when_idle", "1",
-                                   "--bind-to", "none"};
-  if (::geteuid() == 0) argv.push_back("--allow-run-as-root");
-  return argv;
-}
-
 std::vector<int> parse_np_list(const std::string& list) {
   std::vector<int> out;
   std::stringstream ss(list);
@@ -124,7 +116,7 @@ int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* re
   namespace fs = std::filesystem;
   std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
-  std::vector<std::string> argv = mpirun_prefix(np);
+  std::vector<std::string> argv = local_mpirun_prefix(np);
   std::map<std::string, std::string> env = {{"HPCT_BACKEND", a.backend},
                                             {"HPCT_STORE_DIR", tmpl},
                                             {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
