@@ -113,74 +113,67 @@ float float_from_le(std::string_view four) {
   return f;
 }
 
-void parse_bytes_list(std::string_view body, size_t base, ExampleFeature* f) {
+// Reads each field of the message `body` (at byte `base` of the record):
+// `take(r, field, wire_type)` consumes the fields it knows and returns true;
+// every other field is skipped, as protobuf requires.
+template <typename Take>
+void for_each_field(std::string_view body, size_t base, Take&& take) {
   WireReader r(body, base);
   while (!r.done()) {
     std::uint64_t field;
     int wt;
     r.tag(&field, &wt);
-    size_t at;
-    if (field == 1 && wt == kLengthDelimited) {
-      f->bytes.push_back(r.length_delimited(&at));
-    } else {
-      r.skip(wt);
-    }
+    if (!take(r, field, wt)) r.skip(wt);
   }
+}
+
+void parse_bytes_list(std::string_view body, size_t base, ExampleFeature* f) {
+  for_each_field(body, base, [&](WireReader& r, std::uint64_t field, int wt) {
+    if (field != 1 || wt != kLengthDelimited) return false;
+    size_t at;
+    f->bytes.push_back(r.length_delimited(&at));
+    return true;
+  });
 }
 
 void parse_int64_list(std::string_view body, size_t base, ExampleFeature* f) {
-  WireReader r(body, base);
-  while (!r.done()) {
-    std::uint64_t field;
-    int wt;
-    r.tag(&field, &wt);
+  for_each_field(body, base, [&](WireReader& r, std::uint64_t field, int wt) {
     if (field == 1 && wt == kVarint) {
       f->int64s.push_back(static_cast<std::int64_t>(r.varint()));
-    } else if (field == 1 && wt == kLengthDelimited) {  // packed
-      size_t at;
-      std::string_view packed = r.length_delimited(&at);
-      WireReader p(packed, at);
-      while (!p.done()) f->int64s.push_back(static_cast<std::int64_t>(p.varint()));
-    } else {
-      r.skip(wt);
+      return true;
     }
-  }
+    if (field != 1 || wt != kLengthDelimited) return false;
+    size_t at;  // packed
+    std::string_view packed = r.length_delimited(&at);
+    WireReader p(packed, at);
+    while (!p.done()) f->int64s.push_back(static_cast<std::int64_t>(p.varint()));
+    return true;
+  });
 }
 
 void parse_float_list(std::string_view body, size_t base, ExampleFeature* f) {
-  WireReader r(body, base);
-  while (!r.done()) {
-    std::uint64_t field;
-    int wt;
-    r.tag(&field, &wt);
+  for_each_field(body, base, [&](WireReader& r, std::uint64_t field, int wt) {
     if (field == 1 && wt == kFixed32) {
       f->floats.push_back(float_from_le(r.fixed(4)));
-    } else if (field == 1 && wt == kLengthDelimited) {  // packed
-      const size_t tag_end = r.offset();
-      size_t at;
-      std::string_view packed = r.length_delimited(&at);
-      if (packed.size() % 4 != 0) {
-        r.fail(tag_end - base, "packed float list of " + std::to_string(packed.size()) +
-                                   " bytes is not a whole number of floats");
-      }
-      for (size_t i = 0; i < packed.size(); i += 4)
-        f->floats.push_back(float_from_le(packed.substr(i, 4)));
-    } else {
-      r.skip(wt);
+      return true;
     }
-  }
+    if (field != 1 || wt != kLengthDelimited) return false;
+    const size_t tag_end = r.offset();  // packed
+    size_t at;
+    std::string_view packed = r.length_delimited(&at);
+    if (packed.size() % 4 != 0) {
+      r.fail(tag_end - base, "packed float list of " + std::to_string(packed.size()) +
+                                 " bytes is not a whole number of floats");
+    }
+    for (size_t i = 0; i < packed.size(); i += 4)
+      f->floats.push_back(float_from_le(packed.substr(i, 4)));
+    return true;
+  });
 }
 
 void parse_feature(std::string_view body, size_t base, ExampleFeature* f) {
-  WireReader r(body, base);
-  while (!r.done()) {
-    std::uint64_t field;
-    int wt;
-    r.tag(&field, &wt);
-    if (field < 1 || field > 3 || wt != kLengthDelimited) {
-      r.skip(wt);
-      continue;
-    }
+  for_each_field(body, base, [&](WireReader& r, std::uint64_t field, int wt) {
+    if (field < 1 || field > 3 || wt != kLengthDelimited) return false;
     const auto kind = field == 1   ? ExampleFeature::Kind::kBytes
                       : field == 2 ? ExampleFeature::Kind::kFloat
                                    : ExampleFeature::Kind::kInt64;
@@ -190,44 +183,38 @@ void parse_feature(std::string_view body, size_t base, ExampleFeature* f) {
     if (kind == ExampleFeature::Kind::kBytes) parse_bytes_list(list, at, f);
     if (kind == ExampleFeature::Kind::kFloat) parse_float_list(list, at, f);
     if (kind == ExampleFeature::Kind::kInt64) parse_int64_list(list, at, f);
-  }
+    return true;
+  });
 }
 
 void parse_map_entry(std::string_view body, size_t base, ExampleFeatures* out) {
-  WireReader r(body, base);
   std::string name;
   ExampleFeature feature;
-  while (!r.done()) {
-    std::uint64_t field;
-    int wt;
-    r.tag(&field, &wt);
+  for_each_field(body, base, [&](WireReader& r, std::uint64_t field, int wt) {
+    if ((field != 1 && field != 2) || wt != kLengthDelimited) return false;
     size_t at;
-    if (field == 1 && wt == kLengthDelimited) {
-      name = std::string(r.length_delimited(&at));
-    } else if (field == 2 && wt == kLengthDelimited) {
-      std::string_view value = r.length_delimited(&at);
-      parse_feature(value, at, &feature);
+    std::string_view value = r.length_delimited(&at);
+    if (field == 1) {
+      name = std::string(value);
     } else {
-      r.skip(wt);
+      parse_feature(value, at, &feature);
     }
-  }
+    return true;
+  });
   (*out)[name] = std::move(feature);  // a key seen again: the last entry wins
 }
 
-void parse_features(std::string_view body, size_t base, ExampleFeatures* out) {
-  WireReader r(body, base);
-  while (!r.done()) {
-    std::uint64_t field;
-    int wt;
-    r.tag(&field, &wt);
-    if (field == 1 && wt == kLengthDelimited) {
-      size_t at;
-      std::string_view entry = r.length_delimited(&at);
-      parse_map_entry(entry, at, out);
-    } else {
-      r.skip(wt);
-    }
-  }
+// A message whose field 1 (length-delimited, repeated) holds messages that
+// `parse` reads: Example.features and Features.feature (the map's entries).
+template <typename Parse>
+void parse_repeated_message(std::string_view body, size_t base, Parse&& parse) {
+  for_each_field(body, base, [&](WireReader& r, std::uint64_t field, int wt) {
+    if (field != 1 || wt != kLengthDelimited) return false;
+    size_t at;
+    std::string_view inner = r.length_delimited(&at);
+    parse(inner, at);
+    return true;
+  });
 }
 
 void put_varint(std::string* out, std::uint64_t v) {
@@ -252,19 +239,11 @@ void put_length_delimited(std::string* out, int field, std::string_view payload)
 
 ExampleFeatures parse_example(std::string_view record) {
   ExampleFeatures out;
-  WireReader r(record, 0);
-  while (!r.done()) {
-    std::uint64_t field;
-    int wt;
-    r.tag(&field, &wt);
-    if (field == 1 && wt == kLengthDelimited) {
-      size_t at;
-      std::string_view features = r.length_delimited(&at);
-      parse_features(features, at, &out);
-    } else {
-      r.skip(wt);
-    }
-  }
+  parse_repeated_message(record, 0, [&](std::string_view features, size_t at) {
+    parse_repeated_message(features, at, [&](std::string_view entry, size_t entry_at) {
+      parse_map_entry(entry, entry_at, &out);
+    });
+  });
   return out;
 }
 
