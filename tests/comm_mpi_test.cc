@@ -44,6 +44,7 @@ using Clock = std::chrono::steady_clock;
 
 // The communicator main made; the tests share it (one MPI per process).
 MpiCommunicator* the_comm = nullptr;
+bool shm_expected = true;  // false with --no-shm
 
 MpiCommunicator& comm() { return *the_comm; }
 
@@ -97,7 +98,13 @@ TEST_F(MpiCommunicatorTest, AgreesWithTheLauncherOnRankAndSize) {
   EXPECT_EQ(comm().size(), world.size);
   EXPECT_GE(comm().size(), 2);
   EXPECT_STREQ(comm().backend_name(), "mpi");
-  EXPECT_EQ(comm().algorithm(OpKind::kAllreduce, 1 << 20), "mpi:MPI_Allreduce");
+  // Every rank of these tests is on this host: large allreduces go through
+  // shared memory unless the run turned it off (--no-shm).
+  EXPECT_EQ(comm().uses_shm(1 << 20), shm_expected);
+  EXPECT_FALSE(comm().uses_shm(64 << 10));
+  EXPECT_EQ(comm().algorithm(OpKind::kAllreduce, 1 << 20),
+            shm_expected ? "shm:reduce-scatter+allgather" : "mpi:MPI_Allreduce");
+  EXPECT_EQ(comm().algorithm(OpKind::kAllreduce, 64 << 10), "mpi:MPI_Allreduce");
   EXPECT_EQ(comm().algorithm(OpKind::kReduceScatter, 0), "mpi:MPI_Reduce_scatter_block");
   EXPECT_FALSE(comm().library_version().empty());
   EXPECT_TRUE(comm().started_mpi());
@@ -339,7 +346,7 @@ int run_fault(std::unique_ptr<MpiCommunicator>& comm_owner, const std::string& f
                   error_code_name(e.code()), waited, what.c_str());
       bool ok = e.code() == ErrorCode::kTimeout &&
                 what.find("allreduce on rank 0 of 2") != std::string::npos &&
-                what.find("MPI_Allreduce of 1048576 float32") != std::string::npos &&
+                what.find("allreduce of 1048576 float32") != std::string::npos &&
                 waited >= c.default_timeout().count() &&
                 waited < c.default_timeout().count() + 2000;
       const int rank = c.rank();
@@ -433,6 +440,9 @@ int main(int argc, char** argv) {
     if (std::strncmp(argv[i], "--mpi-init=", 11) == 0) return run_started_by_program(argv[i] + 11);
   }
   MpiOptions options;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--no-shm") == 0) options.shm = shm_expected = false;
+  }
   // Bounds every test: a rank that diverges makes the others time out, not hang.
   options.default_timeout = std::chrono::milliseconds(20000);
   if (fault == "stop") options.default_timeout = std::chrono::milliseconds(3000);

@@ -132,6 +132,12 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
     o.default_timeout = timeout;
     o.logger = log;
     o.yield_when_idle = config.mpi_yield;
+    o.shm = config.shm;
+    if (config.shm_slot_bytes <= 0) {
+      throw_invalid_argument("HPCT_SHM_SLOT_BYTES must be positive, got " +
+                             std::to_string(config.shm_slot_bytes));
+    }
+    o.shm_slot_bytes = static_cast<std::size_t>(config.shm_slot_bytes);
     auto mpi = MpiCommunicator::create(o);
     if (w.info.launcher != Launcher::kNone && mpi->size() != w.info.size) {
       throw_mismatch("MPI reports " + std::to_string(mpi->size()) + " ranks but " +

@@ -1,0 +1,288 @@
+#include "comm/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "comm/reduce.h"
+#include "core/error.h"
+
+namespace hpct::comm {
+namespace {
+
+constexpr std::uint64_t kMagic = 0x68706374'73686d31ULL;  // "hpctshm1"
+constexpr std::size_t kCounterStride = 128;  // a counter per two cache lines (no false sharing)
+constexpr std::size_t kSlotAlign = 8192;     // slot halves stay page-aligned
+constexpr std::size_t kChunkAlign = 64;      // chunk bounds on cache lines
+constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
+constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kNapMax = std::chrono::microseconds(100);
+constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
+
+struct Header {
+  std::uint64_t magic;
+  std::uint64_t size;
+  std::uint64_t slot_bytes;
+};
+
+std::atomic<std::uint64_t>* counter(void* base, int rank) {
+  auto* p = static_cast<std::uint8_t*>(base) + kCounterStride * (1 + static_cast<std::size_t>(rank));
+  return reinterpret_cast<std::atomic<std::uint64_t>*>(p);
+}
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+std::string random_name() {
+  std::random_device rd;
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "/hpctrain-shm-%d-%08x%08x", static_cast<int>(::getpid()), rd(),
+                rd());
+  return buf;
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// True when pid is gone or a zombie (exited, not yet reaped).
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0) return errno == ESRCH;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(stat, line)) return false;
+  const auto paren = line.rfind(')');
+  if (paren == std::string::npos || paren + 2 >= line.size()) return false;
+  const char state = line[paren + 2];
+  return state == 'Z' || state == 'X';
+}
+
+}  // namespace
+
+std::size_t ShmAllreduce::header_bytes(int size) {
+  return round_up(kCounterStride * (1 + static_cast<std::size_t>(size)), kSlotAlign);
+}
+
+ShmAllreduce::ShmAllreduce(std::string name, int rank, int size, std::size_t slot_bytes,
+                           void* base, std::size_t mapped, bool owner)
+    : name_(std::move(name)),
+      rank_(rank),
+      size_(size),
+      slot_bytes_(slot_bytes),
+      base_(base),
+      mapped_(mapped),
+      linked_(owner),
+      pids_(static_cast<std::size_t>(size), 0) {}
+
+ShmAllreduce::~ShmAllreduce() {
+  unlink();
+  ::munmap(base_, mapped_);
+}
+
+std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int size, std::size_t slot_bytes) {
+  if (size < 1) throw_invalid_argument("shared-memory allreduce: size must be >= 1");
+  slot_bytes = round_up(std::max<std::size_t>(slot_bytes, 2 * kSlotAlign), 2 * kSlotAlign);
+  const std::size_t total = header_bytes(size) + slot_bytes * static_cast<std::size_t>(size);
+  const std::string name = random_name();
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0) throw_io("shm_open(" + name + ") for the shared-memory allreduce", errno);
+  auto fail = [&](const std::string& what, int err) {
+    ::close(fd);
+    ::shm_unlink(name.c_str());
+    throw_io(what, err);
+  };
+  if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
+    fail("cannot reserve " + std::to_string(total) + " bytes in /dev/shm for the shared-memory "
+         "allreduce (" + std::to_string(size) + " ranks x " + std::to_string(slot_bytes) +
+         " bytes); make /dev/shm larger (mount -o remount,size=1G /dev/shm), lower "
+         "HPCT_SHM_SLOT_BYTES, or set HPCT_SHM=0 to use MPI_Allreduce",
+         rc);
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  if (base == MAP_FAILED) fail("mmap of " + name + " for the shared-memory allreduce", map_errno);
+  ::close(fd);
+  auto* h = static_cast<Header*>(base);
+  h->size = static_cast<std::uint64_t>(size);
+  h->slot_bytes = slot_bytes;
+  for (int q = 0; q < size; ++q) new (counter(base, q)) std::atomic<std::uint64_t>(0);
+  std::atomic_thread_fence(std::memory_order_release);
+  h->magic = kMagic;
+  return std::unique_ptr<ShmAllreduce>(
+      new ShmAllreduce(name, 0, size, slot_bytes, base, total, /*owner=*/true));
+}
+
+std::unique_ptr<ShmAllreduce> ShmAllreduce::open(const std::string& name, int rank, int size,
+                                                 std::size_t slot_bytes) {
+  if (rank < 1 || rank >= size) {
+    throw_invalid_argument("shared-memory allreduce: open() is for ranks 1.." +
+                           std::to_string(size - 1) + ", got rank " + std::to_string(rank));
+  }
+  slot_bytes = round_up(std::max<std::size_t>(slot_bytes, 2 * kSlotAlign), 2 * kSlotAlign);
+  const std::size_t total = header_bytes(size) + slot_bytes * static_cast<std::size_t>(size);
+  const int fd = ::shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd < 0) throw_io("shm_open(" + name + ") of rank 0's shared-memory allreduce segment", errno);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || static_cast<std::size_t>(st.st_size) != total) {
+    ::close(fd);
+    throw_mismatch("shared-memory allreduce segment " + name + " has " +
+                   std::to_string(st.st_size) + " bytes, this rank expects " +
+                   std::to_string(total) + " (" + std::to_string(size) + " ranks x " +
+                   std::to_string(slot_bytes) +
+                   " bytes): set the same HPCT_SHM_SLOT_BYTES on every rank");
+  }
+  void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (base == MAP_FAILED) throw_io("mmap of " + name + " for the shared-memory allreduce", map_errno);
+  const auto* h = static_cast<const Header*>(base);
+  std::atomic_thread_fence(std::memory_order_acquire);
+  if (h->magic != kMagic || h->size != static_cast<std::uint64_t>(size) ||
+      h->slot_bytes != slot_bytes) {
+    ::munmap(base, total);
+    throw_mismatch("shared-memory allreduce segment " + name + " was not made for " +
+                   std::to_string(size) + " ranks with " + std::to_string(slot_bytes) +
+                   "-byte slots");
+  }
+  return std::unique_ptr<ShmAllreduce>(
+      new ShmAllreduce(name, rank, size, slot_bytes, base, total, /*owner=*/false));
+}
+
+void ShmAllreduce::unlink() {
+  if (!linked_) return;
+  ::shm_unlink(name_.c_str());
+  linked_ = false;
+}
+
+void ShmAllreduce::set_pids(const std::vector<pid_t>& pids) {
+  if (pids.size() != static_cast<std::size_t>(size_)) {
+    throw_invalid_argument("shared-memory allreduce: " + std::to_string(pids.size()) +
+                           " pids for " + std::to_string(size_) + " ranks");
+  }
+  for (std::size_t q = 0; q < pids.size(); ++q) {
+    const bool visible = pids[q] > 0 && (::kill(pids[q], 0) == 0 || errno == EPERM);
+    pids_[q] = visible ? pids[q] : 0;
+  }
+}
+
+std::uint8_t* ShmAllreduce::slot_half(int rank, std::uint64_t piece) const {
+  return static_cast<std::uint8_t*>(base_) + header_bytes(size_) +
+         slot_bytes_ * static_cast<std::size_t>(rank) + (piece % 2) * (slot_bytes_ / 2);
+}
+
+void ShmAllreduce::check_alive(int q, const char* what) const {
+  const pid_t pid = pids_[static_cast<std::size_t>(q)];
+  if (pid != 0 && process_gone(pid)) {
+    throw_peer_failure("rank " + std::to_string(q) + " (pid " + std::to_string(pid) +
+                       ") exited during the shared-memory allreduce, while this rank waited for "
+                       "it to " + what);
+  }
+}
+
+void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& deadline,
+                                   const char* what, std::size_t count, DataType dtype) {
+  counter(base_, rank_)->store(generation, std::memory_order_release);
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  auto next_liveness = start + kLivenessPeriod;
+  auto nap = std::chrono::microseconds(10);
+  for (int q = 0; q < size_; ++q) {
+    if (q == rank_) continue;
+    const auto* c = counter(base_, q);
+    while (c->load(std::memory_order_acquire) < generation) {
+      const auto now = Clock::now();
+      if (now - start < kSpin) {
+        cpu_relax();
+        continue;
+      }
+      if (now >= deadline.end()) {
+        throw_timeout("timed out after " + std::to_string(deadline.budget().count()) +
+                      " ms in the shared-memory allreduce of " + std::to_string(count) + " " +
+                      dtype_name(dtype) + " waiting for rank " + std::to_string(q) + " (pid " +
+                      std::to_string(pids_[static_cast<std::size_t>(q)]) + ") to " + what +
+                      "; a peer rank is stopped, dead or in another operation. The "
+                      "communicator is broken");
+      }
+      if (now >= next_liveness) {
+        check_alive(q, what);
+        next_liveness = now + kLivenessPeriod;
+      }
+      std::this_thread::sleep_for(nap);
+      nap = std::min(nap * 2, std::chrono::duration_cast<std::chrono::microseconds>(kNapMax));
+    }
+  }
+}
+
+void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataType dtype,
+                             ReduceOp op, const Deadline& deadline) {
+  check_reducible(dtype, op);
+  if (count == 0 || size_ == 1) {
+    if (in != nullptr && in != out && count != 0) std::memcpy(out, in, count * dtype_size(dtype));
+    return;
+  }
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t align = std::max<std::size_t>(1, kChunkAlign / es);
+  const std::size_t piece_elems = slot_bytes_ / 2 / es;
+  const std::size_t block = kBlockBytes / es;
+  const auto* src = static_cast<const std::uint8_t*>(in != nullptr ? in : out);
+  auto* dst = static_cast<std::uint8_t*>(out);
+  const auto n_ranks = static_cast<std::size_t>(size_);
+
+  for (std::size_t base = 0; base < count; base += piece_elems) {
+    const std::size_t n = std::min(piece_elems, count - base);
+    auto bound = [&](std::size_t q) -> std::size_t {
+      if (q >= n_ranks) return n;
+      const std::size_t b = n * q / n_ranks;
+      return b - b % align;
+    };
+    const std::uint8_t* s = src + base * es;
+    std::uint8_t* o = dst + base * es;
+    const std::uint64_t piece = pieces_++;
+    std::uint8_t* mine = slot_half(rank_, piece);
+    const std::size_t lo = bound(static_cast<std::size_t>(rank_));
+    const std::size_t hi = bound(static_cast<std::size_t>(rank_) + 1);
+
+    // 1. Every chunk but this rank's own goes to its slot.
+    std::memcpy(mine, s, lo * es);
+    std::memcpy(mine + hi * es, s + hi * es, (n - hi) * es);
+    arrive_and_wait(++generation_, deadline, "contribute its share", count, dtype);
+
+    // 2. This rank's chunk, reduced in rank order, into the output and the slot.
+    auto input_of = [&](int q, std::size_t at) -> const std::uint8_t* {
+      return (q == rank_ ? s : slot_half(q, piece)) + at * es;
+    };
+    for (std::size_t b = lo; b < hi; b += block) {
+      const std::size_t m = std::min(block, hi - b);
+      // Accumulate in the slot, not the output: in place, the output is this
+      // rank's input, still to be read when the rank is not 0 or 1.
+      std::uint8_t* acc = mine + b * es;
+      reduce_elements(acc, input_of(0, b), input_of(1, b), m, dtype, op);
+      for (int q = 2; q < size_; ++q) reduce_elements(acc, acc, input_of(q, b), m, dtype, op);
+      if (op == ReduceOp::kAvg) finish_average(acc, m, dtype, size_);
+      std::memcpy(o + b * es, acc, m * es);
+    }
+    arrive_and_wait(++generation_, deadline, "reduce its chunk", count, dtype);
+
+    // 3. Every other rank's reduced chunk, from its slot.
+    for (int q = 0; q < size_; ++q) {
+      if (q == rank_) continue;
+      const std::size_t qlo = bound(static_cast<std::size_t>(q));
+      const std::size_t qhi = bound(static_cast<std::size_t>(q) + 1);
+      std::memcpy(o + qlo * es, slot_half(q, piece) + qlo * es, (qhi - qlo) * es);
+    }
+  }
+}
+
+}  // namespace hpct::comm

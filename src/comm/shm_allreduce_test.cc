@@ -1,0 +1,243 @@
+// The shared-memory allreduce with ranks as threads of this process (one
+// segment, as between processes) and, for the dead-peer case, a forked child.
+#include "comm/shm_allreduce.h"
+
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "comm/reduce.h"
+#include "core/error.h"
+
+namespace hpct::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Opens a segment for `size` ranks: element 0 is rank 0's (the creator).
+std::vector<std::unique_ptr<ShmAllreduce>> open_all(int size, std::size_t slot_bytes) {
+  std::vector<std::unique_ptr<ShmAllreduce>> ranks;
+  ranks.push_back(ShmAllreduce::create(size, slot_bytes));
+  for (int r = 1; r < size; ++r) {
+    ranks.push_back(ShmAllreduce::open(ranks[0]->name(), r, size, slot_bytes));
+  }
+  ranks[0]->unlink();
+  std::vector<pid_t> pids(static_cast<size_t>(size), ::getpid());
+  for (auto& r : ranks) r->set_pids(pids);
+  return ranks;
+}
+
+// Rank r's input: values every dtype holds exactly, different per rank and
+// element, never zero (products stay informative).
+std::vector<std::uint8_t> input_of(int rank, std::size_t count, DataType dtype) {
+  std::vector<std::uint8_t> bytes(count * dtype_size(dtype));
+  for (std::size_t i = 0; i < count; ++i) {
+    const double v = static_cast<double>((i * 7 + static_cast<std::size_t>(rank) * 3) % 5 + 1) *
+                     ((i + static_cast<std::size_t>(rank)) % 2 ? 1 : -1);
+    void* p = bytes.data() + i * dtype_size(dtype);
+    switch (dtype) {
+      case DataType::kFloat32: *static_cast<float*>(p) = static_cast<float>(v); break;
+      case DataType::kFloat64: *static_cast<double*>(p) = v; break;
+      case DataType::kInt32: *static_cast<std::int32_t*>(p) = static_cast<std::int32_t>(v); break;
+      case DataType::kInt64: *static_cast<std::int64_t*>(p) = static_cast<std::int64_t>(v); break;
+      case DataType::kUInt8: *static_cast<std::uint8_t*>(p) = static_cast<std::uint8_t>(v + 6); break;
+      case DataType::kFloat16: *static_cast<std::uint16_t*>(p) = float_to_half(static_cast<float>(v)); break;
+      case DataType::kBFloat16:
+        *static_cast<std::uint16_t*>(p) = float_to_bfloat16(static_cast<float>(v));
+        break;
+    }
+  }
+  return bytes;
+}
+
+// The serial reference: ranks folded in rank order, then the average.
+std::vector<std::uint8_t> reference(int size, std::size_t count, DataType dtype, ReduceOp op) {
+  std::vector<std::uint8_t> acc = input_of(0, count, dtype);
+  for (int r = 1; r < size; ++r) {
+    const auto x = input_of(r, count, dtype);
+    reduce_elements(acc.data(), acc.data(), x.data(), count, dtype, op);
+  }
+  if (op == ReduceOp::kAvg && size > 1) finish_average(acc.data(), count, dtype, size);
+  return acc;
+}
+
+struct Case {
+  std::size_t count;
+  DataType dtype;
+  ReduceOp op;
+  bool in_place;
+};
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
+                             DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
+                             DataType::kUInt8};
+  const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
+                          ReduceOp::kProduct};
+  // With 16 KiB slots a piece is 8 KiB: 5000 float32 spans three pieces,
+  // 1 and 7 leave some ranks an empty chunk.
+  for (std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{7}, std::size_t{1000},
+                            std::size_t{5000}}) {
+    for (DataType d : dtypes) {
+      for (ReduceOp op : ops) {
+        if (op == ReduceOp::kAvg && !is_floating(d)) continue;
+        for (bool in_place : {true, false}) cases.push_back({count, d, op, in_place});
+      }
+    }
+  }
+  return cases;
+}
+
+TEST(ShmAllreduce, EveryDtypeOpSizeAndRankCountMatchesTheSerialFold) {
+  const auto cases = all_cases();
+  for (int size = 1; size <= 4; ++size) {
+    auto ranks = open_all(size, 16 << 10);
+    std::vector<std::string> failures(static_cast<size_t>(size));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r) {
+      threads.emplace_back([&, r] {
+        for (const Case& c : cases) {
+          const auto in = input_of(r, c.count, c.dtype);
+          std::vector<std::uint8_t> out = in;
+          std::vector<std::uint8_t> separate(in.size(), 0xEE);
+          try {
+            if (c.in_place) {
+              ranks[static_cast<size_t>(r)]->allreduce(nullptr, out.data(), c.count, c.dtype,
+                                                       c.op, Deadline(Millis(20000)));
+            } else {
+              ranks[static_cast<size_t>(r)]->allreduce(in.data(), separate.data(), c.count,
+                                                       c.dtype, c.op, Deadline(Millis(20000)));
+              out = separate;
+            }
+          } catch (const std::exception& e) {
+            failures[static_cast<size_t>(r)] = e.what();
+            return;
+          }
+          if (out != reference(size, c.count, c.dtype, c.op)) {
+            failures[static_cast<size_t>(r)] =
+                std::string("wrong result for ") + std::to_string(c.count) + " " +
+                dtype_name(c.dtype) + " " + reduce_op_name(c.op) +
+                (c.in_place ? " in place" : " out of place");
+            return;  // the others then time out: their failure is this one
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < size; ++r) {
+      EXPECT_EQ(failures[static_cast<size_t>(r)], "") << "size " << size << " rank " << r;
+    }
+  }
+}
+
+TEST(ShmAllreduce, LargeBufferAcrossManyPiecesWithDefaultSlots) {
+  auto ranks = open_all(2, 2 << 20);
+  const std::size_t n = (5u << 20) + 3;  // 20 MiB of float32: 20 pieces and a tail
+  std::vector<std::vector<float>> data(2);
+  for (int r = 0; r < 2; ++r) {
+    data[static_cast<size_t>(r)].resize(n);
+    for (std::size_t i = 0; i < n; ++i) data[static_cast<size_t>(r)][i] = static_cast<float>(i % 1000) + r;
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ranks[static_cast<size_t>(r)]->allreduce(nullptr, data[static_cast<size_t>(r)].data(), n,
+                                               DataType::kFloat32, ReduceOp::kAvg,
+                                               Deadline(Millis(20000)));
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(data[0], data[1]) << "ranks must end bitwise identical";
+  for (std::size_t i = 0; i < n; i += 4099) {
+    ASSERT_EQ(data[0][i], static_cast<float>(i % 1000) + 0.5f) << "element " << i;
+  }
+  EXPECT_EQ(data[0][n - 1], static_cast<float>((n - 1) % 1000) + 0.5f);
+}
+
+TEST(ShmAllreduce, AbsentPeerTimesOutNamingItWithinTheBound) {
+  auto ranks = open_all(2, 16 << 10);
+  std::vector<float> x(1000, 1.0f);
+  const auto t0 = Clock::now();
+  try {
+    ranks[0]->allreduce(nullptr, x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
+                        Deadline(Millis(300)));
+    FAIL() << "allreduce without its peer returned";
+  } catch (const Error& e) {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
+    EXPECT_NE(std::string(e.what()).find("waiting for rank 1"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("1000 float32"), std::string::npos) << e.what();
+    EXPECT_GE(waited, 300);
+    EXPECT_LT(waited, 1300);
+  }
+}
+
+TEST(ShmAllreduce, DeadPeerIsNamedLongBeforeTheDeadline) {
+  auto r0 = ShmAllreduce::create(2, 16 << 10);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    // The peer maps the segment, then dies without arriving.
+    try {
+      auto r1 = ShmAllreduce::open(r0->name(), 1, 2, 16 << 10);
+      ::usleep(200 * 1000);
+    } catch (...) {
+    }
+    ::_exit(0);
+  }
+  r0->set_pids({::getpid(), child});
+  std::vector<float> x(1000, 1.0f);
+  const auto t0 = Clock::now();
+  try {
+    r0->allreduce(nullptr, x.data(), x.size(), DataType::kFloat32, ReduceOp::kSum,
+                  Deadline(Millis(20000)));
+    ADD_FAILURE() << "allreduce with a dead peer returned";
+  } catch (const Error& e) {
+    const auto waited =
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    EXPECT_EQ(e.code(), ErrorCode::kPeerFailure) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank 1 (pid " + std::to_string(child) + ") exited"),
+              std::string::npos)
+        << e.what();
+    EXPECT_LT(waited, 2000);
+  }
+  int status = 0;
+  ::waitpid(child, &status, 0);
+}
+
+TEST(ShmAllreduce, SegmentIsGoneFromDevShmOnceUnlinkedAndSizesMustMatch) {
+  auto r0 = ShmAllreduce::create(2, 16 << 10);
+  const std::string name = r0->name();
+  EXPECT_THROW(ShmAllreduce::open(name, 1, 3, 16 << 10), Error);  // made for 2 ranks
+  try {
+    ShmAllreduce::open(name, 1, 2, 32 << 10);
+    ADD_FAILURE() << "open with another slot size succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kMismatch);
+    EXPECT_NE(std::string(e.what()).find("HPCT_SHM_SLOT_BYTES"), std::string::npos) << e.what();
+  }
+  r0->unlink();
+  EXPECT_NE(::access(("/dev/shm" + name).c_str(), F_OK), 0) << name << " left in /dev/shm";
+  try {
+    ShmAllreduce::open(name, 1, 2, 16 << 10);
+    ADD_FAILURE() << "open after unlink succeeded";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace hpct::comm
