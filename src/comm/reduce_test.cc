@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
+#include <vector>
 
 #include "core/error.h"
 
@@ -67,6 +70,43 @@ TEST(Reduce, AverageDividesAndRefusesIntegers) {
   EXPECT_EQ(d[0], 1.5);
   EXPECT_THROW(check_reducible(DataType::kInt32, ReduceOp::kAvg), Error);
   EXPECT_NO_THROW(check_reducible(DataType::kBFloat16, ReduceOp::kAvg));
+}
+
+}  // namespace
+}  // namespace hpct::comm
+
+namespace hpct::comm {
+namespace {
+
+// The power-of-two path multiplies by the inverse: it must give the
+// division's bits for every value, subnormals and extremes included.
+TEST(Reduce, AverageOverPowerOfTwoRanksIsTheDivisionToTheLastBit) {
+  std::vector<float> f;
+  std::vector<double> d;
+  std::uint32_t bits = 12345;
+  for (int i = 0; i < 200000; ++i) {
+    bits = bits * 1664525u + 1013904223u;  // every exponent, subnormals too
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    if (std::isfinite(x)) f.push_back(x);
+    d.push_back(static_cast<double>(x) * 1e-300);
+  }
+  f.push_back(std::numeric_limits<float>::denorm_min());
+  f.push_back(std::numeric_limits<float>::max());
+  for (int n : {2, 4, 8, 3}) {
+    std::vector<float> fa = f;
+    std::vector<double> da = d;
+    finish_average(fa.data(), fa.size(), DataType::kFloat32, n);
+    finish_average(da.data(), da.size(), DataType::kFloat64, n);
+    for (size_t i = 0; i < f.size(); ++i) {
+      const float want = f[i] / static_cast<float>(n);
+      ASSERT_EQ(std::memcmp(&fa[i], &want, sizeof want), 0) << f[i] << " / " << n;
+    }
+    for (size_t i = 0; i < d.size(); ++i) {
+      const double want = d[i] / n;
+      ASSERT_EQ(std::memcmp(&da[i], &want, sizeof want), 0) << d[i] << " / " << n;
+    }
+  }
 }
 
 }  // namespace

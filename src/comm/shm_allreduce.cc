@@ -1,6 +1,7 @@
 #include "comm/shm_allreduce.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -27,6 +28,7 @@ constexpr std::size_t kSlotAlign = 8192;     // slot halves stay page-aligned
 constexpr std::size_t kChunkAlign = 64;      // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
 constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kYield = std::chrono::microseconds(2000);
 constexpr auto kNapMax = std::chrono::microseconds(100);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 
@@ -205,6 +207,10 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
       const auto now = Clock::now();
       if (now - start < kSpin) {
         cpu_relax();
+        continue;
+      }
+      if (now - start < kYield) {
+        sched_yield();
         continue;
       }
       if (now >= deadline.end()) {

@@ -41,6 +41,7 @@ bool Handle::poll() const {
 }
 
 void Handle::wait() const {
+  if (!poll()) state_->engine->run_rounds_for(*state_);
   std::unique_lock<std::mutex> lk(state_->mu);
   if (!state_->done) state_->engine->flush();
   state_->cv.wait(lk, [&] { return state_->done; });
@@ -196,9 +197,46 @@ Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
     e.state = state;
     e.submitted = SteadyClock::now();
     incoming_.push_back(std::move(e));
+    // Only the first tensor of a batch moves the background thread's next
+    // round (the fusion window starts with it); waking it for each of a
+    // model's tensors costs a context switch each.
+    if (incoming_.size() > 1) return Handle(state);
   }
   wake_.notify_one();
   return Handle(state);
+}
+
+// ---- Engine: rounds on the caller's thread ----
+
+void Engine::run_rounds_for(Handle::State& s) {
+  auto done = [&s] {
+    std::lock_guard<std::mutex> lk(s.mu);
+    return s.done;
+  };
+  for (int i = 0; i < kCallerRounds && !done(); ++i) {
+    std::unique_lock<std::mutex> rl(round_mu_, std::try_to_lock);
+    if (!rl.owns_lock()) return;  // the background thread is in a round
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      if (stopped_ || broken_ || shutdown_requested_) return;
+      take_incoming();
+    }
+    try {
+      if (!round(false)) continue;
+    } catch (...) {
+      std::lock_guard<std::mutex> lk(mu_);
+      stop_error_ = std::current_exception();
+    }
+    // The engine must stop (a shutdown was announced, or the round failed):
+    // the background thread fails what is pending and ends, as if it had
+    // run this round itself.
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      stopped_ = true;
+    }
+    wake_.notify_all();
+    return;
+  }
 }
 
 // ---- Engine: background thread ----
@@ -207,7 +245,18 @@ void Engine::run() {
   std::exception_ptr error;
   try {
     while (true) {
-      bool stop_asked = wait_for_round();
+      const bool stop_asked = wait_for_round();
+      std::lock_guard<std::mutex> rl(round_mu_);
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        if (stopped_) {
+          if (stop_error_) std::rethrow_exception(stop_error_);
+          break;
+        }
+        // A caller may have run the round this thread woke for.
+        if (!stop_asked && !round_due(SteadyClock::now(), nullptr)) continue;
+        take_incoming();
+      }
       if (round(stop_asked)) break;
     }
   } catch (...) {
@@ -218,6 +267,7 @@ void Engine::run() {
       logger_.error("engine", std::string("engine stopped: ") + e.what());
     }
   }
+  std::lock_guard<std::mutex> rl(round_mu_);
   if (timeline_) timeline_->close();
   if (!error) {
     error = make_error(ErrorCode::kInvalidArgument, "the engine on rank " +
@@ -235,26 +285,34 @@ void Engine::run() {
   fail_all(error);
 }
 
+bool Engine::round_due(SteadyClock::time_point now, SteadyClock::time_point* due) const {
+  SteadyClock::time_point when;
+  if (!incoming_.empty()) {
+    // The fusion window: gather what arrives within a cycle of the first
+    // new tensor (0: negotiate at once; tensors arriving during a round
+    // are batched anyway), unless a caller already waits (flush).
+    if (flush_requested_) return true;
+    when = incoming_.front().submitted + cycle_;
+  } else if (sched_.pending) {
+    when = sched_.last_start + sched_.pending_wait;
+  } else {
+    when = sched_.last_end + idle_period_;
+  }
+  if (due != nullptr) *due = when;
+  return now >= when;
+}
+
 bool Engine::wait_for_round() {
   std::unique_lock<std::mutex> lk(mu_);
-  while (true) {
-    if (shutdown_requested_) break;
-    auto now = SteadyClock::now();
+  while (!shutdown_requested_ && !stopped_) {
     SteadyClock::time_point due;
-    if (!incoming_.empty()) {
-      // The fusion window: gather what arrives within a cycle of the first
-      // new tensor (0: negotiate at once; tensors arriving during a round
-      // are batched anyway), unless a caller already waits (flush).
-      if (flush_requested_) break;
-      due = incoming_.front().submitted + cycle_;
-    } else if (!pending_.empty() || global_pending_) {
-      due = last_round_start_ + pending_wait_;
-    } else {
-      due = last_round_end_ + idle_period_;
-    }
-    if (now >= due) break;
+    if (round_due(SteadyClock::now(), &due)) break;
     wake_.wait_until(lk, due);
   }
+  return shutdown_requested_;
+}
+
+void Engine::take_incoming() {
   for (auto& e : incoming_) {
     seq_of_[e.req.name] = next_seq_;
     pending_.emplace(next_seq_++, std::move(e));
@@ -262,7 +320,6 @@ bool Engine::wait_for_round() {
   incoming_.clear();
   flush_requested_ = false;
   ++stats_.rounds;
-  return shutdown_requested_;
 }
 
 Engine::Entry* Engine::find(const std::string& name) {
@@ -354,6 +411,13 @@ bool Engine::round(bool shutdown_requested) {
   const Micros floor = std::max(cycle_, Micros(1000));
   pending_wait_ = progress ? floor : std::min({idle_period_, floor * 16, pending_wait_ * 2});
   last_round_end_ = SteadyClock::now();
+  {
+    std::lock_guard<std::mutex> lk(mu_);
+    sched_.pending = !pending_.empty() || global_pending_;
+    sched_.last_start = last_round_start_;
+    sched_.last_end = last_round_end_;
+    sched_.pending_wait = pending_wait_;
+  }
   if (stop) {
     std::exception_ptr err;
     {

@@ -37,6 +37,15 @@
 // then. The communicator must outlive the engine, and nothing else may use it
 // while the engine runs.
 //
+// Rounds on the caller's thread: Handle::wait() (without a timeout) first
+// tries to run up to kCallerRounds rounds itself, when the background thread
+// is not in one (round_mu_ is the right to run a round). A caller that waits
+// has nothing else to do, and running the round where it already is saves
+// two thread wake-ups per step (waking the background thread, and being
+// woken by it), which on a host whose cores all compute is a good part of a
+// small model's sync time. The background thread then finds the round done
+// and sleeps on; it keeps pacing rounds for tensors nobody waits for yet.
+//
 // Threads: every public method is thread-safe. Handle is a cheap copyable
 // reference; wait() blocks, poll() does not.
 #pragma once
@@ -170,11 +179,22 @@ class Engine {
     bool is_reported = false;
   };
 
+  friend class Handle;  // wait() runs rounds (run_rounds_for)
+  static constexpr int kCallerRounds = 3;
+
   Handle submit(Request req, TensorRef t, OutputAllocator allocate);
   void run();
-  // Sleeps until the pacing rule says a round is due; returns whether a
-  // shutdown was requested. Moves submissions into pending_.
+  // Handle::wait(): rounds on the caller's thread until s is done, at most
+  // kCallerRounds, while no other thread runs one. Takes round_mu_ (try),
+  // then mu_; never called with a State::mu held.
+  void run_rounds_for(Handle::State& s);
+  // Sleeps until the pacing rule says a round is due (or stop); returns
+  // whether a shutdown was requested.
   bool wait_for_round();
+  // The pacing rule (mu_ held): whether a round is due at `now`, and when.
+  bool round_due(SteadyClock::time_point now, SteadyClock::time_point* due) const;
+  // Moves submissions into pending_ (round_mu_ and mu_ held).
+  void take_incoming();
   // One round (controller.h); returns true when the engine must stop.
   bool round(bool shutdown_requested);
   void execute(const Response& r, bool from_full);
@@ -202,9 +222,19 @@ class Engine {
   bool shutdown_requested_ = false;         // GUARDED_BY(mu_)
   bool flush_requested_ = false;            // GUARDED_BY(mu_): a round is due now
   std::exception_ptr broken_;               // GUARDED_BY(mu_): set when the thread stopped
+  bool stopped_ = false;                    // GUARDED_BY(mu_): a caller's round ended the engine
+  std::exception_ptr stop_error_;           // GUARDED_BY(mu_): and the error it raised
   Stats stats_;                             // GUARDED_BY(mu_)
+  struct Schedule {                         // the last round's pacing, for wait_for_round
+    bool pending = false;                   // tensors pending here or anywhere
+    SteadyClock::time_point last_start{};
+    SteadyClock::time_point last_end{};
+    Micros pending_wait{0};
+  } sched_;                                 // GUARDED_BY(mu_)
 
-  // Background thread only.
+  // Whoever holds round_mu_: the background thread or a waiting caller
+  // (run_rounds_for). Lock order: round_mu_, then mu_ or a State::mu.
+  std::mutex round_mu_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Timeline> timeline_;
   FusionBuffer fusion_;

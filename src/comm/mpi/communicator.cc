@@ -437,9 +437,7 @@ MpiCommunicator::~MpiCommunicator() {
   }
 }
 
-bool MpiCommunicator::uses_shm(size_t bytes) const {
-  return worker_->shm != nullptr && bytes > kPoliteBytes;
-}
+bool MpiCommunicator::uses_shm(size_t /*bytes*/) const { return worker_->shm != nullptr; }
 
 std::string MpiCommunicator::algorithm(OpKind op, size_t bytes) const {
   switch (op) {
