@@ -1,3 +1,4 @@
+#include "core/config.h"
 #include "bench/train_bench.h"
 
 #include <torch/torch.h>
@@ -55,6 +56,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     lo.batch_size = o.batch;
     lo.drop_last = true;
     lo.threads = o.data_threads;
+    lo.idle_priority = ctx.config().data_idle_priority;
     lo.normalize = true;
     lo.mean = {0.2860f};
     lo.std = {0.3530f};

@@ -50,6 +50,9 @@ namespace hpct {
     "data: samples held by the shuffle buffer (1: read in plan order)")                         \
   X(std::string, data_on_error, "HPCT_DATA_ON_ERROR", "fail",                                   \
     "data: a damaged shard or sample fails the run (fail) or is skipped and counted (skip)")    \
+  X(bool, data_idle_priority, "HPCT_DATA_IDLE_PRIORITY", true,                                \
+    "data: decode threads run at idle priority (SCHED_IDLE), in the cores' idle time, instead " \
+    "of preempting the ranks' compute (docs/data.md)")                                          \
   X(std::int64_t, data_reconnects, "HPCT_DATA_RECONNECTS", 10,                                  \
     "data: attempts a data server client makes to reconnect before it gives up")                \
   X(bool, mpi_yield, "HPCT_MPI_YIELD", true,                                                    \

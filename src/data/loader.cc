@@ -1,5 +1,7 @@
 #include "data/loader.h"
 
+#include <sched.h>
+
 #include <ATen/ATen.h>
 
 #include <condition_variable>
@@ -229,6 +231,12 @@ void Loader::Impl::receiver(std::uint64_t gen, std::int64_t first_batch,
 }
 
 void Loader::Impl::worker() {
+  if (o.idle_priority) {
+    // Best effort: Linux applies this to the calling thread only.
+    sched_param param{};
+    param.sched_priority = 0;
+    ::sched_setscheduler(0, SCHED_IDLE, &param);
+  }
   while (true) {
     std::int64_t b;
     std::uint64_t gen;

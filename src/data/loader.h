@@ -68,6 +68,12 @@ struct LoaderOptions {
   size_t shuffle_initial = 100;
 
   int threads = 2;             // decode threads
+  // Decode threads run at idle priority (SCHED_IDLE): they take a core only
+  // when no compute thread wants it. With as many ranks as cores, a decode
+  // thread at normal priority preempts a rank's compute for a few ms at a
+  // time and its peers wait for it at the next allreduce; at idle priority
+  // it runs in those waits instead (HPCT_DATA_IDLE_PRIORITY).
+  bool idle_priority = true;
   int prefetch = 4;            // batches in flight (decoded or being decoded)
   OnError on_error = OnError::kFail;
   Millis timeout{300000};      // how long next() waits for a batch

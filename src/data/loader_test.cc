@@ -6,6 +6,10 @@
 #include <ATen/ATen.h>
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+#include <sched.h>
+
+#include <cstdlib>
 #include <map>
 #include <set>
 #include <thread>
@@ -259,6 +263,39 @@ TEST(Loader, DamagedInputIsNamedWithFailAndCountedWithSkip) {
     w->commit();
   }
   damage_check({"image does not decode", "does not decode", 2}, dir / "badimage.tar");
+}
+
+}  // namespace
+}  // namespace hpct::data
+
+namespace hpct::data {
+namespace {
+
+// Threads of this process under SCHED_IDLE, from /proc/self/task.
+int idle_threads() {
+  int n = 0;
+  DIR* d = ::opendir("/proc/self/task");
+  if (d == nullptr) return -1;
+  while (dirent* e = ::readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    if (::sched_getscheduler(static_cast<pid_t>(std::atoi(e->d_name))) == SCHED_IDLE) ++n;
+  }
+  ::closedir(d);
+  return n;
+}
+
+TEST(Loader, DecodeThreadsRunAtIdlePriorityUnlessTurnedOff) {
+  for (bool idle : {true, false}) {
+    auto o = options(0, 1);
+    o.threads = 2;
+    o.idle_priority = idle;
+    Loader l(o);
+    Batch b;
+    ASSERT_TRUE(l.next(&b));  // the decode threads are running now
+    EXPECT_EQ(idle_threads(), idle ? 2 : 0) << "idle_priority " << idle;
+    EXPECT_EQ(::sched_getscheduler(0), SCHED_OTHER) << "the caller's thread must keep its policy";
+    read_epoch(l);
+  }
 }
 
 }  // namespace

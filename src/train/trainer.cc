@@ -1,3 +1,4 @@
+#include "core/config.h"
 #include "train/trainer.h"
 
 #include <torch/torch.h>
@@ -349,6 +350,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   lo.batch_size = o.batch;
   lo.drop_last = true;  // full batches: the global batch is the same every step
   lo.threads = o.data_threads;
+  lo.idle_priority = ctx.config().data_idle_priority;
   lo.normalize = true;
   lo.logger = log;
   data::Loader loader(lo);
