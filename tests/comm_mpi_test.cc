@@ -98,13 +98,13 @@ TEST_F(MpiCommunicatorTest, AgreesWithTheLauncherOnRankAndSize) {
   EXPECT_EQ(comm().size(), world.size);
   EXPECT_GE(comm().size(), 2);
   EXPECT_STREQ(comm().backend_name(), "mpi");
-  // Every rank of these tests is on this host: large allreduces go through
-  // shared memory unless the run turned it off (--no-shm).
+  // Every rank of these tests is on this host: allreduces of every size go
+  // through shared memory unless the run turned it off (--no-shm).
   EXPECT_EQ(comm().uses_shm(1 << 20), shm_expected);
-  EXPECT_FALSE(comm().uses_shm(64 << 10));
+  EXPECT_EQ(comm().uses_shm(4), shm_expected);
   EXPECT_EQ(comm().algorithm(OpKind::kAllreduce, 1 << 20),
             shm_expected ? "shm:reduce-scatter+allgather" : "mpi:MPI_Allreduce");
-  EXPECT_EQ(comm().algorithm(OpKind::kAllreduce, 64 << 10), "mpi:MPI_Allreduce");
+  EXPECT_EQ(comm().algorithm(OpKind::kBroadcast, 1 << 20), "mpi:MPI_Bcast");
   EXPECT_EQ(comm().algorithm(OpKind::kReduceScatter, 0), "mpi:MPI_Reduce_scatter_block");
   EXPECT_FALSE(comm().library_version().empty());
   EXPECT_TRUE(comm().started_mpi());

@@ -58,7 +58,7 @@ namespace hpct {
   X(bool, mpi_yield, "HPCT_MPI_YIELD", true,                                                    \
     "Let MPI yield the core while it waits (mpi_yield_when_idle); spinning starves 2-core ranks") \
   X(bool, shm, "HPCT_SHM", true,                                                               \
-    "MPI backend: when every rank is on this host, allreduces above 64 KiB go through shared "  \
+    "MPI backend: when every rank is on this host, every allreduce goes through shared "        \
     "memory instead of MPI_Allreduce (3-5x faster here; docs/comm.md)")                         \
   X(std::int64_t, shm_slot_bytes, "HPCT_SHM_SLOT_BYTES", 2 << 20,                               \
     "MPI backend: each rank's shared-memory slot; an allreduce moves in pieces of half of it")  \

@@ -5,7 +5,7 @@
 // MPICH); nothing here is specific to one of them except the yield knob below.
 //
 // One exception: when every rank runs on this host (MPI_COMM_TYPE_SHARED
-// spans the job), allreduces above 64 KiB go through a shared-memory segment
+// spans the job), allreduces of every size go through a shared-memory segment
 // that the ranks map at start-up (comm/shm_allreduce.h), on the caller's
 // thread, with no MPI call and no handoff: 80 MB in 8-13 ms vs 40-43 ms for
 // MPI_Allreduce on a 2-core VM. HPCT_SHM=0 turns it off; a rank that cannot
@@ -96,7 +96,7 @@ struct MpiOptions {
   // the one place hpctrain writes the process environment: Open MPI reads its
   // parameters from there at MPI_Init and offers no API to set them.
   bool yield_when_idle = true;
-  // When every rank is on this host, allreduces above 64 KiB go through
+  // When every rank is on this host, allreduces (every size) go through
   // shared memory (comm/shm_allreduce.h) instead of MPI_Allreduce: 3-5x
   // faster here (HPCT_SHM). Slot per rank, in bytes (HPCT_SHM_SLOT_BYTES).
   bool shm = true;
