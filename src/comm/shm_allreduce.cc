@@ -1,7 +1,8 @@
 #include "comm/shm_allreduce.h"
 
 #include <fcntl.h>
-#include <sched.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -28,8 +30,6 @@ constexpr std::size_t kSlotAlign = 8192;     // slot halves stay page-aligned
 constexpr std::size_t kChunkAlign = 64;      // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
 constexpr auto kSpin = std::chrono::microseconds(50);
-constexpr auto kYield = std::chrono::microseconds(2000);
-constexpr auto kNapMax = std::chrono::microseconds(100);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 
 struct Header {
@@ -41,6 +41,19 @@ struct Header {
 std::atomic<std::uint64_t>* counter(void* base, int rank) {
   auto* p = static_cast<std::uint8_t*>(base) + kCounterStride * (1 + static_cast<std::size_t>(rank));
   return reinterpret_cast<std::atomic<std::uint64_t>*>(p);
+}
+
+// How many ranks sleep on `rank`'s counter (futex), on the next cache line.
+std::atomic<std::uint32_t>* sleepers(void* base, int rank) {
+  return reinterpret_cast<std::atomic<std::uint32_t>*>(
+      reinterpret_cast<std::uint8_t*>(counter(base, rank)) + 64);
+}
+
+// A futex on the counter's low 32 bits (shared between processes: no
+// FUTEX_PRIVATE_FLAG). They change with every arrival.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex word is the counter's low half");
+long futex(std::atomic<std::uint64_t>* word, int op, std::uint32_t value, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
 }
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
@@ -119,7 +132,10 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int size, std::size_t slot_by
   auto* h = static_cast<Header*>(base);
   h->size = static_cast<std::uint64_t>(size);
   h->slot_bytes = slot_bytes;
-  for (int q = 0; q < size; ++q) new (counter(base, q)) std::atomic<std::uint64_t>(0);
+  for (int q = 0; q < size; ++q) {
+    new (counter(base, q)) std::atomic<std::uint64_t>(0);
+    new (sleepers(base, q)) std::atomic<std::uint32_t>(0);
+  }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
   return std::unique_ptr<ShmAllreduce>(
@@ -195,11 +211,14 @@ void ShmAllreduce::check_alive(int q, const char* what) const {
 
 void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& deadline,
                                    const char* what, std::size_t count, DataType dtype) {
-  counter(base_, rank_)->store(generation, std::memory_order_release);
+  // seq_cst store, then the sleepers load: pairs with the waiter's
+  // increment-then-reload below, so a waiter either sees this arrival or is
+  // counted here and woken.
+  counter(base_, rank_)->store(generation);
+  if (sleepers(base_, rank_)->load() != 0) futex(counter(base_, rank_), FUTEX_WAKE, INT32_MAX, nullptr);
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto next_liveness = start + kLivenessPeriod;
-  auto nap = std::chrono::microseconds(10);
   for (int q = 0; q < size_; ++q) {
     if (q == rank_) continue;
     const auto* c = counter(base_, q);
@@ -207,10 +226,6 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
       const auto now = Clock::now();
       if (now - start < kSpin) {
         cpu_relax();
-        continue;
-      }
-      if (now - start < kYield) {
-        sched_yield();
         continue;
       }
       if (now >= deadline.end()) {
@@ -225,8 +240,16 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
         check_alive(q, what);
         next_liveness = now + kLivenessPeriod;
       }
-      std::this_thread::sleep_for(nap);
-      nap = std::min(nap * 2, std::chrono::duration_cast<std::chrono::microseconds>(kNapMax));
+      // Sleep until rank q arrives (its store wakes us), the next liveness
+      // check or the deadline, whichever is first.
+      const auto until = std::min(next_liveness, deadline.end());
+      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
+      timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
+      auto* word = const_cast<std::atomic<std::uint64_t>*>(c);
+      sleepers(base_, q)->fetch_add(1);
+      const std::uint64_t seen = c->load();
+      if (seen < generation) futex(word, FUTEX_WAIT, static_cast<std::uint32_t>(seen), &ts);
+      sleepers(base_, q)->fetch_sub(1);
     }
   }
 }

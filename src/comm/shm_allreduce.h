@@ -33,10 +33,12 @@
 // that chunk's owner computed: results are identical on every rank. The
 // result is the same sum as reduce_elements() over ranks 0, 1, ... in order.
 //
-// Waiting: an arrival is a release store of a counter; a waiter spins for up
-// to 50 us (ranks in one allreduce are usually in step) and then naps,
-// growing to 100 us, so a rank that waits does not take the core of a peer
-// that computes. Every wait is bounded by the caller's deadline (Timeout
+// Waiting: an arrival is a store of the rank's counter; a waiter spins for
+// up to 50 us (ranks in one allreduce are usually in step) and then sleeps
+// on a futex on that counter, which the arriving rank wakes: a rank that
+// waits for a slower one holds no core (the core is free for the peer and
+// for the data loader's idle-priority decode threads) and still wakes within
+// microseconds of the arrival. Every wait is bounded by the caller's deadline (Timeout
 // naming the rank and the step it waited for) and checks every 50 ms that
 // the ranks it waits for are alive (PeerFailure naming the rank and its pid).
 //
