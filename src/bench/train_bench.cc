@@ -56,7 +56,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     lo.batch_size = o.batch;
     lo.drop_last = true;
     lo.threads = o.data_threads;
-    lo.idle_priority = ctx.config().data_idle_priority;
+    data::apply_config(ctx.config(), &lo);
     lo.normalize = true;
     lo.mean = {0.2860f};
     lo.std = {0.3530f};

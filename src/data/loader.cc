@@ -555,4 +555,25 @@ void Loader::restore_state(const std::string& bytes) {
   m.stats.skipped = skipped;
 }
 
+void apply_config(const Config& config, LoaderOptions* o) {
+  if (config.data_prefetch < 1) {
+    throw_invalid_argument("HPCT_DATA_PREFETCH must be at least 1, got " +
+                           std::to_string(config.data_prefetch));
+  }
+  if (config.data_shuffle_buffer < 1) {
+    throw_invalid_argument("HPCT_DATA_SHUFFLE_BUFFER must be at least 1 (1: no shuffling), got " +
+                           std::to_string(config.data_shuffle_buffer));
+  }
+  if (config.data_reconnects < 0) {
+    throw_invalid_argument("HPCT_DATA_RECONNECTS must be >= 0, got " +
+                           std::to_string(config.data_reconnects));
+  }
+  o->prefetch = static_cast<int>(config.data_prefetch);
+  o->shuffle_buffer = static_cast<size_t>(config.data_shuffle_buffer);
+  o->shuffle_initial = std::min(o->shuffle_initial, o->shuffle_buffer);
+  o->on_error = parse_on_error(config.data_on_error);
+  o->max_reconnects = static_cast<int>(config.data_reconnects);
+  o->idle_priority = config.data_idle_priority;
+}
+
 }  // namespace hpct::data

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/config.h"
 #include "core/log.h"
 #include "data/augment.h"
 #include "data/file.h"
@@ -117,6 +118,12 @@ struct LoaderStats {
   std::uint64_t reconnects = 0;       // data server reconnects, all epochs
   std::vector<std::string> errors;    // the first few skip reasons (indexing's first)
 };
+
+// The tunables a job sets through HPCT_* variables or --set (core/config.h):
+// prefetch, shuffle buffer, on-error policy, reconnects to a data server and
+// decode-thread priority. The decode thread count is the caller's (the train
+// and bench commands take --data-threads). InvalidArgument on a bad value.
+void apply_config(const Config& config, LoaderOptions* o);
 
 class Loader {
  public:

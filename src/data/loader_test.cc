@@ -300,3 +300,33 @@ TEST(Loader, DecodeThreadsRunAtIdlePriorityUnlessTurnedOff) {
 
 }  // namespace
 }  // namespace hpct::data
+
+namespace hpct::data {
+namespace {
+
+TEST(Loader, JobConfigReachesTheLoaderOptions) {
+  Config c;
+  c.data_prefetch = 7;
+  c.data_shuffle_buffer = 50;
+  c.data_on_error = "skip";
+  c.data_reconnects = 3;
+  c.data_idle_priority = false;
+  LoaderOptions o;
+  o.threads = 3;
+  apply_config(c, &o);
+  EXPECT_EQ(o.prefetch, 7);
+  EXPECT_EQ(o.shuffle_buffer, 50u);
+  EXPECT_LE(o.shuffle_initial, 50u);
+  EXPECT_EQ(o.on_error, OnError::kSkip);
+  EXPECT_EQ(o.max_reconnects, 3);
+  EXPECT_FALSE(o.idle_priority);
+  EXPECT_EQ(o.threads, 3) << "the thread count is the caller's";
+  c.data_prefetch = 0;
+  EXPECT_THROW(apply_config(c, &o), Error);
+  c.data_prefetch = 2;
+  c.data_on_error = "ignore";
+  EXPECT_THROW(apply_config(c, &o), Error);
+}
+
+}  // namespace
+}  // namespace hpct::data

@@ -276,10 +276,7 @@ void Engine::run() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     broken_ = error;
-    for (auto& e : incoming_) {
-      seq_of_[e.req.name] = next_seq_;
-      pending_.emplace(next_seq_++, std::move(e));
-    }
+    for (auto& e : incoming_) add_pending(std::move(e));
     incoming_.clear();
   }
   fail_all(error);
@@ -312,27 +309,32 @@ bool Engine::wait_for_round() {
   return shutdown_requested_;
 }
 
+void Engine::add_pending(Entry e) {
+  const std::uint64_t seq = next_seq_++;
+  auto it = pending_.emplace(seq, std::move(e)).first;
+  // The key views the name inside the map node, which never moves.
+  seq_of_.emplace(std::string_view(it->second.req.name), seq);
+}
+
 void Engine::take_incoming() {
-  for (auto& e : incoming_) {
-    seq_of_[e.req.name] = next_seq_;
-    pending_.emplace(next_seq_++, std::move(e));
-  }
+  for (auto& e : incoming_) add_pending(std::move(e));
   incoming_.clear();
   flush_requested_ = false;
   ++stats_.rounds;
 }
 
-Engine::Entry* Engine::find(const std::string& name) {
+Engine::Entry* Engine::find(std::string_view name) {
   auto it = seq_of_.find(name);
   if (it == seq_of_.end()) return nullptr;
   return &pending_.at(it->second);
 }
 
-void Engine::erase(const std::string& name) {
+void Engine::erase(std::string_view name) {
   auto it = seq_of_.find(name);
   if (it == seq_of_.end()) return;
-  pending_.erase(it->second);
-  seq_of_.erase(it);
+  const std::uint64_t seq = it->second;
+  seq_of_.erase(it);    // before the node its key views
+  pending_.erase(seq);  // name may view this node: not used after this
 }
 
 bool Engine::round(bool shutdown_requested) {
@@ -347,12 +349,14 @@ bool Engine::round(bool shutdown_requested) {
   bool full = cache.size() == 0 || global_pending_;
   if (cache.size() > 0) {
     std::vector<std::uint8_t> bits(cache.size(), 0);
+    by_cache_index_.assign(cache.size(), nullptr);
     bool want_full = shutdown_requested;
     for (auto& [seq, e] : pending_) {
       if (e.is_reported) continue;
       auto idx = cache.lookup(e.req);
       if (idx) {
         bits[*idx] = 1;
+        by_cache_index_[*idx] = &e;
         if (start - e.submitted > report_after) want_full = true;
       } else {
         want_full = true;
@@ -360,11 +364,14 @@ bool Engine::round(bool shutdown_requested) {
     }
     auto cached = controller_->cached_round(bits, want_full);
     if (!cached.ready.empty()) {
+      std::vector<Entry*> es;
+      es.reserve(cached.ready.size());
       for (auto idx : cached.ready) {
-        Entry* e = find(cache.at(idx).name);
+        Entry* e = by_cache_index_[idx];
         e->reported = start;
+        es.push_back(e);
       }
-      for (const auto& r : controller_->plan_cached(cached.ready)) execute(r, false);
+      execute_cached(es);
       progress = true;
     }
     full = full || cached.full_needed;
@@ -447,6 +454,40 @@ void Engine::execute(const Response& r, bool from_full) {
     }
     es.push_back(e);
   }
+  execute_entries(r, es, from_full);
+}
+
+// The cached phase's ready entries, in cache-index order (the same on every
+// rank). The steady state of training: every tensor has the same dtype, op
+// and compression and they fit the fusion threshold, so they are one
+// response, executed without looking any name up. Otherwise the plan of
+// plan_cached(), by name.
+void Engine::execute_cached(std::vector<Entry*>& es) {
+  const Request& first = es.front()->req;
+  std::size_t bytes = 0;
+  bool one_group = first.kind == CollectiveKind::kAllreduce;
+  for (const Entry* e : es) {
+    const Request& q = e->req;
+    one_group = one_group && q.kind == CollectiveKind::kAllreduce && q.dtype == first.dtype &&
+                q.op == first.op && q.compression == first.compression;
+    bytes += q.count() * wire_element_size(q);
+  }
+  if (one_group && bytes <= controller_->fusion_bytes()) {
+    Response r;
+    r.type = Response::Type::kAllreduce;
+    r.dtype = first.dtype;
+    r.op = first.op;
+    r.compression = first.compression;
+    execute_entries(r, es, false);
+    return;
+  }
+  std::vector<std::size_t> ready;
+  ready.reserve(es.size());
+  for (const Entry* e : es) ready.push_back(*controller_->cache().lookup(e->req));
+  for (const auto& r : controller_->plan_cached(ready)) execute(r, false);
+}
+
+void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool from_full) {
   const auto ready = SteadyClock::now();
   if (timeline_) {
     for (Entry* e : es) {
@@ -516,8 +557,7 @@ void Engine::complete_all(const std::vector<Entry*>& es, std::exception_ptr erro
   }
   for (Entry* e : es) {
     states.push_back(e->state);
-    std::string name = e->req.name;
-    erase(name);  // drops the keepalive; e is gone
+    erase(e->req.name);  // drops the keepalive; e is gone
   }
   for (auto& state : states) {
     std::lock_guard<std::mutex> lk(state->mu);

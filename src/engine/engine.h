@@ -59,6 +59,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <unordered_set>
@@ -198,12 +199,15 @@ class Engine {
   // One round (controller.h); returns true when the engine must stop.
   bool round(bool shutdown_requested);
   void execute(const Response& r, bool from_full);
+  void execute_cached(std::vector<Entry*>& es);
+  void execute_entries(const Response& r, std::vector<Entry*>& es, bool from_full);
   void execute_allreduce(const Response& r, std::vector<Entry*>& es);
   void complete(Entry& e, std::exception_ptr error);
   void complete_all(const std::vector<Entry*>& es, std::exception_ptr error);
   void fail_all(std::exception_ptr error);
-  Entry* find(const std::string& name);
-  void erase(const std::string& name);
+  Entry* find(std::string_view name);
+  void erase(std::string_view name);
+  void add_pending(Entry e);  // into pending_ and seq_of_
 
   comm::Communicator& comm_;
   const EngineOptions options_;
@@ -239,7 +243,8 @@ class Engine {
   std::unique_ptr<Timeline> timeline_;
   FusionBuffer fusion_;
   std::map<std::uint64_t, Entry> pending_;  // by submission sequence
-  std::unordered_map<std::string, std::uint64_t> seq_of_;
+  std::unordered_map<std::string_view, std::uint64_t> seq_of_;  // keys view pending_'s names
+  std::vector<Entry*> by_cache_index_;  // this round's cached entries (round() only)
   std::uint64_t next_seq_ = 0;
   bool global_pending_ = false;
   Micros pending_wait_;

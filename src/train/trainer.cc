@@ -350,7 +350,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   lo.batch_size = o.batch;
   lo.drop_last = true;  // full batches: the global batch is the same every step
   lo.threads = o.data_threads;
-  lo.idle_priority = ctx.config().data_idle_priority;
+  data::apply_config(ctx.config(), &lo);
   lo.normalize = true;
   lo.logger = log;
   data::Loader loader(lo);
