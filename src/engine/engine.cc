@@ -169,7 +169,7 @@ Handle Engine::broadcast_async(const std::string& name, TensorRef t, int root) {
 
 Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
   req.dtype = t.dtype;
-  req.shape = t.shape;
+  req.shape = std::move(t.shape);  // the engine keeps only the request's copy
   for (auto d : req.shape) {
     if (d < 0) throw_invalid_argument("tensor '" + req.name + "' has a negative dimension");
   }
@@ -185,10 +185,20 @@ Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
     if (shutdown_requested_) {
       throw_invalid_argument("tensor '" + req.name + "' submitted after the engine shut down");
     }
-    if (!held_.insert(req.name).second) {
+    if (held_.count(req.name) != 0) {
       throw_invalid_argument("tensor '" + req.name +
                              "' is already pending on this rank; wait for its handle before "
                              "submitting the name again");
+    }
+    // Reuse a node (and its string's buffer) of an earlier step's name:
+    // a model's tensors come back every step.
+    if (!held_spare_.empty()) {
+      auto node = std::move(held_spare_.back());
+      held_spare_.pop_back();
+      node.value() = req.name;
+      held_.insert(std::move(node));
+    } else {
+      held_.insert(req.name);
     }
     Entry e;
     e.req = std::move(req);
@@ -311,9 +321,27 @@ bool Engine::wait_for_round() {
 
 void Engine::add_pending(Entry e) {
   const std::uint64_t seq = next_seq_++;
-  auto it = pending_.emplace(seq, std::move(e)).first;
+  decltype(pending_)::iterator it;
+  if (!pending_spare_.empty()) {  // nodes of earlier steps: no allocation
+    auto node = std::move(pending_spare_.back());
+    pending_spare_.pop_back();
+    node.key() = seq;
+    node.mapped() = std::move(e);
+    it = pending_.insert(std::move(node)).position;
+  } else {
+    it = pending_.emplace(seq, std::move(e)).first;
+  }
   // The key views the name inside the map node, which never moves.
-  seq_of_.emplace(std::string_view(it->second.req.name), seq);
+  const std::string_view name(it->second.req.name);
+  if (!seq_spare_.empty()) {
+    auto node = std::move(seq_spare_.back());
+    seq_spare_.pop_back();
+    node.key() = name;
+    node.mapped() = seq;
+    seq_of_.insert(std::move(node));
+  } else {
+    seq_of_.emplace(name, seq);
+  }
 }
 
 void Engine::take_incoming() {
@@ -333,8 +361,17 @@ void Engine::erase(std::string_view name) {
   auto it = seq_of_.find(name);
   if (it == seq_of_.end()) return;
   const std::uint64_t seq = it->second;
-  seq_of_.erase(it);    // before the node its key views
-  pending_.erase(seq);  // name may view this node: not used after this
+  seq_spare_.push_back(seq_of_.extract(it));  // before the node its key views
+  auto node = pending_.extract(seq);          // name may view this node: unused from here
+  // Release what the caller lent (the keepalive, the handle, the allocator)
+  // now, as erasing would; keep the node and its buffers for a later step.
+  Entry& e = node.mapped();
+  e.tensor.keepalive.reset();
+  e.tensor.data = nullptr;
+  e.state.reset();
+  e.allocate = nullptr;
+  if (pending_spare_.size() < kSpareNodes) pending_spare_.push_back(std::move(node));
+  if (seq_spare_.size() > kSpareNodes) seq_spare_.pop_back();
 }
 
 bool Engine::round(bool shutdown_requested) {
@@ -553,7 +590,10 @@ void Engine::complete_all(const std::vector<Entry*>& es, std::exception_ptr erro
   states.reserve(es.size());
   {
     std::lock_guard<std::mutex> lk(mu_);
-    for (Entry* e : es) held_.erase(e->req.name);
+    for (Entry* e : es) {
+      auto node = held_.extract(e->req.name);
+      if (!node.empty() && held_spare_.size() < kSpareNodes) held_spare_.push_back(std::move(node));
+    }
   }
   for (Entry* e : es) {
     states.push_back(e->state);

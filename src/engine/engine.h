@@ -223,6 +223,7 @@ class Engine {
   std::condition_variable wake_;
   std::vector<Entry> incoming_;             // GUARDED_BY(mu_)
   std::unordered_set<std::string> held_;    // names pending on this rank; GUARDED_BY(mu_)
+  std::vector<std::unordered_set<std::string>::node_type> held_spare_;  // GUARDED_BY(mu_)
   bool shutdown_requested_ = false;         // GUARDED_BY(mu_)
   bool flush_requested_ = false;            // GUARDED_BY(mu_): a round is due now
   std::exception_ptr broken_;               // GUARDED_BY(mu_): set when the thread stopped
@@ -244,6 +245,11 @@ class Engine {
   FusionBuffer fusion_;
   std::map<std::uint64_t, Entry> pending_;  // by submission sequence
   std::unordered_map<std::string_view, std::uint64_t> seq_of_;  // keys view pending_'s names
+  // Nodes of completed entries, reused by the next step's tensors so that a
+  // steady-state step allocates no map nodes (at most kSpareNodes each).
+  static constexpr std::size_t kSpareNodes = 4096;
+  std::vector<std::map<std::uint64_t, Entry>::node_type> pending_spare_;
+  std::vector<std::unordered_map<std::string_view, std::uint64_t>::node_type> seq_spare_;
   std::vector<Entry*> by_cache_index_;  // this round's cached entries (round() only)
   std::uint64_t next_seq_ = 0;
   bool global_pending_ = false;
