@@ -59,6 +59,36 @@ bool power_of_two(int n) { return n > 0 && (n & (n - 1)) == 0; }
 
 }  // namespace
 
+namespace {
+
+template <typename T>
+void sum_then_scale(void* out, const void* a, const void* b, size_t n, int divisor) {
+  T* o = static_cast<T*>(out);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  const T d = static_cast<T>(divisor);
+  if (power_of_two(divisor)) {
+    const T inv = T(1) / d;
+    for (size_t i = 0; i < n; ++i) o[i] = static_cast<T>(x[i] + y[i]) * inv;
+  } else {
+    for (size_t i = 0; i < n; ++i) o[i] = static_cast<T>(x[i] + y[i]) / d;
+  }
+}
+
+}  // namespace
+
+void sum_and_average(void* out, const void* a, const void* b, size_t count, DataType dtype,
+                     int divisor) {
+  switch (dtype) {
+    case DataType::kFloat32: sum_then_scale<float>(out, a, b, count, divisor); return;
+    case DataType::kFloat64: sum_then_scale<double>(out, a, b, count, divisor); return;
+    default:
+      reduce_elements(out, a, b, count, dtype, ReduceOp::kSum);
+      finish_average(out, count, dtype, divisor);
+      return;
+  }
+}
+
 void check_reducible(DataType dtype, ReduceOp op) {
   if (op == ReduceOp::kAvg && !is_floating(dtype)) {
     throw_invalid_argument(std::string("avg of ") + dtype_name(dtype) +

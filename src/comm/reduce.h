@@ -20,6 +20,12 @@ void reduce_elements(void* out, const void* a, const void* b, size_t count, Data
 // data[i] /= divisor, for kAvg after a sum. Floating dtypes only.
 void finish_average(void* data, size_t count, DataType dtype, int divisor);
 
+// out[i] = (a[i] + b[i]) / divisor: kAvg's last reduction step and the
+// division in one pass, with the same bits as reduce_elements(kSum) followed
+// by finish_average. out may alias a or b.
+void sum_and_average(void* out, const void* a, const void* b, size_t count, DataType dtype,
+                     int divisor);
+
 // InvalidArgument when op cannot apply to dtype (avg of an integer type).
 void check_reducible(DataType dtype, ReduceOp op);
 

@@ -72,11 +72,6 @@ TEST(Reduce, AverageDividesAndRefusesIntegers) {
   EXPECT_NO_THROW(check_reducible(DataType::kBFloat16, ReduceOp::kAvg));
 }
 
-}  // namespace
-}  // namespace hpct::comm
-
-namespace hpct::comm {
-namespace {
 
 // The power-of-two path multiplies by the inverse: it must give the
 // division's bits for every value, subnormals and extremes included.
@@ -106,6 +101,28 @@ TEST(Reduce, AverageOverPowerOfTwoRanksIsTheDivisionToTheLastBit) {
       const double want = d[i] / n;
       ASSERT_EQ(std::memcmp(&da[i], &want, sizeof want), 0) << d[i] << " / " << n;
     }
+  }
+}
+
+TEST(Reduce, SumAndAverageIsTheSumThenTheDivisionToTheLastBit) {
+  std::uint32_t bits = 777;
+  auto next = [&bits] {
+    bits = bits * 1664525u + 1013904223u;
+    float x;
+    std::memcpy(&x, &bits, sizeof x);
+    return std::isfinite(x) ? x : 1.0f;
+  };
+  std::vector<float> a(50000), b(50000);
+  for (size_t i = 0; i < a.size(); ++i) {
+    a[i] = next();
+    b[i] = i % 3 == 0 ? -a[i] * 0.75f : next();
+  }
+  for (int n : {2, 4, 3}) {
+    std::vector<float> fused(a.size()), split(a.size());
+    sum_and_average(fused.data(), a.data(), b.data(), a.size(), DataType::kFloat32, n);
+    reduce_elements(split.data(), a.data(), b.data(), a.size(), DataType::kFloat32, ReduceOp::kSum);
+    finish_average(split.data(), split.size(), DataType::kFloat32, n);
+    ASSERT_EQ(std::memcmp(fused.data(), split.data(), fused.size() * sizeof(float)), 0) << n;
   }
 }
 

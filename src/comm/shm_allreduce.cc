@@ -297,9 +297,14 @@ void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataT
       // Accumulate in the slot, not the output: in place, the output is this
       // rank's input, still to be read when the rank is not 0 or 1.
       std::uint8_t* acc = mine + b * es;
-      reduce_elements(acc, input_of(0, b), input_of(1, b), m, dtype, op);
-      for (int q = 2; q < size_; ++q) reduce_elements(acc, acc, input_of(q, b), m, dtype, op);
-      if (op == ReduceOp::kAvg) finish_average(acc, m, dtype, size_);
+      for (int q = 1; q < size_; ++q) {
+        const std::uint8_t* x = q == 1 ? input_of(0, b) : acc;
+        if (op == ReduceOp::kAvg && q == size_ - 1) {
+          sum_and_average(acc, x, input_of(q, b), m, dtype, size_);  // the division folded in
+        } else {
+          reduce_elements(acc, x, input_of(q, b), m, dtype, op);
+        }
+      }
       std::memcpy(o + b * es, acc, m * es);
     }
     arrive_and_wait(++generation_, deadline, "reduce its chunk", count, dtype);

@@ -266,11 +266,6 @@ TEST(Loader, DamagedInputIsNamedWithFailAndCountedWithSkip) {
   damage_check({"image does not decode", "does not decode", 2}, dir / "badimage.tar");
 }
 
-}  // namespace
-}  // namespace hpct::data
-
-namespace hpct::data {
-namespace {
 
 // Threads of this process under SCHED_IDLE, from /proc/self/task.
 int idle_threads() {
@@ -306,11 +301,6 @@ TEST(Loader, DecodeThreadsRunAtIdlePriorityUnlessTurnedOff) {
   }
 }
 
-}  // namespace
-}  // namespace hpct::data
-
-namespace hpct::data {
-namespace {
 
 TEST(Loader, JobConfigReachesTheLoaderOptions) {
   Config c;
