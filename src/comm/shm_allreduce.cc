@@ -263,7 +263,12 @@ void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataT
   }
   const std::size_t es = dtype_size(dtype);
   const std::size_t align = std::max<std::size_t>(1, kChunkAlign / es);
-  const std::size_t piece_elems = slot_bytes_ / 2 / es;
+  // Equal pieces of at most half a slot: 1.1 MB goes as one piece, not as a
+  // full piece and a sliver that costs two more arrivals.
+  const std::size_t max_piece = slot_bytes_ / 2 / es;
+  const std::size_t n_pieces = (count + max_piece - 1) / max_piece;
+  const std::size_t piece_elems =
+      std::min(max_piece, round_up((count + n_pieces - 1) / n_pieces, align));
   const std::size_t block = kBlockBytes / es;
   const auto* src = static_cast<const std::uint8_t*>(in != nullptr ? in : out);
   auto* dst = static_cast<std::uint8_t*>(out);

@@ -17,7 +17,7 @@
 // error instead of a SIGBUS later.
 //
 // Algorithm (reduce-scatter + allgather through the slots): the buffer goes
-// in pieces of half a slot; the two halves of each slot alternate between
+// in equal pieces of at most half a slot; the two halves of each slot alternate between
 // consecutive pieces. For each piece, rank r owns chunk r (a 1/size share,
 // 64-byte aligned):
 //   1. it copies every chunk but its own into its slot half, and arrives;

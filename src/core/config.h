@@ -60,8 +60,8 @@ namespace hpct {
   X(bool, shm, "HPCT_SHM", true,                                                               \
     "MPI backend: when every rank is on this host, every allreduce goes through shared "        \
     "memory instead of MPI_Allreduce (3-5x faster here; docs/comm.md)")                         \
-  X(std::int64_t, shm_slot_bytes, "HPCT_SHM_SLOT_BYTES", 2 << 20,                               \
-    "MPI backend: each rank's shared-memory slot; an allreduce moves in pieces of half of it")  \
+  X(std::int64_t, shm_slot_bytes, "HPCT_SHM_SLOT_BYTES", 4 << 20,                               \
+    "MPI backend: each rank's shared-memory slot; an allreduce moves in equal pieces of at most half of it")  \
   X(std::int64_t, mmap_threshold, "HPCT_MMAP_THRESHOLD", 32 << 20,                              \
     "hpct::init: glibc keeps freed blocks up to this size for reuse (mallopt) instead of "      \
     "unmapping them, so a step's tensors are not faulted in again every step (0: glibc default)") \

@@ -58,6 +58,8 @@ bool overlap_from_config(const Context& ctx) {
 struct DistributedOptimizer::Impl {
   struct Param {
     std::string name;
+    std::string engine_name;  // "grad/" + name, built once (a step submits it)
+    std::string what;         // "gradient of " + name, for errors
     torch::Tensor tensor;
     std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: the Variable holds it weakly
     std::uintptr_t hook_key = 0;
@@ -103,7 +105,7 @@ struct DistributedOptimizer::Impl {
       g = g.contiguous();
     }
     p.handle = ctx.engine().allreduce_async(
-        "grad/" + p.name, tensor_ref(g, "gradient of " + p.name),
+        p.engine_name, tensor_ref(g, p.what),
         options.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum, compression);
     p.submitted = true;
     order.push_back(i);
@@ -197,6 +199,8 @@ DistributedOptimizer::DistributedOptimizer(
     if (!item.value().requires_grad()) continue;
     Impl::Param p;
     p.name = item.key();
+    p.engine_name = "grad/" + p.name;
+    p.what = "gradient of " + p.name;
     p.tensor = item.value();
     impl_->params.push_back(std::move(p));
   }

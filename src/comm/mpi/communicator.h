@@ -100,7 +100,7 @@ struct MpiOptions {
   // shared memory (comm/shm_allreduce.h) instead of MPI_Allreduce: 3-5x
   // faster here (HPCT_SHM). Slot per rank, in bytes (HPCT_SHM_SLOT_BYTES).
   bool shm = true;
-  std::size_t shm_slot_bytes = 2 << 20;
+  std::size_t shm_slot_bytes = 4 << 20;
 };
 
 class MpiCommunicator final : public Communicator {
