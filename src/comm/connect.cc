@@ -5,6 +5,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -125,6 +126,10 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
   w.info = discover_world(env);
   const Millis timeout = seconds_to_millis(config.timeout_s);
   const Backend backend = resolve_backend(parse_backend(config.backend), w.info);
+  if (config.shm_slot_bytes <= 0) {
+    throw_invalid_argument("HPCT_SHM_SLOT_BYTES must be positive, got " +
+                           std::to_string(config.shm_slot_bytes));
+  }
   Logger log = logger.with_rank(w.info.rank);
 
   if (backend == Backend::kMpi) {
@@ -133,10 +138,6 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
     o.logger = log;
     o.yield_when_idle = config.mpi_yield;
     o.shm = config.shm;
-    if (config.shm_slot_bytes <= 0) {
-      throw_invalid_argument("HPCT_SHM_SLOT_BYTES must be positive, got " +
-                             std::to_string(config.shm_slot_bytes));
-    }
     o.shm_slot_bytes = static_cast<std::size_t>(config.shm_slot_bytes);
     auto mpi = MpiCommunicator::create(o);
     if (w.info.launcher != Launcher::kNone && mpi->size() != w.info.size) {
@@ -158,6 +159,8 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
   o.store = w.store;
   o.timeout = timeout;
   o.logger = log;
+  o.shm = config.shm;
+  o.shm_slot_bytes = static_cast<std::size_t>(config.shm_slot_bytes);
   if (!config.bind_address.empty()) {
     o.address = config.bind_address;
   } else if (!config.network_interface.empty()) {

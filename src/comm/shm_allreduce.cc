@@ -324,4 +324,99 @@ void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataT
   }
 }
 
+namespace {
+
+std::string read_first_line(const char* path) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+// FNV-1a: the same value for the same text in every process and build.
+std::int64_t fnv1a(const std::string& text) {
+  std::uint64_t h = 1469598103934665603ULL;
+  for (unsigned char c : text) {
+    h ^= c;
+    h *= 1099511628211ULL;
+  }
+  return static_cast<std::int64_t>(h);
+}
+
+// This host as the ranks see it: kernel boot, network namespace, host name.
+std::int64_t host_identity() {
+  char ns[128] = {0};
+  const ssize_t n = ::readlink("/proc/self/ns/net", ns, sizeof ns - 1);
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  return fnv1a(read_first_line("/proc/sys/kernel/random/boot_id") + "|" +
+               std::string(ns, n > 0 ? static_cast<size_t>(n) : 0) + "|" + host);
+}
+
+}  // namespace
+
+std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_bytes,
+                                          std::string* off_reason) {
+  const int size = comm.size();
+  const int rank = comm.rank();
+  if (size < 2) return nullptr;
+  std::int64_t mine = host_identity();
+  std::vector<std::int64_t> ids(static_cast<size_t>(size));
+  AllgatherOptions g;
+  g.input = &mine;
+  g.output = ids.data();
+  g.count = 1;
+  g.dtype = DataType::kInt64;
+  allgather(comm, g);
+  int local = 0;
+  for (auto id : ids) local += id == mine ? 1 : 0;
+  if (local != size) {
+    *off_reason = "the ranks span hosts (" + std::to_string(local) + " of " +
+                  std::to_string(size) + " on this one)";
+    return nullptr;
+  }
+  char name[96] = {0};
+  std::unique_ptr<ShmAllreduce> shm;
+  std::string reason;
+  if (rank == 0) {
+    try {
+      shm = ShmAllreduce::create(size, slot_bytes);
+      std::snprintf(name, sizeof name, "%s", shm->name().c_str());
+    } catch (const Error& e) {
+      reason = e.what();
+    }
+  }
+  BroadcastOptions b;
+  b.buffer = name;
+  b.count = sizeof name;
+  b.dtype = DataType::kUInt8;
+  broadcast(comm, b);
+  if (rank != 0 && name[0] != '\0') {
+    try {
+      shm = ShmAllreduce::open(name, rank, size, slot_bytes);
+    } catch (const Error& e) {
+      reason = e.what();
+    }
+  }
+  std::int32_t ok = shm ? 1 : 0;
+  AllreduceOptions a;
+  a.output = &ok;
+  a.count = 1;
+  a.dtype = DataType::kInt32;
+  a.op = ReduceOp::kMin;
+  allreduce(comm, a);
+  if (shm && rank == 0) shm->unlink();  // every rank that could map it has
+  if (ok == 0) {
+    *off_reason = reason.empty() ? "another rank could not map the segment" : reason;
+    return nullptr;
+  }
+  std::int64_t pid = ::getpid();
+  std::vector<std::int64_t> pids(static_cast<size_t>(size));
+  g.input = &pid;
+  g.output = pids.data();
+  allgather(comm, g);
+  shm->set_pids(std::vector<pid_t>(pids.begin(), pids.end()));
+  return shm;
+}
+
 }  // namespace hpct::comm

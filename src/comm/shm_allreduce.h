@@ -54,6 +54,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/communicator.h"
 #include "comm/types.h"
 #include "core/clock.h"
 
@@ -115,5 +116,15 @@ class ShmAllreduce {
   std::uint64_t generation_ = 0;
   std::uint64_t pieces_ = 0;  // pieces done, across operations (slot half alternation)
 };
+
+// Sets up a ShmAllreduce over comm's own collectives (the Gloo backend's way;
+// the MPI backend asks MPI_COMM_TYPE_SHARED instead). A collective: every
+// rank calls it, before the result serves any allreduce. The ranks count as
+// one host when they share the kernel boot, the network namespace and the
+// host name (hosts made from network namespaces on one kernel do not).
+// Returns null, with the reason in *off_reason, when they do not or when a
+// rank cannot map the segment; every rank then gets null.
+std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_bytes,
+                                          std::string* off_reason);
 
 }  // namespace hpct::comm

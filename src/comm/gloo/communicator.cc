@@ -178,6 +178,16 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(const GlooOptions& o
   }
   comm->peers_[options.rank].host = comm->host_;
   comm->options_.logger.debug("comm", who + ": connected (host " + comm->host_ + ")");
+  if (options.shm && options.size > 1) {
+    std::string why;
+    comm->shm_ = connect_shm(*comm, options.shm_slot_bytes, &why);
+    if (!comm->shm_) {
+      const bool expected = why.rfind("the ranks span hosts", 0) == 0;
+      (expected ? comm->options_.logger.debug("comm", who + ": allreduces use Gloo: " + why)
+                : comm->options_.logger.warn(
+                      "comm", who + ": shared-memory allreduce is off, allreduces use Gloo: " + why));
+    }
+  }
   return comm;
 }
 
@@ -303,7 +313,7 @@ std::string GlooCommunicator::algorithm(OpKind op, size_t bytes) const {
   if (size_ == 1 || bytes == 0) return "local";
   switch (op) {
     case OpKind::kAllreduce:
-      return "ring";
+      return shm_ ? "shm:reduce-scatter+allgather" : "ring";
     case OpKind::kBroadcast:
       return "binomial-tree";
     case OpKind::kAllgather:
@@ -395,6 +405,20 @@ void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, E
 }
 
 void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
+  if (shm_) {
+    latch_.throw_if_failed();
+    try {
+      shm_->allreduce(o.input == o.output ? nullptr : o.input, o.output, o.count, o.dtype, o.op,
+                      Deadline(o.timeout));
+    } catch (const Error& e) {
+      Error named(e.code(), describe_op("allreduce", o.count, o.dtype) + " on rank " +
+                                std::to_string(rank_) + " of " + std::to_string(size_) +
+                                " (gloo, host " + host_ + "): " + e.what());
+      if (e.code() == ErrorCode::kInvalidArgument) throw named;
+      latch_.fail(named);
+    }
+    return;
+  }
   run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
     if (o.count == 0) return;
     if (size_ > 1) {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/shm_allreduce.h"
 #include "comm/failure_latch.h"
 #include "core/clock.h"
 #include "core/log.h"
@@ -71,6 +72,11 @@ struct GlooOptions {
   // (failure_report.h); capped at half the op's timeout.
   Millis failure_report_wait{2000};
   Logger logger;
+  // When every rank is on this host (same boot, network namespace and host
+  // name), allreduces go through shared memory (comm/shm_allreduce.h)
+  // instead of Gloo's TCP ring (HPCT_SHM; connect_world turns it on).
+  bool shm = false;
+  std::size_t shm_slot_bytes = 4 << 20;  // HPCT_SHM_SLOT_BYTES
 };
 
 class GlooCommunicator final : public Communicator {
@@ -140,6 +146,7 @@ class GlooCommunicator final : public Communicator {
   std::string host_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
+  std::unique_ptr<ShmAllreduce> shm_;  // set by connect() when options.shm and all ranks are local
   std::vector<PeerInfo> peers_;  // by rank; written once in connect()
   FailureLatch latch_;
 };
