@@ -68,6 +68,32 @@ TEST_P(GlooWorldTest, EveryOpEveryDtypeEverySize) {
   for (const auto& f : failures) ADD_FAILURE() << f;
 }
 
+// With GlooOptions::shm, ranks of one host allreduce through shared memory
+// (the threads of this process are one host); every other operation stays
+// Gloo's. The same checks, bit for bit.
+TEST(GlooCommunicatorTest, SharedMemoryAllreduceOnOneHostPassesEveryCheck) {
+  for (int size : {2, 3}) {
+    testing::CheckOptions checks;
+    std::mutex mu;
+    std::vector<std::string> failures;
+    testing::run_gloo_world(
+        size, 60s,
+        [&](GlooCommunicator& comm) {
+          auto got = testing::check_everything(comm, checks);
+          if (comm.algorithm(OpKind::kAllreduce, 1 << 20) != "shm:reduce-scatter+allgather") {
+            got.push_back("allreduce algorithm is " + comm.algorithm(OpKind::kAllreduce, 1 << 20));
+          }
+          std::lock_guard<std::mutex> lock(mu);
+          for (auto& f : got) {
+            failures.push_back("size " + std::to_string(size) + " rank " +
+                               std::to_string(comm.rank()) + ": " + f);
+          }
+        },
+        /*shm=*/true);
+    for (const auto& f : failures) ADD_FAILURE() << f;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooWorldTest, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "size" + std::to_string(info.param);

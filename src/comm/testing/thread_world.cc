@@ -27,14 +27,17 @@ GlooOptions gloo_options_for(int rank, int size, std::shared_ptr<store::Store> s
   return o;
 }
 
-void run_gloo_world(int size, Millis timeout, const std::function<void(GlooCommunicator&)>& fn) {
+void run_gloo_world(int size, Millis timeout, const std::function<void(GlooCommunicator&)>& fn,
+                    bool shm) {
   auto store = test_store();
   std::vector<std::exception_ptr> errors(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto comm = GlooCommunicator::connect(gloo_options_for(r, size, store, timeout));
+        GlooOptions o = gloo_options_for(r, size, store, timeout);
+        o.shm = shm;
+        auto comm = GlooCommunicator::connect(o);
         fn(*comm);
       } catch (...) {
         errors[r] = std::current_exception();

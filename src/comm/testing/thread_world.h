@@ -22,6 +22,9 @@ GlooOptions gloo_options_for(int rank, int size, std::shared_ptr<store::Store> s
 
 // Runs fn on every rank of a world of `size` threads and joins them; rethrows
 // the lowest failing rank's exception. Bounded by `timeout` per operation.
-void run_gloo_world(int size, Millis timeout, const std::function<void(GlooCommunicator&)>& fn);
+// shm: the ranks allreduce through shared memory (GlooOptions::shm) instead
+// of Gloo's ring.
+void run_gloo_world(int size, Millis timeout, const std::function<void(GlooCommunicator&)>& fn,
+                    bool shm = false);
 
 }  // namespace hpct::comm::testing
