@@ -306,14 +306,7 @@ int run_fault(std::unique_ptr<MpiCommunicator>& comm_owner, const std::string& f
     std::fprintf(stderr, "--fault needs exactly 2 ranks, got %d\n", c.size());
     return 2;
   }
-  std::int64_t pid = ::getpid();
-  std::vector<std::int64_t> pids(2);
-  AllgatherOptions a;
-  a.input = &pid;
-  a.output = pids.data();
-  a.count = 1;
-  a.dtype = DataType::kInt64;
-  allgather(c, a);
+  const std::vector<std::int64_t> pids = allgather_value(c, ::getpid());
   if (c.rank() == 1) {
     // Freeze or die from another thread, so it strikes in the middle of an
     // allreduce rather than between two.

@@ -78,6 +78,17 @@ void reduce_scatter(Communicator& comm, const ReduceScatterOptions& opts) {
   comm.do_reduce_scatter(with_timeout(comm, "reduce_scatter", opts));
 }
 
+std::vector<std::int64_t> allgather_value(Communicator& comm, std::int64_t value) {
+  std::vector<std::int64_t> all(static_cast<size_t>(comm.size()));
+  AllgatherOptions o;
+  o.input = &value;
+  o.output = all.data();
+  o.count = 1;
+  o.dtype = DataType::kInt64;
+  allgather(comm, o);
+  return all;
+}
+
 void barrier(Communicator& comm, const BarrierOptions& opts) {
   comm.do_barrier(with_timeout(comm, "barrier", opts));
 }

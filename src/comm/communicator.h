@@ -153,6 +153,10 @@ void allgather(Communicator& comm, const AllgatherOptions& opts);
 void allgatherv(Communicator& comm, const AllgathervOptions& opts);
 void reduce_scatter(Communicator& comm, const ReduceScatterOptions& opts);
 void barrier(Communicator& comm, const BarrierOptions& opts = {});
+
+// Every rank's `value`, in rank order (an allgather of one int64 each: pids,
+// timestamps, host identities).
+std::vector<std::int64_t> allgather_value(Communicator& comm, std::int64_t value);
 void send(Communicator& comm, const SendOptions& opts);
 void recv(Communicator& comm, const RecvOptions& opts);
 

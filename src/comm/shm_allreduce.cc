@@ -360,14 +360,8 @@ std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_b
   const int size = comm.size();
   const int rank = comm.rank();
   if (size < 2) return nullptr;
-  std::int64_t mine = host_identity();
-  std::vector<std::int64_t> ids(static_cast<size_t>(size));
-  AllgatherOptions g;
-  g.input = &mine;
-  g.output = ids.data();
-  g.count = 1;
-  g.dtype = DataType::kInt64;
-  allgather(comm, g);
+  const std::int64_t mine = host_identity();
+  const std::vector<std::int64_t> ids = allgather_value(comm, mine);
   int local = 0;
   for (auto id : ids) local += id == mine ? 1 : 0;
   if (local != size) {
@@ -410,11 +404,7 @@ std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_b
     *off_reason = reason.empty() ? "another rank could not map the segment" : reason;
     return nullptr;
   }
-  std::int64_t pid = ::getpid();
-  std::vector<std::int64_t> pids(static_cast<size_t>(size));
-  g.input = &pid;
-  g.output = pids.data();
-  allgather(comm, g);
+  const std::vector<std::int64_t> pids = allgather_value(comm, ::getpid());
   shm->set_pids(std::vector<pid_t>(pids.begin(), pids.end()));
   return shm;
 }

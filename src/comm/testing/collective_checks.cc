@@ -290,7 +290,7 @@ std::vector<std::string> check_send_recv(Communicator& comm, const CheckOptions&
 std::vector<std::string> check_barrier(Communicator& comm) {
   std::vector<std::string> failures;
   using namespace std::chrono;
-  const int r = comm.rank(), n = comm.size();
+  const int r = comm.rank();
   barrier(comm);
   std::this_thread::sleep_for(milliseconds(15 * r));
   const std::int64_t entered =
@@ -298,13 +298,7 @@ std::vector<std::string> check_barrier(Communicator& comm) {
   barrier(comm);
   const std::int64_t left =
       duration_cast<microseconds>(steady_clock::now().time_since_epoch()).count();
-  std::vector<std::int64_t> all_entered(n);
-  AllgatherOptions a;
-  a.input = &entered;
-  a.output = all_entered.data();
-  a.count = 1;
-  a.dtype = DataType::kInt64;
-  allgather(comm, a);
+  const std::vector<std::int64_t> all_entered = allgather_value(comm, entered);
   const std::int64_t last = *std::max_element(all_entered.begin(), all_entered.end());
   if (left < last) {
     failures.push_back("barrier: rank " + std::to_string(r) + " left " +
