@@ -46,6 +46,14 @@ void allreduce(Communicator& comm, const AllreduceOptions& opts) {
   comm.do_allreduce(o);
 }
 
+bool try_allreduce_segments(Communicator& comm, const AllreduceSegmentsOptions& opts) {
+  check_reducible(opts.dtype, opts.op);
+  for (const auto& seg : opts.segments) {
+    need_buffer(comm, "allreduce", seg.data, seg.count, "segment");
+  }
+  return comm.do_allreduce_segments(with_timeout(comm, "allreduce", opts));
+}
+
 void broadcast(Communicator& comm, const BroadcastOptions& opts) {
   need_buffer(comm, "broadcast", opts.buffer, opts.count, "buffer");
   need_rank(comm, "broadcast", opts.root, "root");

@@ -40,6 +40,22 @@ struct AllreduceOptions {
   Millis timeout{0};  // 0: the communicator's default
 };
 
+// One piece of a segmented allreduce: count elements at data.
+struct BufferSegment {
+  void* data = nullptr;
+  size_t count = 0;
+};
+
+// In place over several buffers, as one allreduce of their concatenation
+// (the engine's fused tensors), without packing them into one buffer first.
+struct AllreduceSegmentsOptions {
+  std::vector<BufferSegment> segments;
+  DataType dtype = DataType::kFloat32;
+  ReduceOp op = ReduceOp::kSum;
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
 struct BroadcastOptions {
   void* buffer = nullptr;  // read on root, written elsewhere
   size_t count = 0;
@@ -126,6 +142,9 @@ class Communicator {
 
   // Called with checked options and a resolved, non-zero timeout.
   virtual void do_allreduce(const AllreduceOptions& o) = 0;
+  // False (nothing done) when the backend has no path that avoids packing;
+  // the default. Backends with a shared-memory allreduce override it.
+  virtual bool do_allreduce_segments(const AllreduceSegmentsOptions& /*o*/) { return false; }
   virtual void do_broadcast(const BroadcastOptions& o) = 0;
   virtual void do_allgather(const AllgatherOptions& o) = 0;
   virtual void do_allgatherv(const AllgathervOptions& o) = 0;
@@ -138,6 +157,7 @@ class Communicator {
   Millis default_timeout_;
 
   friend void allreduce(Communicator&, const AllreduceOptions&);
+  friend bool try_allreduce_segments(Communicator&, const AllreduceSegmentsOptions&);
   friend void broadcast(Communicator&, const BroadcastOptions&);
   friend void allgather(Communicator&, const AllgatherOptions&);
   friend void allgatherv(Communicator&, const AllgathervOptions&);
@@ -157,6 +177,12 @@ void barrier(Communicator& comm, const BarrierOptions& opts = {});
 // Every rank's `value`, in rank order (an allgather of one int64 each: pids,
 // timestamps, host identities).
 std::vector<std::int64_t> allgather_value(Communicator& comm, std::int64_t value);
+
+// The allreduce of the segments' concatenation, in place, when the backend
+// can do it without a packed copy (returns true); false, with nothing done,
+// when it cannot: the caller packs the segments and calls allreduce(). Every
+// rank gets the same answer from the same communicator.
+bool try_allreduce_segments(Communicator& comm, const AllreduceSegmentsOptions& opts);
 void send(Communicator& comm, const SendOptions& opts);
 void recv(Communicator& comm, const RecvOptions& opts);
 

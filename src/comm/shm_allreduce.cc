@@ -254,6 +254,88 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
   }
 }
 
+namespace {
+
+// Where an allreduce's elements live; offsets count elements from the start.
+// read() copies n elements out, write() copies n in, view() points at n
+// elements to read (copying them into scratch only when they span buffers).
+class OneBuffer {
+ public:
+  OneBuffer(const void* in, void* out, std::size_t es)
+      : src_(static_cast<const std::uint8_t*>(in)), dst_(static_cast<std::uint8_t*>(out)), es_(es) {}
+  void read(std::size_t at, std::size_t n, std::uint8_t* to) const {
+    std::memcpy(to, src_ + at * es_, n * es_);
+  }
+  void write(std::size_t at, std::size_t n, const std::uint8_t* from) const {
+    std::memcpy(dst_ + at * es_, from, n * es_);
+  }
+  const std::uint8_t* view(std::size_t at, std::size_t /*n*/, std::uint8_t* /*scratch*/) const {
+    return src_ + at * es_;
+  }
+
+ private:
+  const std::uint8_t* src_;
+  std::uint8_t* dst_;
+  std::size_t es_;
+};
+
+class Segments {
+ public:
+  Segments(const std::vector<BufferSegment>& segs, std::size_t es) : segs_(segs), es_(es) {
+    starts_.reserve(segs.size());
+    std::size_t at = 0;
+    for (const auto& s : segs) {
+      starts_.push_back(at);
+      at += s.count;
+    }
+  }
+  void read(std::size_t at, std::size_t n, std::uint8_t* to) const {
+    walk(at, n, [&](std::uint8_t* p, std::size_t k, std::size_t done) {
+      std::memcpy(to + done * es_, p, k * es_);
+    });
+  }
+  void write(std::size_t at, std::size_t n, const std::uint8_t* from) const {
+    walk(at, n, [&](std::uint8_t* p, std::size_t k, std::size_t done) {
+      std::memcpy(p, from + done * es_, k * es_);
+    });
+  }
+  const std::uint8_t* view(std::size_t at, std::size_t n, std::uint8_t* scratch) const {
+    const std::size_t i = index_of(at);
+    if (at - starts_[i] + n <= segs_[i].count) {
+      return static_cast<const std::uint8_t*>(segs_[i].data) + (at - starts_[i]) * es_;
+    }
+    read(at, n, scratch);
+    return scratch;
+  }
+
+ private:
+  std::size_t index_of(std::size_t at) const {
+    // The last segment starting at or before `at` that is not empty there.
+    auto it = std::upper_bound(starts_.begin(), starts_.end(), at);
+    std::size_t i = static_cast<std::size_t>(it - starts_.begin()) - 1;
+    while (i + 1 < segs_.size() && at - starts_[i] >= segs_[i].count) ++i;
+    return i;
+  }
+  template <typename F>
+  void walk(std::size_t at, std::size_t n, F&& f) const {
+    if (n == 0) return;
+    std::size_t done = 0;
+    for (std::size_t i = index_of(at); done < n; ++i) {
+      const std::size_t off = at + done - starts_[i];
+      if (off >= segs_[i].count) continue;
+      const std::size_t k = std::min(segs_[i].count - off, n - done);
+      f(static_cast<std::uint8_t*>(segs_[i].data) + off * es_, k, done);
+      done += k;
+    }
+  }
+
+  const std::vector<BufferSegment>& segs_;
+  std::size_t es_;
+  std::vector<std::size_t> starts_;
+};
+
+}  // namespace
+
 void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataType dtype,
                              ReduceOp op, const Deadline& deadline) {
   check_reducible(dtype, op);
@@ -261,6 +343,23 @@ void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataT
     if (in != nullptr && in != out && count != 0) std::memcpy(out, in, count * dtype_size(dtype));
     return;
   }
+  OneBuffer io(in != nullptr ? in : out, out, dtype_size(dtype));
+  run(io, count, dtype, op, deadline);
+}
+
+void ShmAllreduce::allreduce(const std::vector<BufferSegment>& segments, DataType dtype,
+                             ReduceOp op, const Deadline& deadline) {
+  check_reducible(dtype, op);
+  std::size_t count = 0;
+  for (const auto& s : segments) count += s.count;
+  if (count == 0 || size_ == 1) return;
+  Segments io(segments, dtype_size(dtype));
+  run(io, count, dtype, op, deadline);
+}
+
+template <typename Io>
+void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
+                       const Deadline& deadline) {
   const std::size_t es = dtype_size(dtype);
   const std::size_t align = std::max<std::size_t>(1, kChunkAlign / es);
   // Equal pieces of at most half a slot: 1.1 MB goes as one piece, not as a
@@ -270,8 +369,7 @@ void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataT
   const std::size_t piece_elems =
       std::min(max_piece, round_up((count + n_pieces - 1) / n_pieces, align));
   const std::size_t block = kBlockBytes / es;
-  const auto* src = static_cast<const std::uint8_t*>(in != nullptr ? in : out);
-  auto* dst = static_cast<std::uint8_t*>(out);
+  scratch_.resize(kBlockBytes);
   const auto n_ranks = static_cast<std::size_t>(size_);
 
   for (std::size_t base = 0; base < count; base += piece_elems) {
@@ -281,36 +379,36 @@ void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataT
       const std::size_t b = n * q / n_ranks;
       return b - b % align;
     };
-    const std::uint8_t* s = src + base * es;
-    std::uint8_t* o = dst + base * es;
     const std::uint64_t piece = pieces_++;
     std::uint8_t* mine = slot_half(rank_, piece);
     const std::size_t lo = bound(static_cast<std::size_t>(rank_));
     const std::size_t hi = bound(static_cast<std::size_t>(rank_) + 1);
 
     // 1. Every chunk but this rank's own goes to its slot.
-    std::memcpy(mine, s, lo * es);
-    std::memcpy(mine + hi * es, s + hi * es, (n - hi) * es);
+    io.read(base, lo, mine);
+    io.read(base + hi, n - hi, mine + hi * es);
     arrive_and_wait(++generation_, deadline, "contribute its share", count, dtype);
 
-    // 2. This rank's chunk, reduced in rank order, into the output and the slot.
-    auto input_of = [&](int q, std::size_t at) -> const std::uint8_t* {
-      return (q == rank_ ? s : slot_half(q, piece)) + at * es;
-    };
+    // 2. This rank's chunk, reduced in rank order, into the slot (in L1-sized
+    // blocks) and from there to the output. Accumulate in the slot, not the
+    // output: in place, the output is this rank's input, still to be read
+    // when the rank is not 0 or 1.
     for (std::size_t b = lo; b < hi; b += block) {
       const std::size_t m = std::min(block, hi - b);
-      // Accumulate in the slot, not the output: in place, the output is this
-      // rank's input, still to be read when the rank is not 0 or 1.
+      const std::uint8_t* own = io.view(base + b, m, scratch_.data());
+      auto input_of = [&](int q) -> const std::uint8_t* {
+        return q == rank_ ? own : slot_half(q, piece) + b * es;
+      };
       std::uint8_t* acc = mine + b * es;
       for (int q = 1; q < size_; ++q) {
-        const std::uint8_t* x = q == 1 ? input_of(0, b) : acc;
+        const std::uint8_t* x = q == 1 ? input_of(0) : acc;
         if (op == ReduceOp::kAvg && q == size_ - 1) {
-          sum_and_average(acc, x, input_of(q, b), m, dtype, size_);  // the division folded in
+          sum_and_average(acc, x, input_of(q), m, dtype, size_);  // the division folded in
         } else {
-          reduce_elements(acc, x, input_of(q, b), m, dtype, op);
+          reduce_elements(acc, x, input_of(q), m, dtype, op);
         }
       }
-      std::memcpy(o + b * es, acc, m * es);
+      io.write(base + b, m, acc);
     }
     arrive_and_wait(++generation_, deadline, "reduce its chunk", count, dtype);
 
@@ -319,7 +417,7 @@ void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataT
       if (q == rank_) continue;
       const std::size_t qlo = bound(static_cast<std::size_t>(q));
       const std::size_t qhi = bound(static_cast<std::size_t>(q) + 1);
-      std::memcpy(o + qlo * es, slot_half(q, piece) + qlo * es, (qhi - qlo) * es);
+      io.write(base + qlo, qhi - qlo, slot_half(q, piece) + qlo * es);
     }
   }
 }

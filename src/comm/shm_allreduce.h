@@ -88,6 +88,10 @@ class ShmAllreduce {
   // one's process is gone. Either leaves the segment unusable.
   void allreduce(const void* in, void* out, std::size_t count, DataType dtype, ReduceOp op,
                  const Deadline& deadline);
+  // The same, in place over the concatenation of segments: they are read into
+  // and written from the slots directly (no packed copy).
+  void allreduce(const std::vector<BufferSegment>& segments, DataType dtype, ReduceOp op,
+                 const Deadline& deadline);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -104,6 +108,9 @@ class ShmAllreduce {
                        std::size_t count, DataType dtype);
   // Throws PeerFailure if rank q's process is gone.
   void check_alive(int q, const char* what) const;
+  // The algorithm, over where the elements live (shm_allreduce.cc).
+  template <typename Io>
+  void run(Io& io, std::size_t count, DataType dtype, ReduceOp op, const Deadline& deadline);
 
   std::string name_;
   int rank_;
@@ -115,6 +122,7 @@ class ShmAllreduce {
   std::vector<pid_t> pids_;  // 0: not checked
   std::uint64_t generation_ = 0;
   std::uint64_t pieces_ = 0;  // pieces done, across operations (slot half alternation)
+  std::vector<std::uint8_t> scratch_;  // a block of own input that spans segments
 };
 
 // Sets up a ShmAllreduce over comm's own collectives (the Gloo backend's way;

@@ -165,6 +165,49 @@ TEST(ShmAllreduce, LargeBufferAcrossManyPiecesWithDefaultSlots) {
   EXPECT_EQ(data[0][n - 1], static_cast<float>((n - 1) % 1000) + 0.5f);
 }
 
+// Segments (empty ones, ones that cross piece and block bounds) give the
+// bits of the same allreduce over their concatenation.
+TEST(ShmAllreduce, SegmentsGiveTheSameBitsAsTheirConcatenation) {
+  for (int size : {2, 3}) {
+    auto ranks = open_all(size, 16 << 10);
+    const std::vector<std::size_t> sizes = {0, 1, 3000, 0, 17, 5000, 4096, 2, 0, 777};
+    std::size_t total = 0;
+    for (auto n : sizes) total += n;
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      std::vector<std::vector<float>> flat(static_cast<size_t>(size));
+      std::vector<std::vector<std::vector<float>>> parts(static_cast<size_t>(size));
+      for (int r = 0; r < size; ++r) {
+        const auto bytes = input_of(r, total, DataType::kFloat32);
+        flat[r].resize(total);
+        std::memcpy(flat[r].data(), bytes.data(), bytes.size());
+        std::size_t at = 0;
+        for (auto n : sizes) {
+          parts[r].emplace_back(flat[r].begin() + static_cast<std::ptrdiff_t>(at),
+                                flat[r].begin() + static_cast<std::ptrdiff_t>(at + n));
+          at += n;
+        }
+      }
+      std::vector<std::thread> threads;
+      for (int r = 0; r < size; ++r) {
+        threads.emplace_back([&, r] {
+          auto& me = *ranks[static_cast<size_t>(r)];
+          me.allreduce(nullptr, flat[r].data(), total, DataType::kFloat32, op, Deadline(Millis(20000)));
+          std::vector<BufferSegment> segs;
+          for (auto& p : parts[r]) segs.push_back({p.data(), p.size()});
+          me.allreduce(segs, DataType::kFloat32, op, Deadline(Millis(20000)));
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < size; ++r) {
+        std::vector<float> joined;
+        for (auto& p : parts[r]) joined.insert(joined.end(), p.begin(), p.end());
+        EXPECT_EQ(std::memcmp(joined.data(), flat[r].data(), total * sizeof(float)), 0)
+            << "size " << size << " rank " << r << " " << reduce_op_name(op);
+      }
+    }
+  }
+}
+
 TEST(ShmAllreduce, AbsentPeerTimesOutNamingItWithinTheBound) {
   auto ranks = open_all(2, 16 << 10);
   std::vector<float> x(1000, 1.0f);

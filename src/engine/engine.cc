@@ -621,6 +621,33 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
     adjacent = end == static_cast<char*>(es[i + 1]->tensor.data);
   }
   auto t_fuse = SteadyClock::now();
+  // Scattered tensors: when the communicator reduces segments in place (the
+  // shared-memory path), they go as they are, without the fusion buffer.
+  if (!adjacent && !compressed) {
+    comm::AllreduceSegmentsOptions so;
+    so.dtype = r.dtype;
+    so.op = r.op;
+    so.segments.reserve(es.size());
+    for (Entry* e : es) so.segments.push_back({e->tensor.data, e->req.count()});
+    if (comm::try_allreduce_segments(comm_, so)) {
+      const auto t_done = SteadyClock::now();
+      {
+        std::lock_guard<std::mutex> lk(mu_);
+        stats_.in_place_bytes += total * wire_size;
+      }
+      if (timeline_) {
+        const std::string args = "\"fused_tensors\":" + std::to_string(es.size()) +
+                                 ",\"bytes\":" + std::to_string(total * wire_size) +
+                                 ",\"in_place\":true,\"segments\":true";
+        for (Entry* e : es) {
+          timeline_->phase(e->req.name, "fused", t_fuse, t_fuse, args);
+          timeline_->phase(e->req.name, "communicated", t_fuse, t_done, args);
+          timeline_->phase(e->req.name, "done", t_done, SteadyClock::now());
+        }
+      }
+      return;
+    }
+  }
   comm::AllreduceOptions o;
   o.count = total;
   o.dtype = wire;

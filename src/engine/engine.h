@@ -165,7 +165,7 @@ class Engine {
     std::uint64_t full_rounds = 0;     // rounds that needed the coordinator
     std::uint64_t collectives = 0;     // data collectives run
     std::uint64_t packed_bytes = 0;    // bytes copied into the fusion buffer
-    std::uint64_t in_place_bytes = 0;  // bytes sent without a copy
+    std::uint64_t in_place_bytes = 0;  // bytes sent without the fusion buffer (adjacent, or segments)
   };
   Stats stats() const;
 

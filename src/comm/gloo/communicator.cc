@@ -447,6 +447,23 @@ void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
   });
 }
 
+bool GlooCommunicator::do_allreduce_segments(const AllreduceSegmentsOptions& o) {
+  if (!shm_) return false;
+  latch_.throw_if_failed();
+  std::size_t count = 0;
+  for (const auto& seg : o.segments) count += seg.count;
+  try {
+    shm_->allreduce(o.segments, o.dtype, o.op, Deadline(o.timeout));
+  } catch (const Error& e) {
+    Error named(e.code(), describe_op("allreduce", count, o.dtype) + " on rank " +
+                              std::to_string(rank_) + " of " + std::to_string(size_) +
+                              " (gloo, host " + host_ + "): " + e.what());
+    if (e.code() == ErrorCode::kInvalidArgument) throw named;
+    latch_.fail(named);
+  }
+  return true;
+}
+
 void GlooCommunicator::do_broadcast(const BroadcastOptions& o) {
   run(describe_op("broadcast", o.count, o.dtype) + " from root " + std::to_string(o.root),
       o.timeout, -1, [&] {

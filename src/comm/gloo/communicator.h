@@ -104,6 +104,7 @@ class GlooCommunicator final : public Communicator {
 
  protected:
   void do_allreduce(const AllreduceOptions& o) override;
+  bool do_allreduce_segments(const AllreduceSegmentsOptions& o) override;
   void do_broadcast(const BroadcastOptions& o) override;
   void do_allgather(const AllgatherOptions& o) override;
   void do_allgatherv(const AllgathervOptions& o) override;

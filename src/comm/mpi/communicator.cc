@@ -546,6 +546,20 @@ void MpiCommunicator::do_allreduce(const AllreduceOptions& o) {
       });
 }
 
+bool MpiCommunicator::do_allreduce_segments(const AllreduceSegmentsOptions& o) {
+  if (!worker_->shm) return false;
+  latch_.throw_if_failed();
+  try {
+    worker_->shm->allreduce(o.segments, o.dtype, o.op, Deadline(o.timeout));
+  } catch (const Error& e) {
+    Error named(e.code(), where("allreduce") + ": " + e.what());
+    if (e.code() == ErrorCode::kInvalidArgument) throw named;
+    shm_failed_ = true;
+    latch_.fail(named);
+  }
+  return true;
+}
+
 void MpiCommunicator::do_broadcast(const BroadcastOptions& o) {
   const int n = to_int("broadcast", "count", o.count);
   run(
