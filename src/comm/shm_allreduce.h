@@ -125,8 +125,8 @@ class ShmAllreduce {
   std::vector<std::uint8_t> scratch_;  // a block of own input that spans segments
 };
 
-// Sets up a ShmAllreduce over comm's own collectives (the Gloo backend's way;
-// the MPI backend asks MPI_COMM_TYPE_SHARED instead). A collective: every
+// Sets up a ShmAllreduce over comm's own collectives (both backends call it
+// once their connections are up). A collective: every
 // rank calls it, before the result serves any allreduce. The ranks count as
 // one host when they share the kernel boot, the network namespace and the
 // host name (hosts made from network namespaces on one kernel do not).

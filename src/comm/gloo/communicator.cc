@@ -406,17 +406,9 @@ void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, E
 
 void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
   if (shm_) {
-    latch_.throw_if_failed();
-    try {
-      shm_->allreduce(o.input == o.output ? nullptr : o.input, o.output, o.count, o.dtype, o.op,
-                      Deadline(o.timeout));
-    } catch (const Error& e) {
-      Error named(e.code(), describe_op("allreduce", o.count, o.dtype) + " on rank " +
-                                std::to_string(rank_) + " of " + std::to_string(size_) +
-                                " (gloo, host " + host_ + "): " + e.what());
-      if (e.code() == ErrorCode::kInvalidArgument) throw named;
-      latch_.fail(named);
-    }
+    run_shm(o.count, o.dtype, o.timeout, [&](const Deadline& d) {
+      shm_->allreduce(o.input == o.output ? nullptr : o.input, o.output, o.count, o.dtype, o.op, d);
+    });
     return;
   }
   run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
@@ -449,19 +441,27 @@ void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
 
 bool GlooCommunicator::do_allreduce_segments(const AllreduceSegmentsOptions& o) {
   if (!shm_) return false;
-  latch_.throw_if_failed();
   std::size_t count = 0;
   for (const auto& seg : o.segments) count += seg.count;
+  run_shm(count, o.dtype, o.timeout,
+          [&](const Deadline& d) { shm_->allreduce(o.segments, o.dtype, o.op, d); });
+  return true;
+}
+
+// The shared-memory path's one error rule: bad arguments are the caller's;
+// any other failure (Timeout, PeerFailure) breaks the communicator.
+template <typename Fn>
+void GlooCommunicator::run_shm(size_t count, DataType dtype, Millis timeout, Fn&& fn) {
+  latch_.throw_if_failed();
   try {
-    shm_->allreduce(o.segments, o.dtype, o.op, Deadline(o.timeout));
+    fn(Deadline(timeout));
   } catch (const Error& e) {
-    Error named(e.code(), describe_op("allreduce", count, o.dtype) + " on rank " +
+    Error named(e.code(), describe_op("allreduce", count, dtype) + " on rank " +
                               std::to_string(rank_) + " of " + std::to_string(size_) +
                               " (gloo, host " + host_ + "): " + e.what());
     if (e.code() == ErrorCode::kInvalidArgument) throw named;
     latch_.fail(named);
   }
-  return true;
 }
 
 void GlooCommunicator::do_broadcast(const BroadcastOptions& o) {

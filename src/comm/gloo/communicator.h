@@ -147,7 +147,9 @@ class GlooCommunicator final : public Communicator {
   std::string host_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
-  std::unique_ptr<ShmAllreduce> shm_;  // set by connect() when options.shm and all ranks are local
+  std::unique_ptr<ShmAllreduce> shm_;
+  template <typename Fn>
+  void run_shm(size_t count, DataType dtype, Millis timeout, Fn&& fn);  // set by connect() when options.shm and all ranks are local
   std::vector<PeerInfo> peers_;  // by rank; written once in connect()
   FailureLatch latch_;
 };

@@ -49,10 +49,6 @@ struct MpiCommunicator::Worker {
   bool started_mpi = false;
   bool set_yield = false;
   std::string library_version;
-  // Set by setup_shm when every rank is on this host; used by callers'
-  // threads (no MPI inside), never by the worker after start-up.
-  std::unique_ptr<ShmAllreduce> shm;
-  std::string shm_off_reason;  // why shm stayed null, for the log
 };
 
 namespace {
@@ -273,60 +269,6 @@ void start_mpi(MpiCommunicator::Worker& w, bool yield_when_idle) {
   create_ops16<DataType::kBFloat16>(w.ops16[1]);
 }
 
-// Runs on the worker after start_mpi: when every rank is on this host, rank 0
-// creates the shared-memory allreduce segment, the others map it, and rank 0
-// unlinks its name once all have (or all fall back to MPI_Allreduce together
-// when any rank could not). Every rank takes the same branch.
-void setup_shm(MpiCommunicator::Worker& w, std::size_t slot_bytes) {
-  if (w.size < 2) return;
-  MPI_Comm local = MPI_COMM_NULL;
-  check_mpi(MPI_Comm_split_type(w.comm, MPI_COMM_TYPE_SHARED, w.rank, MPI_INFO_NULL, &local),
-            "MPI_Comm_split_type");
-  int local_size = 0;
-  check_mpi(MPI_Comm_size(local, &local_size), "MPI_Comm_size");
-  check_mpi(MPI_Comm_free(&local), "MPI_Comm_free");
-  if (local_size != w.size) {
-    w.shm_off_reason = "the ranks span hosts (" + std::to_string(local_size) + " of " +
-                       std::to_string(w.size) + " on this one)";
-    return;
-  }
-  struct {
-    char name[96];
-    std::uint64_t slot_bytes;
-  } msg{};
-  std::unique_ptr<ShmAllreduce> shm;
-  if (w.rank == 0) {
-    try {
-      shm = ShmAllreduce::create(w.size, slot_bytes);
-      std::snprintf(msg.name, sizeof msg.name, "%s", shm->name().c_str());
-    } catch (const Error& e) {
-      w.shm_off_reason = e.what();
-    }
-    msg.slot_bytes = slot_bytes;
-  }
-  check_mpi(MPI_Bcast(&msg, sizeof msg, MPI_BYTE, 0, w.comm), "MPI_Bcast");
-  if (w.rank != 0 && msg.name[0] != '\0') {
-    try {
-      shm = ShmAllreduce::open(msg.name, w.rank, w.size, msg.slot_bytes);
-    } catch (const Error& e) {
-      w.shm_off_reason = e.what();
-    }
-  }
-  int ok = shm ? 1 : 0, all_ok = 0;
-  check_mpi(MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, w.comm), "MPI_Allreduce");
-  if (shm && w.rank == 0) shm->unlink();  // every rank that could map it has
-  if (!all_ok) {
-    if (w.shm_off_reason.empty()) w.shm_off_reason = "another rank could not map the segment";
-    return;
-  }
-  std::int64_t pid = ::getpid();
-  std::vector<std::int64_t> pids(static_cast<size_t>(w.size));
-  check_mpi(MPI_Allgather(&pid, 1, MPI_INT64_T, pids.data(), 1, MPI_INT64_T, w.comm),
-            "MPI_Allgather");
-  shm->set_pids(std::vector<pid_t>(pids.begin(), pids.end()));
-  w.shm = std::move(shm);
-}
-
 // Runs on the worker: undoes start_mpi. Best effort: reports the first error.
 void stop_mpi(MpiCommunicator::Worker& w) {
   int first_error = MPI_SUCCESS;
@@ -378,20 +320,12 @@ std::unique_ptr<MpiCommunicator> MpiCommunicator::create(const MpiOptions& optio
   c->library_version_ = w->library_version;
   c->logger_ = c->logger_.with_rank(c->rank_);
   if (options.shm) {
-    const std::size_t slot = options.shm_slot_bytes;
-    c->run(
-        "start", options.default_timeout,
-        [] { return std::string("the shared-memory allreduce set-up (MPI_Bcast, MPI_Allreduce)"); },
-        [wp = w.get(), slot] { setup_shm(*wp, slot); });
-    if (!w->shm && !w->shm_off_reason.empty()) {
-      c->logger_.warn("comm", "shared-memory allreduce is off, allreduces use MPI_Allreduce: " +
-                                  w->shm_off_reason);
+    std::string why;
+    c->shm_ = connect_shm(*c, options.shm_slot_bytes, &why);
+    if (!c->shm_ && !why.empty() && why.rfind("the ranks span hosts", 0) != 0) {
+      c->logger_.warn("comm", "shared-memory allreduce is off, allreduces use MPI_Allreduce: " + why);
     }
   }
-  c->logger_.debug("comm",
-                   std::string("MPI backend up: ") + c->library_version_ + "; " +
-                       (c->started_mpi_ ? "started MPI" : "MPI was started by the program") +
-                       (w->set_yield ? "; set OMPI_MCA_mpi_yield_when_idle=1" : ""));
   return c;
 }
 
@@ -437,7 +371,7 @@ MpiCommunicator::~MpiCommunicator() {
   }
 }
 
-bool MpiCommunicator::uses_shm(size_t /*bytes*/) const { return worker_->shm != nullptr; }
+bool MpiCommunicator::uses_shm(size_t /*bytes*/) const { return shm_ != nullptr; }
 
 std::string MpiCommunicator::algorithm(OpKind op, size_t bytes) const {
   switch (op) {
@@ -513,16 +447,9 @@ void MpiCommunicator::handoff(const char* op, Millis timeout, Describe&& waiting
 void MpiCommunicator::do_allreduce(const AllreduceOptions& o) {
   const int n = to_int("allreduce", "count", o.count);  // the same limit on both paths
   if (uses_shm(o.count * dtype_size(o.dtype))) {
-    latch_.throw_if_failed();
-    try {
-      worker_->shm->allreduce(o.input == o.output ? nullptr : o.input, o.output, o.count, o.dtype,
-                              o.op, Deadline(o.timeout));
-    } catch (const Error& e) {
-      Error named(e.code(), where("allreduce") + ": " + e.what());
-      if (e.code() == ErrorCode::kInvalidArgument) throw named;
-      shm_failed_ = true;
-      latch_.fail(named);
-    }
+    run_shm(o.timeout, [&](const Deadline& d) {
+      shm_->allreduce(o.input == o.output ? nullptr : o.input, o.output, o.count, o.dtype, o.op, d);
+    });
     return;
   }
   const void* in = o.input == o.output ? MPI_IN_PLACE : o.input;
@@ -547,17 +474,25 @@ void MpiCommunicator::do_allreduce(const AllreduceOptions& o) {
 }
 
 bool MpiCommunicator::do_allreduce_segments(const AllreduceSegmentsOptions& o) {
-  if (!worker_->shm) return false;
+  if (!shm_) return false;
+  run_shm(o.timeout, [&](const Deadline& d) { shm_->allreduce(o.segments, o.dtype, o.op, d); });
+  return true;
+}
+
+// The shared-memory path's one error rule: bad arguments are the caller's;
+// any other failure (Timeout, PeerFailure) breaks the communicator, and a
+// stopped or dead peer means MPI_Finalize must be skipped.
+template <typename Fn>
+void MpiCommunicator::run_shm(Millis timeout, Fn&& fn) {
   latch_.throw_if_failed();
   try {
-    worker_->shm->allreduce(o.segments, o.dtype, o.op, Deadline(o.timeout));
+    fn(Deadline(timeout));
   } catch (const Error& e) {
     Error named(e.code(), where("allreduce") + ": " + e.what());
     if (e.code() == ErrorCode::kInvalidArgument) throw named;
     shm_failed_ = true;
     latch_.fail(named);
   }
-  return true;
 }
 
 void MpiCommunicator::do_broadcast(const BroadcastOptions& o) {
