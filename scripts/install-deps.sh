@@ -12,7 +12,7 @@ packages=(
   # communication
   libopenmpi-dev openmpi-bin libgloo-dev
   # CLI, JSON, crypto, HTTP, images
-  libcli11-dev nlohmann-json3-dev libssl-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  libcli11-dev nlohmann-json3-dev libssl-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libdeflate-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # multi-host tests: sshd in network namespaces, a real Slurm

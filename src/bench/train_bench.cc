@@ -89,12 +89,24 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
 
   double loss_value = 0;
   SteadyClock::time_point start;
+  // Seconds this rank spent, over the timed steps, in each part of a step.
+  enum Part { kData, kCompute, kSync, kOptimizer, kParts };
+  double split[kParts] = {};
+  auto lap = [](SteadyClock::time_point* t) {
+    auto now = SteadyClock::now();
+    double s = std::chrono::duration<double>(now - *t).count();
+    *t = now;
+    return s;
+  };
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     if (s == o.warmup) {
       allreduce(ctx, "bench/start", 0.0);  // every rank starts the clock together
       start = SteadyClock::now();
+      std::fill(std::begin(split), std::end(split), 0.0);
     }
+    auto t = SteadyClock::now();
     auto [x, y] = next_batch();
+    split[kData] += lap(&t);
     if (dist) {
       dist->zero_grad();
     } else {
@@ -102,19 +114,27 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     }
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     loss.backward();
+    split[kCompute] += lap(&t);
+    if (dist) dist->synchronize();
+    split[kSync] += lap(&t);
     if (dist) {
       dist->step();
     } else {
       sgd.step();
     }
     loss_value = loss.item<double>();
+    split[kOptimizer] += lap(&t);
   }
   double mine = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  // The slowest rank's time: max through a sum of one-hot vectors.
-  auto times = torch::zeros({ctx.size()}, torch::kDouble);
-  times[ctx.rank()] = mine;
-  times = allreduce(ctx, "bench/times", times, false);
+  // Every rank's total time and split: one row per rank, through a sum of
+  // zero rows with this rank's filled in.
+  auto rows = torch::zeros({ctx.size(), 1 + kParts}, torch::kDouble);
+  rows[ctx.rank()][0] = mine;
+  for (int p = 0; p < kParts; ++p) rows[ctx.rank()][1 + p] = split[p];
+  rows = allreduce(ctx, "bench/times", rows, false);
+  auto times = rows.select(1, 0);
   double elapsed = times.max().item<double>();
+  int slowest = static_cast<int>(times.argmax().item<std::int64_t>());
   double avg_loss = allreduce(ctx, "bench/loss", loss_value);
   auto stats = ctx.engine().stats();
   const auto& eo = ctx.engine().options();
@@ -133,6 +153,17 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["samples_per_s"] = static_cast<double>(ctx.size()) * o.batch * o.steps / elapsed;
   j["step_ms"] = elapsed / o.steps * 1e3;
   j["final_loss"] = avg_loss;
+  // Mean milliseconds per step in each part, on the slowest rank and averaged
+  // over ranks: data wait, forward+backward, gradient sync wait, optimizer.
+  const char* part_names[kParts] = {"data", "compute", "sync", "optimizer"};
+  nlohmann::json slow_split, mean_split;
+  for (int p = 0; p < kParts; ++p) {
+    slow_split[part_names[p]] = rows[slowest][1 + p].item<double>() / o.steps * 1e3;
+    mean_split[part_names[p]] = rows.select(1, 1 + p).mean().item<double>() / o.steps * 1e3;
+  }
+  j["slowest_rank"] = slowest;
+  j["split_ms_slowest"] = slow_split;
+  j["split_ms_mean"] = mean_split;
   j["overlap"] = dist ? dist->overlaps() : false;
   j["sync"] = o.sync;
   j["fusion_bytes"] = eo.fusion_bytes;

@@ -9,7 +9,9 @@
 // normalization; `hpctrain data pack --from fashion-mnist` makes them); or,
 // with synthetic, a fixed random pool of 1024 images (no disk). SGD lr 0.01 momentum 0.9, cross-entropy. The first
 // `warmup` steps are not timed (they include the first, fully negotiated
-// step and the flat-gradient layout). The time is the slowest rank's.
+// step and the flat-gradient layout). The time is the slowest rank's; the
+// result also gives the mean time per step in each part (data wait,
+// forward+backward, gradient sync wait, optimizer) of that rank and of all.
 #pragma once
 
 #include <optional>

@@ -10,6 +10,7 @@
 #include <png.h>
 
 #include "core/error.h"
+#include "data/png_fast.h"
 
 namespace hpct::data {
 namespace {
@@ -113,7 +114,8 @@ void check_encodable(const Image& img, const char* what) {
 
 }  // namespace
 
-// libpng's simplified API into out's reused buffer (defined below).
+// png_decode_fast, else libpng's simplified API, into out's reused buffer
+// (defined below).
 void png_decode_into(std::string_view bytes, int channels, Image* out);
 
 ImageFormat sniff_image(std::string_view b) {
@@ -163,6 +165,7 @@ Image decode_png(std::string_view bytes, int channels) {
 }
 
 void png_decode_into(std::string_view bytes, int channels, Image* out) {
+  if (png_decode_fast(bytes, channels, out)) return;
   png_image png;
   std::memset(&png, 0, sizeof png);
   png.version = PNG_IMAGE_VERSION;
