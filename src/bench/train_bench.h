@@ -26,11 +26,11 @@ namespace hpct::bench {
 
 struct TrainBenchOptions {
   std::string model = "mlp";
-  int steps = 50;
+  int steps = 100;
   int batch = 64;      // per rank
   int threads = 1;     // intra-op threads per rank
   bool synthetic = false;
-  int warmup = 3;
+  int warmup = 10;
   std::optional<bool> overlap;  // unset: HPCT_OVERLAP (DistributedOptions::overlap)
   std::string data_dir;  // empty: Debian's fashion-mnist directory
   std::vector<std::string> shards;  // non-empty: read these through the Loader

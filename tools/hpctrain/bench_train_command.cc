@@ -1,7 +1,9 @@
 // `hpctrain bench train`: data-parallel training speed of a built-in model,
-// one JSON line per run; with --np 1,2,4 one run per rank count, each line
-// with its scaling efficiency (samples/s over np times the smallest run's
-// per-rank samples/s), and --plot FILE.svg draws both against ranks.
+// one JSON line per rank count (--np 1,2,4), each with its scaling
+// efficiency (samples/s over np times the smallest count's per-rank
+// samples/s); every count runs --repeats times, interleaved, and the line
+// gives the median and every run. --plot FILE.svg draws samples/s and
+// efficiency against ranks.
 //
 // Starts N local ranks itself with `mpirun -np N <this binary> bench train
 // --worker ...` (MPI backend by default: shared memory between local ranks;
@@ -11,6 +13,8 @@
 // (bench/train_bench.h lists its fields).
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -39,6 +43,7 @@ struct TrainArgs {
   double timeout_s = 3600;
   bool no_overlap = false;
   bool contention = false;  // also run each np > 1 without gradient sync
+  int repeats = 3;          // runs per rank count, interleaved; the median is reported
   bool worker = false;
 };
 
@@ -154,39 +159,78 @@ int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* re
   return 0;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// Runs every rank count --repeats times, interleaved (1,2,1,2,...), so a
+// drift in the host's speed (a shared VM moves by 20% over minutes) reaches
+// every rank count alike; each line gives the median and every run.
 int run_parent(const TrainArgs& a, const Config& config) {
   if (a.o.steps < 1 || a.o.batch < 1 || a.o.threads < 1) {
     throw_invalid_argument("--steps, --batch and --threads must be at least 1");
   }
+  if (a.repeats < 1) throw_invalid_argument("--repeats must be at least 1");
   auto nps = parse_np_list(a.np);
-  std::vector<nlohmann::json> runs;
-  double per_rank_base = 0;
-  int base_np = 0;
-  for (int np : nps) {
-    nlohmann::json j;
-    if (int rc = run_one(a, config, np, &j)) return rc;
-    if (base_np == 0 || np < base_np) {
-      base_np = np;
-      per_rank_base = j["samples_per_s"].get<double>() / np;
+  const int base_np = *std::min_element(nps.begin(), nps.end());
+  // runs[i][r]: rank count nps[i], repeat r; alone[i][r] its --contention twin.
+  std::vector<std::vector<nlohmann::json>> runs(nps.size()), alone(nps.size());
+  for (int rep = 0; rep < a.repeats; ++rep) {
+    for (size_t i = 0; i < nps.size(); ++i) {
+      nlohmann::json j;
+      if (int rc = run_one(a, config, nps[i], &j)) return rc;
+      runs[i].push_back(j);
+      if (a.contention && nps[i] > 1) {
+        // The same ranks training alone side by side: the host's own ceiling.
+        TrainArgs solo = a;
+        solo.o.sync = false;
+        nlohmann::json k;
+        if (int rc = run_one(solo, config, nps[i], &k)) return rc;
+        alone[i].push_back(k);
+      }
     }
-    if (a.contention && np > 1) {
-      // The same ranks training alone side by side: the host's own ceiling.
-      TrainArgs alone = a;
-      alone.o.sync = false;
-      nlohmann::json k;
-      if (int rc = run_one(alone, config, np, &k)) return rc;
-      j["independent_samples_per_s"] = k["samples_per_s"];
-      j["sync_efficiency"] = j["samples_per_s"].get<double>() / k["samples_per_s"].get<double>();
-    }
-    runs.push_back(j);
   }
-  for (auto& j : runs) {
-    j["scaling_efficiency"] = j["samples_per_s"].get<double>() / (per_rank_base * j["np"].get<double>());
+  auto sps = [](const nlohmann::json& j) { return j["samples_per_s"].get<double>(); };
+  const size_t base = static_cast<size_t>(std::find(nps.begin(), nps.end(), base_np) - nps.begin());
+  std::vector<double> base_runs;
+  for (const auto& j : runs[base]) base_runs.push_back(sps(j) / base_np);
+  const double per_rank_base = median(base_runs);
+  std::vector<nlohmann::json> lines;
+  for (size_t i = 0; i < nps.size(); ++i) {
+    std::vector<double> all, paired;
+    for (int rep = 0; rep < a.repeats; ++rep) {
+      all.push_back(sps(runs[i][rep]));
+      // Against the base run of the same repeat: the neighbour in time.
+      paired.push_back(all.back() / (base_runs[rep] * nps[i]));
+    }
+    const double mid = median(all);
+    // The run nearest the median stands for the rest (its split, engine counts).
+    size_t pick = 0;
+    for (size_t r = 1; r < all.size(); ++r) {
+      if (std::abs(all[r] - mid) < std::abs(all[pick] - mid)) pick = r;
+    }
+    nlohmann::json j = runs[i][pick];
+    j["samples_per_s"] = mid;
+    j["step_ms"] = nps[i] * a.o.batch * 1e3 / mid;
+    j["repeats"] = a.repeats;
+    j["samples_per_s_runs"] = all;
+    j["scaling_efficiency"] = mid / (per_rank_base * nps[i]);
+    j["scaling_efficiency_runs"] = paired;
     j["efficiency_base_np"] = base_np;
+    if (!alone[i].empty()) {
+      std::vector<double> solo;
+      for (const auto& k : alone[i]) solo.push_back(sps(k));
+      j["independent_samples_per_s"] = median(solo);
+      j["independent_samples_per_s_runs"] = solo;
+      j["sync_efficiency"] = mid / median(solo);
+    }
     std::cout << j.dump() << std::endl;
+    lines.push_back(j);
   }
   if (!a.plot.empty()) {
-    write_plot(a.plot, runs);
+    write_plot(a.plot, lines);
     std::fprintf(stderr, "hpctrain: plot written to %s\n", a.plot.c_str());
   }
   return 0;
@@ -218,6 +262,10 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   c->add_option("--batch", a->o.batch, "Batch per rank")->capture_default_str();
   c->add_option("--threads", a->o.threads, "Intra-op threads per rank")->capture_default_str();
   c->add_option("--warmup", a->o.warmup, "Untimed steps first")->capture_default_str();
+  c->add_option("--repeats", a->repeats,
+                "Runs per rank count, interleaved across counts; each line reports the median "
+                "and lists every run")
+      ->capture_default_str();
   c->add_flag("--synthetic", a->o.synthetic, "Random images instead of Fashion-MNIST");
   c->add_option("--data-dir", a->o.data_dir, "Directory of the Fashion-MNIST idx files");
   c->add_option("--data", a->o.shards,
