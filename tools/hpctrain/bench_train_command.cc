@@ -1,9 +1,10 @@
 // `hpctrain bench train`: data-parallel training speed of a built-in model,
 // one JSON line per rank count (--np 1,2,4), each with its scaling
 // efficiency (samples/s over np times the smallest count's per-rank
-// samples/s); every count runs --repeats times, interleaved, and the line
-// gives the median and every run. --plot FILE.svg draws samples/s and
-// efficiency against ranks.
+// samples/s). The jobs of all rank counts run side by side taking turns of
+// --phase-steps steps (bench/pacer.h), so the host's drift cancels out; each
+// line also lists every round's figures. --plot FILE.svg draws samples/s
+// and efficiency against ranks.
 //
 // Starts N local ranks itself with `mpirun -np N <this binary> bench train
 // --worker ...` (MPI backend by default: shared memory between local ranks;
@@ -14,15 +15,18 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cmath>
+#include <array>
+#include <atomic>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "bench/pacer.h"
 #include "bench/train_bench.h"
 #include "comm/connect.h"
 #include "commands.h"
@@ -43,7 +47,7 @@ struct TrainArgs {
   double timeout_s = 3600;
   bool no_overlap = false;
   bool contention = false;  // also run each np > 1 without gradient sync
-  int repeats = 3;          // runs per rank count, interleaved; the median is reported
+  int phase_steps = 20;     // timed steps per job per turn (bench/pacer.h)
   bool worker = false;
 };
 
@@ -108,9 +112,12 @@ void write_plot(const std::string& path, const std::vector<nlohmann::json>& runs
   if (!(f << o.str())) throw_io("write " + path, errno ? errno : EIO);
 }
 
-int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* result) {
+void check_args(const TrainArgs& a) {
   if (a.o.steps < 1 || a.o.batch < 1 || a.o.threads < 1) {
     throw_invalid_argument("--steps, --batch and --threads must be at least 1");
+  }
+  if (a.phase_steps < 2) {
+    throw_invalid_argument("--phase-steps must be at least 2 (the first step of each turn is not timed)");
   }
   if (a.o.synthetic && !a.o.shards.empty()) {
     throw_invalid_argument("--synthetic and --data exclude each other: pick random images or the shards");
@@ -118,15 +125,42 @@ int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* re
   if (a.o.data_threads < 1) throw_invalid_argument("--data-threads must be at least 1");
   train::make_model(a.o.model);  // refuse an unknown model before starting ranks
   comm::parse_backend(a.backend);
+}
+
+// One job of the run: np local ranks under mpirun, paced (bench/pacer.h).
+enum class Mode { kSync, kAlone, kLockstep };
+
+struct Job {
+  int np = 1;
+  Mode mode = Mode::kSync;
+  std::string dir;  // its temp directory: pace page, step logs, result
+  std::vector<std::string> argv;
+  std::map<std::string, std::string> env;
+  std::unique_ptr<bench::PaceParent> pace;
+  std::thread thread;
+  std::atomic<bool> ended{false};
+  SubprocessResult result;
+  std::exception_ptr error;
+  std::vector<int> turn_start;  // the timed step each round's turn began at
+
+  std::string name() const {
+    return std::to_string(np) + "-rank job" +
+           (mode == Mode::kAlone ? " (ranks alone)" : mode == Mode::kLockstep ? " (lockstep, no gradients)" : "");
+  }
+};
+
+void prepare(const TrainArgs& a, const Config& config, Job* job) {
   namespace fs = std::filesystem;
   std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
-  std::vector<std::string> argv = local_mpirun_prefix(np);
-  std::map<std::string, std::string> env = {{"HPCT_BACKEND", a.backend},
-                                            {"HPCT_STORE_DIR", tmpl},
-                                            {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
-                                            {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}};
-  for (const auto& [k, v] : env) argv.insert(argv.end(), {"-x", k});
+  job->dir = tmpl;
+  job->argv = local_mpirun_prefix(job->np);
+  job->env = {{"HPCT_BACKEND", a.backend},
+              {"HPCT_STORE_DIR", tmpl},
+              {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
+              {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}};
+  auto& argv = job->argv;
+  for (const auto& [k, v] : job->env) argv.insert(argv.end(), {"-x", k});
   // Settings given in the environment or with --set reach every rank.
   for (const auto& e : config.describe()) {
     if (e.source != ConfigSource::kDefault) argv.insert(argv.end(), {"-x", e.env_name + "=" + e.value});
@@ -134,97 +168,247 @@ int run_one(const TrainArgs& a, const Config& config, int np, nlohmann::json* re
   argv.insert(argv.end(), {self_executable(), "bench", "train", "--worker", "--model", a.o.model,
                            "--steps", std::to_string(a.o.steps), "--batch", std::to_string(a.o.batch),
                            "--threads", std::to_string(a.o.threads), "--warmup",
-                           std::to_string(a.o.warmup), "--result-file", tmpl + "/result.json"});
+                           std::to_string(a.o.warmup), "--result-file", tmpl + "/result.json",
+                           "--pace-file", tmpl + "/pace", "--step-log", tmpl + "/steps",
+                           "--timeout-s", std::to_string(a.timeout_s)});
   if (a.o.synthetic) argv.push_back("--synthetic");
   if (a.no_overlap) argv.push_back("--no-overlap");
-  if (!a.o.sync) argv.push_back("--no-sync");
+  if (job->mode != Mode::kSync || !a.o.sync) argv.push_back("--no-sync");
+  if (job->mode == Mode::kLockstep || (job->mode == Mode::kSync && a.o.lockstep)) argv.push_back("--lockstep");
   if (!a.o.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", a.o.data_dir});
   for (const auto& s : a.o.shards) argv.insert(argv.end(), {"--data", s});
   if (!a.o.shards.empty()) argv.insert(argv.end(), {"--data-threads", std::to_string(a.o.data_threads)});
+  job->pace = std::make_unique<bench::PaceParent>(tmpl + "/pace", job->np);
+}
+
+void start(Job* job, Millis timeout) {
   std::fflush(stdout);
-  auto r = run_subprocess(argv, env, seconds_to_millis(a.timeout_s));
-  {
-    std::ifstream in(tmpl + "/result.json");
-    std::string line;
-    if (std::getline(in, line)) *result = nlohmann::json::parse(line, nullptr, false);
-  }
-  std::error_code ec;
-  fs::remove_all(tmpl, ec);
-  if (r.timed_out) throw_timeout("bench train did not finish: " + join_command(argv));
-  if (r.signal != 0 || r.exit_code != 0) {
-    std::fprintf(stderr, "hpctrain: bench train failed: %s\n", join_command(argv).c_str());
-    return r.exit_code ? r.exit_code : 1;
-  }
-  if (!result->is_object()) throw_data_corrupt("bench train: rank 0 wrote no result (" + tmpl + "/result.json)");
-  return 0;
+  job->thread = std::thread([job, timeout] {
+    try {
+      job->result = run_subprocess(job->argv, job->env, timeout);
+    } catch (...) {
+      job->error = std::current_exception();
+    }
+    job->ended = true;
+  });
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+// A job whose ranks failed; they printed why. The run exits with its code.
+struct JobFailed {
+  int exit_code;
+  std::string command;
+};
+
+[[noreturn]] void job_failed(const Job& job) {
+  if (job.error) std::rethrow_exception(job.error);
+  if (job.result.timed_out) throw_timeout("bench train: the " + job.name() + " did not finish: " + join_command(job.argv));
+  const int code = job.result.signal != 0 ? 128 + job.result.signal : job.result.exit_code;
+  throw JobFailed{code != 0 ? code : 1, join_command(job.argv)};
 }
 
-// Runs every rank count --repeats times, interleaved (1,2,1,2,...), so a
-// drift in the host's speed (a shared VM moves by 20% over minutes) reaches
-// every rank count alike; each line gives the median and every run.
+// One rank's timed steps from its step log.
+struct Step {
+  double seconds = 0;
+  double parts[4] = {};  // data, compute, sync, optimizer (s)
+};
+
+std::vector<Step> read_steps(const std::string& path, int steps) {
+  std::ifstream in(path);
+  std::vector<Step> out;
+  long long i, start_ns, end_ns, p[4];
+  while (in >> i >> start_ns >> end_ns >> p[0] >> p[1] >> p[2] >> p[3]) {
+    Step st;
+    st.seconds = (end_ns - start_ns) * 1e-9;
+    for (int k = 0; k < 4; ++k) st.parts[k] = p[k] * 1e-9;
+    out.push_back(st);
+  }
+  if (static_cast<int>(out.size()) != steps) {
+    throw_data_corrupt("bench train: " + path + " holds " + std::to_string(out.size()) + " of " +
+                       std::to_string(steps) + " timed steps");
+  }
+  return out;
+}
+
+// The job's speed over its turns, from every rank's step log. The first step
+// of each turn is left out (its rank woke from a pause: cold caches, and a
+// synced rank waits there for its peers to wake).
+nlohmann::json measure(const TrainArgs& a, const Job& job, std::vector<double>* per_round) {
+  const int rounds = static_cast<int>(job.turn_start.size());
+  std::vector<std::vector<double>> secs(rounds, std::vector<double>(job.np, 0.0));
+  std::vector<std::vector<int>> counts(rounds, std::vector<int>(job.np, 0));
+  const char* part_names[4] = {"data", "compute", "sync", "optimizer"};
+  std::vector<double> rank_secs(job.np, 0.0);
+  std::vector<int> rank_count(job.np, 0);
+  std::vector<std::array<double, 4>> parts(job.np, std::array<double, 4>{});
+  for (int r = 0; r < job.np; ++r) {
+    auto steps = read_steps(job.dir + "/steps." + std::to_string(r), a.o.steps);
+    int round = 0;
+    for (int i = 0; i < a.o.steps; ++i) {
+      while (round + 1 < rounds && job.turn_start[round + 1] <= i) ++round;
+      if (i == job.turn_start[round]) continue;
+      secs[round][r] += steps[i].seconds;
+      ++counts[round][r];
+      rank_secs[r] += steps[i].seconds;
+      ++rank_count[r];
+      for (int k = 0; k < 4; ++k) parts[r][k] += steps[i].parts[k];
+    }
+  }
+  auto samples_per_s = [&](const std::vector<double>& s, const std::vector<int>& c) {
+    double total = 0;
+    for (int r = 0; r < job.np; ++r) {
+      if (c[r] > 0 && s[r] > 0) total += a.o.batch * c[r] / s[r];
+    }
+    return total;
+  };
+  per_round->clear();
+  for (int k = 0; k < rounds; ++k) per_round->push_back(samples_per_s(secs[k], counts[k]));
+  nlohmann::json j;
+  j["samples_per_s"] = samples_per_s(rank_secs, rank_count);
+  j["samples_per_s_rounds"] = *per_round;
+  int slowest = 0;
+  std::vector<double> compute_by_rank;
+  for (int r = 0; r < job.np; ++r) {
+    if (rank_secs[r] / rank_count[r] > rank_secs[slowest] / rank_count[slowest]) slowest = r;
+    compute_by_rank.push_back(parts[r][1] / rank_count[r] * 1e3);
+  }
+  j["step_ms"] = rank_secs[slowest] / rank_count[slowest] * 1e3;
+  nlohmann::json slow_split, mean_split;
+  for (int k = 0; k < 4; ++k) {
+    double mean = 0;
+    for (int r = 0; r < job.np; ++r) mean += parts[r][k] / rank_count[r] / job.np;
+    slow_split[part_names[k]] = parts[slowest][k] / rank_count[slowest] * 1e3;
+    mean_split[part_names[k]] = mean * 1e3;
+  }
+  j["slowest_rank"] = slowest;
+  j["split_ms_slowest"] = slow_split;
+  j["split_ms_mean"] = mean_split;
+  j["compute_ms_by_rank"] = compute_by_rank;
+  j["timed_steps_per_rank"] = rank_count[0];
+  return j;
+}
+
+// Every job is started once and parks before its first timed step; then, in
+// each round, every job in turn runs --phase-steps timed steps while the
+// others sleep. A drift in the host's speed thus reaches every rank count
+// alike, and each round pairs turns a second or two apart.
 int run_parent(const TrainArgs& a, const Config& config) {
-  if (a.o.steps < 1 || a.o.batch < 1 || a.o.threads < 1) {
-    throw_invalid_argument("--steps, --batch and --threads must be at least 1");
-  }
-  if (a.repeats < 1) throw_invalid_argument("--repeats must be at least 1");
+  check_args(a);
   auto nps = parse_np_list(a.np);
-  const int base_np = *std::min_element(nps.begin(), nps.end());
-  // runs[i][r]: rank count nps[i], repeat r; alone[i][r] its --contention twin.
-  std::vector<std::vector<nlohmann::json>> runs(nps.size()), alone(nps.size());
-  for (int rep = 0; rep < a.repeats; ++rep) {
-    for (size_t i = 0; i < nps.size(); ++i) {
-      nlohmann::json j;
-      if (int rc = run_one(a, config, nps[i], &j)) return rc;
-      runs[i].push_back(j);
-      if (a.contention && nps[i] > 1) {
-        // The same ranks training alone side by side: the host's own ceiling.
-        TrainArgs solo = a;
-        solo.o.sync = false;
-        nlohmann::json k;
-        if (int rc = run_one(solo, config, nps[i], &k)) return rc;
-        alone[i].push_back(k);
-      }
+  std::vector<std::unique_ptr<Job>> jobs;
+  auto add = [&](int np, Mode mode) {
+    jobs.push_back(std::make_unique<Job>());
+    jobs.back()->np = np;
+    jobs.back()->mode = mode;
+  };
+  for (int np : nps) {
+    add(np, Mode::kSync);  // with --no-sync, ranks alone all the same
+    if (a.contention && np > 1 && a.o.sync) {
+      // The same ranks training alone side by side (the host's own ceiling),
+      // and in lockstep without gradients (any synchronous job's ceiling).
+      add(np, Mode::kAlone);
+      add(np, Mode::kLockstep);
     }
   }
-  auto sps = [](const nlohmann::json& j) { return j["samples_per_s"].get<double>(); };
-  const size_t base = static_cast<size_t>(std::find(nps.begin(), nps.end(), base_np) - nps.begin());
-  std::vector<double> base_runs;
-  for (const auto& j : runs[base]) base_runs.push_back(sps(j) / base_np);
-  const double per_rank_base = median(base_runs);
+  Deadline deadline(seconds_to_millis(a.timeout_s));
+  auto cleanup = [&] {
+    for (auto& job : jobs) {
+      if (job->thread.joinable()) {
+        // Parked ranks give up when the pacing process is gone; until then
+        // let them run out their steps (bounded by the job's own timeout).
+        if (job->pace) job->pace->run_until(a.o.steps);
+        job->thread.join();
+      }
+      std::error_code ec;
+      if (!job->dir.empty()) std::filesystem::remove_all(job->dir, ec);
+    }
+  };
+  try {
+    for (auto& job : jobs) {
+      prepare(a, config, job.get());
+      start(job.get(), deadline.remaining());
+      if (!job->pace->wait_parked(0, deadline.remaining(), [&] { return job->ended.load(); })) job_failed(*job);
+    }
+    for (int done = 0; done < a.o.steps;) {
+      const int next = std::min(a.o.steps, done + a.phase_steps);
+      for (auto& job : jobs) {
+        job->turn_start.push_back(done);
+        job->pace->run_until(next);
+        if (next < a.o.steps) {
+          if (!job->pace->wait_parked(next, deadline.remaining(), [&] { return job->ended.load(); })) {
+            job_failed(*job);
+          }
+        } else {
+          job->thread.join();  // its last turn: it ends before the next job's
+          if (job->error || job->result.timed_out || job->result.signal != 0 || job->result.exit_code != 0) {
+            job_failed(*job);
+          }
+        }
+      }
+      done = next;
+    }
+  } catch (const JobFailed& f) {
+    cleanup();
+    std::fprintf(stderr, "hpctrain: bench train failed: %s\n", f.command.c_str());
+    return f.exit_code;
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+
   std::vector<nlohmann::json> lines;
-  for (size_t i = 0; i < nps.size(); ++i) {
-    std::vector<double> all, paired;
-    for (int rep = 0; rep < a.repeats; ++rep) {
-      all.push_back(sps(runs[i][rep]));
-      // Against the base run of the same repeat: the neighbour in time.
-      paired.push_back(all.back() / (base_runs[rep] * nps[i]));
+  std::vector<std::vector<double>> rounds(jobs.size());
+  std::vector<nlohmann::json> measured(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    std::ifstream in(jobs[i]->dir + "/result.json");
+    std::string line;
+    if (!std::getline(in, line) || !(measured[i] = nlohmann::json::parse(line, nullptr, false)).is_object()) {
+      cleanup();
+      throw_data_corrupt("bench train: rank 0 of the " + jobs[i]->name() + " wrote no result (" + jobs[i]->dir +
+                         "/result.json)");
     }
-    const double mid = median(all);
-    // The run nearest the median stands for the rest (its split, engine counts).
-    size_t pick = 0;
-    for (size_t r = 1; r < all.size(); ++r) {
-      if (std::abs(all[r] - mid) < std::abs(all[pick] - mid)) pick = r;
+    try {
+      measured[i].update(measure(a, *jobs[i], &rounds[i]));
+    } catch (...) {
+      cleanup();
+      throw;
     }
-    nlohmann::json j = runs[i][pick];
-    j["samples_per_s"] = mid;
-    j["step_ms"] = nps[i] * a.o.batch * 1e3 / mid;
-    j["repeats"] = a.repeats;
-    j["samples_per_s_runs"] = all;
-    j["scaling_efficiency"] = mid / (per_rank_base * nps[i]);
-    j["scaling_efficiency_runs"] = paired;
-    j["efficiency_base_np"] = base_np;
-    if (!alone[i].empty()) {
-      std::vector<double> solo;
-      for (const auto& k : alone[i]) solo.push_back(sps(k));
-      j["independent_samples_per_s"] = median(solo);
-      j["independent_samples_per_s_runs"] = solo;
-      j["sync_efficiency"] = mid / median(solo);
+  }
+  cleanup();
+  // The base: the smallest rank count's per-rank speed, overall and per round.
+  size_t base = 0;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i]->mode == Mode::kSync && jobs[i]->np < jobs[base]->np) base = i;
+  }
+  const double base_per_rank = measured[base]["samples_per_s"].get<double>() / jobs[base]->np;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (jobs[i]->mode != Mode::kSync) continue;  // a --contention twin: reported with its job
+    nlohmann::json j = measured[i];
+    const double sps = j["samples_per_s"].get<double>();
+    std::vector<double> paired;
+    for (size_t k = 0; k < rounds[i].size(); ++k) {
+      paired.push_back(rounds[i][k] / (rounds[base][k] / jobs[base]->np * jobs[i]->np));
+    }
+    j["scaling_efficiency"] = sps / (base_per_rank * jobs[i]->np);
+    j["scaling_efficiency_rounds"] = paired;
+    j["efficiency_base_np"] = jobs[base]->np;
+    j["rounds"] = rounds[i].size();
+    j["phase_steps"] = a.phase_steps;
+    for (size_t t = i + 1; t < jobs.size() && jobs[t]->mode != Mode::kSync; ++t) {
+      const double twin = measured[t]["samples_per_s"].get<double>();
+      std::vector<double> ratio;
+      for (size_t k = 0; k < rounds[i].size(); ++k) ratio.push_back(rounds[i][k] / rounds[t][k]);
+      if (jobs[t]->mode == Mode::kAlone) {
+        j["independent_samples_per_s"] = twin;
+        j["independent_samples_per_s_rounds"] = rounds[t];
+        j["sync_efficiency"] = sps / twin;
+        j["sync_efficiency_rounds"] = ratio;
+      } else {
+        j["lockstep_samples_per_s"] = twin;
+        j["lockstep_samples_per_s_rounds"] = rounds[t];
+        j["lockstep_scaling_efficiency"] = twin / (base_per_rank * jobs[i]->np);
+        j["gradient_sync_efficiency"] = sps / twin;
+        j["gradient_sync_efficiency_rounds"] = ratio;
+      }
     }
     std::cout << j.dump() << std::endl;
     lines.push_back(j);
@@ -238,6 +422,7 @@ int run_parent(const TrainArgs& a, const Config& config) {
 
 int run_worker(TrainArgs a, const Config& config) {
   auto ctx = init(config);
+  a.o.pace_bound_s = a.timeout_s;
   if (a.no_overlap) a.o.overlap = false;
   auto j = bench::run_train_bench(*ctx, a.o);
   j["backend"] = config.backend;  // HPCT_BACKEND, set by the parent for every rank
@@ -262,9 +447,9 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   c->add_option("--batch", a->o.batch, "Batch per rank")->capture_default_str();
   c->add_option("--threads", a->o.threads, "Intra-op threads per rank")->capture_default_str();
   c->add_option("--warmup", a->o.warmup, "Untimed steps first")->capture_default_str();
-  c->add_option("--repeats", a->repeats,
-                "Runs per rank count, interleaved across counts; each line reports the median "
-                "and lists every run")
+  c->add_option("--phase-steps", a->phase_steps,
+                "Jobs take turns (one per rank count, started once): each runs this many timed "
+                "steps while the others sleep, round after round")
       ->capture_default_str();
   c->add_flag("--synthetic", a->o.synthetic, "Random images instead of Fashion-MNIST");
   c->add_option("--data-dir", a->o.data_dir, "Directory of the Fashion-MNIST idx files");
@@ -275,14 +460,19 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
       ->capture_default_str();
   c->add_option("--backend", a->backend, "mpi or gloo")->capture_default_str();
   c->add_flag("--contention", a->contention,
-              "For each np > 1 also time the same ranks training alone (no gradient sync): "
-              "sync_efficiency separates the host's contention from the cost of syncing");
+              "For each np > 1 also time the same ranks training alone (no gradient sync) and in "
+              "lockstep (meeting every step, no gradients): separates what the host allows from "
+              "what moving gradients costs");
   c->add_flag("--no-sync", [a](std::int64_t) { a->o.sync = false; },
               "Every rank trains alone (no gradient allreduce)");
+  c->add_flag("--lockstep", a->o.lockstep,
+              "With --no-sync: the ranks still meet once a step (a one-number allreduce)");
   c->add_flag("--no-overlap", a->no_overlap, "Allreduce all gradients in step(), not during backward (default: HPCT_OVERLAP, auto)");
   c->add_option("--timeout-s", a->timeout_s, "Bound on the whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");
   c->add_option("--result-file", a->result_file, "Internal: where rank 0 writes its result")->group("");
+  c->add_option("--pace-file", a->o.pace_file, "Internal: the pacing page of this job")->group("");
+  c->add_option("--step-log", a->o.step_log, "Internal: per-step timings, one file per rank")->group("");
   c->callback([&cli, a] {
     cli.run = [&cli, a] { return a->worker ? run_worker(*a, cli.config) : run_parent(*a, cli.config); };
   });
