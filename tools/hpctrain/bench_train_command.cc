@@ -400,11 +400,13 @@ int run_parent(const TrainArgs& a, const Config& config) {
       if (jobs[t]->mode == Mode::kAlone) {
         j["independent_samples_per_s"] = twin;
         j["independent_samples_per_s_rounds"] = rounds[t];
+        j["independent_split_ms_mean"] = measured[t]["split_ms_mean"];
         j["sync_efficiency"] = sps / twin;
         j["sync_efficiency_rounds"] = ratio;
       } else {
         j["lockstep_samples_per_s"] = twin;
         j["lockstep_samples_per_s_rounds"] = rounds[t];
+        j["lockstep_split_ms_mean"] = measured[t]["split_ms_mean"];
         j["lockstep_scaling_efficiency"] = twin / (base_per_rank * jobs[i]->np);
         j["gradient_sync_efficiency"] = sps / twin;
         j["gradient_sync_efficiency_rounds"] = ratio;
