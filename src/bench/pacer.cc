@@ -23,6 +23,7 @@ struct PacePage {
   std::atomic<std::uint32_t> until;    // ranks run timed steps below it (futex)
   std::atomic<std::uint32_t> parks;    // bumped by every rank that parks (futex)
   std::atomic<std::int32_t> parent_pid;
+  std::atomic<std::uint32_t> cancelled;
   std::atomic<std::int32_t> parked[kMaxRanks];  // the step a rank waits before; -1 while it runs
 };
 static_assert(sizeof(PacePage) <= 4096, "one page");
@@ -73,6 +74,11 @@ void PaceParent::run_until(int until) {
   futex_wake(&page_->until);
 }
 
+void PaceParent::cancel() {
+  page_->cancelled.store(1, std::memory_order_release);
+  futex_wake(&page_->until);
+}
+
 bool PaceParent::wait_parked(int step, Millis timeout, const std::function<bool()>& ended) {
   Deadline deadline(timeout);
   while (true) {
@@ -110,6 +116,11 @@ void PaceRank::before_step(int step) {
   Deadline deadline(bound_);
   const pid_t parent = page_->parent_pid.load();
   while (true) {
+    if (page_->cancelled.load(std::memory_order_acquire) != 0) {
+      throw_peer_failure("bench train: rank " + std::to_string(rank_) +
+                         " stops before timed step " + std::to_string(step) +
+                         ": the run was cancelled (another job of it failed)");
+    }
     const std::uint32_t until = page_->until.load(std::memory_order_acquire);
     if (s < until) break;
     if (::kill(parent, 0) != 0 && errno == ESRCH) {

@@ -41,6 +41,9 @@ class PaceParent {
   // `ended()` turns true first (the job exited or failed); Timeout after
   // `timeout`, naming the ranks that never arrived.
   bool wait_parked(int step, Millis timeout, const std::function<bool()>& ended);
+  // Another job failed: parked ranks (and any that park later) stop with
+  // PeerFailure instead of running out their steps.
+  void cancel();
 
  private:
   std::string path_;
@@ -59,7 +62,7 @@ class PaceRank {
 
   // Returns when timed step `step` may run: at once while it is below the
   // parent's `until`, else after parking (asleep) until it is. Timeout after
-  // the bound; PeerFailure when the parent process is gone.
+  // the bound; PeerFailure when the parent process is gone or cancelled.
   void before_step(int step);
 
  private:

@@ -99,6 +99,35 @@ TEST(Pacer, EveryWaitIsBoundedAndNamesWhatItWaitedFor) {
   fs::remove(path);
 }
 
+TEST(Pacer, CancelledRanksStopAtTheirNextTurn) {
+  const std::string path = page_path("cancel");
+  PaceParent parent(path, 1);
+  std::exception_ptr error;
+  int ran = 0;
+  std::thread rank([&] {
+    try {
+      PaceRank me(path, 0, Millis(20000));
+      for (int s = 0; s < 10; ++s, ++ran) me.before_step(s);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  ASSERT_TRUE(parent.wait_parked(0, Millis(20000), [] { return false; }));
+  const auto t0 = SteadyClock::now();
+  parent.cancel();
+  rank.join();
+  EXPECT_LT(SteadyClock::now() - t0, Millis(3000));
+  EXPECT_EQ(ran, 0);
+  ASSERT_TRUE(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kPeerFailure);
+    EXPECT_NE(std::string(e.what()).find("cancelled"), std::string::npos) << e.what();
+  }
+  fs::remove(path);
+}
+
 TEST(Pacer, RankStopsWaitingWhenThePacingProcessIsGone) {
   const std::string path = page_path("orphan");
   pid_t child = ::fork();

@@ -113,14 +113,12 @@ void write_plot(const std::string& path, const std::vector<nlohmann::json>& runs
 }
 
 void check_args(const TrainArgs& a) {
-  if (a.o.steps < 1 || a.o.batch < 1 || a.o.threads < 1) {
-    throw_invalid_argument("--steps, --batch and --threads must be at least 1");
-  }
-  if (a.phase_steps < 2) {
-    throw_invalid_argument("--phase-steps must be at least 2 (the first step of each turn is not timed)");
-  }
   if (a.o.synthetic && !a.o.shards.empty()) {
     throw_invalid_argument("--synthetic and --data exclude each other: pick random images or the shards");
+  }
+  if (a.o.batch < 1 || a.o.threads < 1) throw_invalid_argument("--batch and --threads must be at least 1");
+  if (a.o.steps < 2 || a.phase_steps < 2) {
+    throw_invalid_argument("--steps and --phase-steps must be at least 2 (the first step of each turn is not timed)");
   }
   if (a.o.data_threads < 1) throw_invalid_argument("--data-threads must be at least 1");
   train::make_model(a.o.model);  // refuse an unknown model before starting ranks
@@ -313,9 +311,9 @@ int run_parent(const TrainArgs& a, const Config& config) {
   auto cleanup = [&] {
     for (auto& job : jobs) {
       if (job->thread.joinable()) {
-        // Parked ranks give up when the pacing process is gone; until then
-        // let them run out their steps (bounded by the job's own timeout).
-        if (job->pace) job->pace->run_until(a.o.steps);
+        // Its ranks stop at their next step boundary; a stuck job ends with
+        // its own timeout.
+        if (job->pace) job->pace->cancel();
         job->thread.join();
       }
       std::error_code ec;
@@ -329,7 +327,8 @@ int run_parent(const TrainArgs& a, const Config& config) {
       if (!job->pace->wait_parked(0, deadline.remaining(), [&] { return job->ended.load(); })) job_failed(*job);
     }
     for (int done = 0; done < a.o.steps;) {
-      const int next = std::min(a.o.steps, done + a.phase_steps);
+      int next = std::min(a.o.steps, done + a.phase_steps);
+      if (a.o.steps - next < 2) next = a.o.steps;  // no turn of a single, untimed step
       for (auto& job : jobs) {
         job->turn_start.push_back(done);
         job->pace->run_until(next);
