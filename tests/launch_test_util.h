@@ -3,6 +3,7 @@
 // them to be gone.
 #pragma once
 
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -51,8 +52,15 @@ inline std::vector<int> rank_pids(const std::string& out) {
 
 inline bool alive(int pid) {
   if (::kill(pid, 0) != 0) return false;
-  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
-  std::string s((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  // read(2), not an ifstream: a process reaped between open and read makes
+  // the read fail with ESRCH, which libstdc++'s filebuf throws as an error.
+  int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];
+  ssize_t n = ::read(fd, buf, sizeof buf);
+  ::close(fd);
+  if (n <= 0) return false;  // gone while we looked
+  std::string s(buf, static_cast<size_t>(n));
   auto close = s.rfind(')');
   return close == std::string::npos || s.size() < close + 3 || s[close + 2] != 'Z';  // zombies are gone
 }
