@@ -1,19 +1,17 @@
 #include "bench/pacer.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <cerrno>
-#include <climits>
 #include <cstdint>
 
 #include "core/error.h"
 #include "core/fd.h"
+#include "core/futex.h"
 
 namespace hpct::bench {
 
@@ -31,17 +29,6 @@ static_assert(sizeof(PacePage) <= 4096, "one page");
 namespace {
 
 constexpr Millis kSlice(100);  // between checks that the other side is still there
-
-// A futex on a word of a shared file mapping (not FUTEX_PRIVATE: other
-// processes wait on it too).
-void futex_wait(std::atomic<std::uint32_t>* word, std::uint32_t seen, Millis slice) {
-  timespec ts{static_cast<time_t>(slice.count() / 1000), static_cast<long>(slice.count() % 1000) * 1000000};
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
-}
-
-void futex_wake(std::atomic<std::uint32_t>* word) {
-  ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
-}
 
 PacePage* map_page(const std::string& path, bool create) {
   UniqueFd fd(::open(path.c_str(), create ? O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC : O_RDWR | O_CLOEXEC, 0600));
@@ -71,12 +58,12 @@ PaceParent::~PaceParent() {
 
 void PaceParent::run_until(int until) {
   page_->until.store(static_cast<std::uint32_t>(until), std::memory_order_release);
-  futex_wake(&page_->until);
+  futex_wake_all(&page_->until);
 }
 
 void PaceParent::cancel() {
   page_->cancelled.store(1, std::memory_order_release);
-  futex_wake(&page_->until);
+  futex_wake_all(&page_->until);
 }
 
 bool PaceParent::wait_parked(int step, Millis timeout, const std::function<bool()>& ended) {
@@ -112,7 +99,7 @@ void PaceRank::before_step(int step) {
   if (s < page_->until.load(std::memory_order_acquire)) return;
   page_->parked[rank_].store(step, std::memory_order_release);
   page_->parks.fetch_add(1, std::memory_order_acq_rel);
-  futex_wake(&page_->parks);
+  futex_wake_all(&page_->parks);
   Deadline deadline(bound_);
   const pid_t parent = page_->parent_pid.load();
   while (true) {

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <fstream>
 
 #include "bench/pacer.h"
@@ -92,36 +93,22 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
 
   double loss_value = 0;
   SteadyClock::time_point start;
-  // Seconds this rank spent, over the timed steps, in each part of a step.
-  enum Part { kData, kCompute, kSync, kOptimizer, kParts };
-  double split[kParts] = {};
-  auto lap = [](SteadyClock::time_point* t) {
-    auto now = SteadyClock::now();
-    double s = std::chrono::duration<double>(now - *t).count();
-    *t = now;
-    return s;
-  };
   std::unique_ptr<PaceRank> pacer;
   if (!o.pace_file.empty()) pacer = std::make_unique<PaceRank>(o.pace_file, ctx.rank(), seconds_to_millis(o.pace_bound_s));
-  struct StepRow {
-    SteadyClock::time_point start, end;
-    double parts[kParts];
-  };
-  std::vector<StepRow> rows_log;
-  if (!o.step_log.empty()) rows_log.reserve(static_cast<size_t>(o.steps));
+  // Per timed step: its start, then the end of its data wait, forward and
+  // backward, gradient sync and optimizer (the step log's columns).
+  std::vector<std::array<SteadyClock::time_point, 5>> marks;
+  if (!o.step_log.empty()) marks.reserve(static_cast<size_t>(o.steps));
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     if (s == o.warmup) {
       allreduce(ctx, "bench/start", 0.0);  // every rank starts the clock together
       start = SteadyClock::now();
-      std::fill(std::begin(split), std::end(split), 0.0);
     }
     if (pacer && s >= o.warmup) pacer->before_step(s - o.warmup);
-    auto t = SteadyClock::now();
-    const auto step_start = t;
-    double before[kParts];
-    std::copy(std::begin(split), std::end(split), before);
+    std::array<SteadyClock::time_point, 5> m;
+    m[0] = SteadyClock::now();
     auto [x, y] = next_batch();
-    split[kData] += lap(&t);
+    m[1] = SteadyClock::now();
     if (dist) {
       dist->zero_grad();
     } else {
@@ -129,49 +116,40 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     }
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     loss.backward();
-    split[kCompute] += lap(&t);
+    m[2] = SteadyClock::now();
     if (dist) {
       dist->synchronize();
     } else if (o.lockstep) {
       allreduce(ctx, "bench/lockstep", 0.0);
     }
-    split[kSync] += lap(&t);
+    m[3] = SteadyClock::now();
     if (dist) {
       dist->step();
     } else {
       sgd.step();
     }
     loss_value = loss.item<double>();
-    split[kOptimizer] += lap(&t);
-    if (!o.step_log.empty() && s >= o.warmup) {
-      StepRow row{step_start, t, {}};
-      for (int p = 0; p < kParts; ++p) row.parts[p] = split[p] - before[p];
-      rows_log.push_back(row);
-    }
+    m[4] = SteadyClock::now();
+    if (!o.step_log.empty() && s >= o.warmup) marks.push_back(m);
   }
   if (!o.step_log.empty()) {
     const std::string path = o.step_log + "." + std::to_string(ctx.rank());
     std::ofstream log(path);
-    auto ns = [](SteadyClock::time_point tp) {
-      return std::chrono::duration_cast<std::chrono::nanoseconds>(tp.time_since_epoch()).count();
-    };
-    for (size_t i = 0; i < rows_log.size(); ++i) {
-      log << i << ' ' << ns(rows_log[i].start) << ' ' << ns(rows_log[i].end);
-      for (double part : rows_log[i].parts) log << ' ' << static_cast<long long>(part * 1e9);
+    auto ns = [](SteadyClock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+    for (size_t i = 0; i < marks.size(); ++i) {
+      const auto& m = marks[i];
+      log << i << ' ' << ns(m[0].time_since_epoch()) << ' ' << ns(m[4].time_since_epoch());
+      for (int p = 1; p < 5; ++p) log << ' ' << ns(m[p] - m[p - 1]);
       log << '\n';
     }
     if (!log.flush()) throw_io("write " + path, errno ? errno : EIO);
   }
   double mine = std::chrono::duration<double>(SteadyClock::now() - start).count();
-  // Every rank's total time and split: one row per rank, through a sum of
-  // zero rows with this rank's filled in.
-  auto rows = torch::zeros({ctx.size(), 1 + kParts}, torch::kDouble);
-  rows[ctx.rank()][0] = mine;
-  for (int p = 0; p < kParts; ++p) rows[ctx.rank()][1 + p] = split[p];
-  rows = allreduce(ctx, "bench/times", rows, false);
-  auto times = rows.select(1, 0);
+  // The slowest rank's time: max through a sum of one-hot vectors.
+  auto times = torch::zeros({ctx.size()}, torch::kDouble);
+  times[ctx.rank()] = mine;
+  times = allreduce(ctx, "bench/times", times, false);
   double elapsed = times.max().item<double>();
-  int slowest = static_cast<int>(times.argmax().item<std::int64_t>());
   double avg_loss = allreduce(ctx, "bench/loss", loss_value);
   auto stats = ctx.engine().stats();
   const auto& eo = ctx.engine().options();
@@ -190,22 +168,6 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["samples_per_s"] = static_cast<double>(ctx.size()) * o.batch * o.steps / elapsed;
   j["step_ms"] = elapsed / o.steps * 1e3;
   j["final_loss"] = avg_loss;
-  // Mean milliseconds per step in each part, on the slowest rank and averaged
-  // over ranks: data wait, forward+backward, gradient sync wait, optimizer.
-  const char* part_names[kParts] = {"data", "compute", "sync", "optimizer"};
-  nlohmann::json slow_split, mean_split;
-  for (int p = 0; p < kParts; ++p) {
-    slow_split[part_names[p]] = rows[slowest][1 + p].item<double>() / o.steps * 1e3;
-    mean_split[part_names[p]] = rows.select(1, 1 + p).mean().item<double>() / o.steps * 1e3;
-  }
-  // Each rank's forward+backward: an imbalance between ranks (one rank's
-  // cores busier) shows here and as the others' sync wait.
-  std::vector<double> compute_by_rank;
-  for (int r = 0; r < ctx.size(); ++r) compute_by_rank.push_back(rows[r][1 + kCompute].item<double>() / o.steps * 1e3);
-  j["compute_ms_by_rank"] = compute_by_rank;
-  j["slowest_rank"] = slowest;
-  j["split_ms_slowest"] = slow_split;
-  j["split_ms_mean"] = mean_split;
   j["overlap"] = dist ? dist->overlaps() : false;
   j["sync"] = o.sync;
   j["lockstep"] = o.sync || o.lockstep;

@@ -10,8 +10,8 @@
 // with synthetic, a fixed random pool of 1024 images (no disk). SGD lr 0.01 momentum 0.9, cross-entropy. The first
 // `warmup` steps are not timed (they include the first, fully negotiated
 // step and the flat-gradient layout). The time is the slowest rank's; the
-// result also gives the mean time per step in each part (data wait,
-// forward+backward, gradient sync wait, optimizer) of that rank and of all.
+// step log (below) gives each step's parts, from which `bench train` works
+// out its time split.
 #pragma once
 
 #include <optional>

@@ -1,8 +1,6 @@
 #include "comm/shm_allreduce.h"
 
 #include <fcntl.h>
-#include <linux/futex.h>
-#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -20,6 +18,7 @@
 
 #include "comm/reduce.h"
 #include "core/error.h"
+#include "core/futex.h"
 
 namespace hpct::comm {
 namespace {
@@ -49,12 +48,9 @@ std::atomic<std::uint32_t>* sleepers(void* base, int rank) {
       reinterpret_cast<std::uint8_t*>(counter(base, rank)) + 64);
 }
 
-// A futex on the counter's low 32 bits (shared between processes: no
-// FUTEX_PRIVATE_FLAG). They change with every arrival.
+// Waiters sleep on a futex on the counter's low 32 bits (core/futex.h),
+// which change with every arrival.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex word is the counter's low half");
-long futex(std::atomic<std::uint64_t>* word, int op, std::uint32_t value, const timespec* timeout) {
-  return ::syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -215,7 +211,7 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
   // increment-then-reload below, so a waiter either sees this arrival or is
   // counted here and woken.
   counter(base_, rank_)->store(generation);
-  if (sleepers(base_, rank_)->load() != 0) futex(counter(base_, rank_), FUTEX_WAKE, INT32_MAX, nullptr);
+  if (sleepers(base_, rank_)->load() != 0) futex_wake_all(counter(base_, rank_));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto next_liveness = start + kLivenessPeriod;
@@ -243,12 +239,9 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
       // Sleep until rank q arrives (its store wakes us), the next liveness
       // check or the deadline, whichever is first.
       const auto until = std::min(next_liveness, deadline.end());
-      const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(until - now).count();
-      timespec ts{static_cast<time_t>(ns / 1000000000), static_cast<long>(ns % 1000000000)};
-      auto* word = const_cast<std::atomic<std::uint64_t>*>(c);
       sleepers(base_, q)->fetch_add(1);
       const std::uint64_t seen = c->load();
-      if (seen < generation) futex(word, FUTEX_WAIT, static_cast<std::uint32_t>(seen), &ts);
+      if (seen < generation) futex_wait(c, static_cast<std::uint32_t>(seen), until - now);
       sleepers(base_, q)->fetch_sub(1);
     }
   }
