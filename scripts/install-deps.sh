@@ -6,7 +6,7 @@ set -euo pipefail
 
 packages=(
   # build
-  g++ cmake make ninja-build pkg-config git
+  g++ cmake make ninja-build pkg-config git ccache
   # libtorch, on OpenBLAS (the reference BLAS is 5-20x slower here)
   libtorch-dev libopenblas0-pthread
   # communication
