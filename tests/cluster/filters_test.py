@@ -1,0 +1,110 @@
+#!/usr/bin/env python3
+"""Unit tests of deploy/ansible/filter_plugins/hpctrain.py: the cluster-wide
+decisions of the playbooks (uid choice, /etc/hosts, known_hosts), no hosts."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "deploy", "ansible", "filter_plugins"))
+import hpctrain as f  # noqa: E402
+
+
+def passwd(**users):
+    return {name: ["x", str(uid), str(uid), "", "/home/" + name, "/bin/sh"] for name, uid in users.items()}
+
+
+def group(**groups):
+    return {name: ["x", str(gid), ""] for name, gid in groups.items()}
+
+
+class IdPlan(unittest.TestCase):
+    def test_first_id_free_on_every_host(self):
+        data = {"h1": {"passwd": passwd(root=0, bob=1000), "group": group(root=0, bob=1000)},
+                "h2": {"passwd": passwd(root=0), "group": group(root=0, staff=1001)}}
+        plan = f.id_plan(data, "alice", 0)
+        self.assertEqual(plan["uid"], 1002)
+        self.assertEqual(plan["errors"], {})
+
+    def test_existing_user_keeps_its_uid(self):
+        data = {"h1": {"passwd": passwd(alice=1500), "group": group(alice=1500)},
+                "h2": {"passwd": passwd(), "group": group()}}
+        plan = f.id_plan(data, "alice", 0)
+        self.assertEqual((plan["uid"], plan["errors"]), (1500, {}))
+
+    def test_taken_uid_names_host_id_and_owner(self):
+        data = {"h1": {"passwd": passwd(), "group": group()},
+                "h3": {"passwd": passwd(squatter=2000), "group": group()}}
+        plan = f.id_plan(data, "alice", 2000)
+        self.assertEqual(list(plan["errors"]), ["h3"])
+        msg = plan["errors"]["h3"]
+        for word in ("uid 2000", "h3", "squatter", "fix:", "--uid 1000"):
+            self.assertIn(word, msg)
+
+    def test_taken_gid_is_an_error_too(self):
+        data = {"h1": {"passwd": passwd(), "group": group(docker=2000)}}
+        self.assertIn("gid 2000", f.id_plan(data, "alice", 2000)["errors"]["h1"])
+
+    def test_user_with_another_uid_is_named(self):
+        data = {"h1": {"passwd": passwd(alice=2000), "group": group(alice=2000)},
+                "h2": {"passwd": passwd(alice=2001), "group": group(alice=2001)}}
+        plan = f.id_plan(data, "alice", 2000)
+        self.assertEqual(list(plan["errors"]), ["h2"])
+        self.assertIn("usermod -u 2000 alice", plan["errors"]["h2"])
+        disagree = f.id_plan(data, "alice", 0)
+        self.assertEqual(sorted(disagree["errors"]), ["h1", "h2"])
+        self.assertIn("2000 on h1", disagree["errors"]["h1"])
+
+
+class EtcHosts(unittest.TestCase):
+    BLOCK = ["10.0.0.1 node1", "10.0.0.2 node2"]
+
+    def test_debian_loopback_line_goes_localhost_stays(self):
+        text = "127.0.0.1\tlocalhost\n127.0.1.1\tnode1.example node1\n::1 localhost ip6-localhost\n"
+        out = f.etc_hosts(text, ["node1", "node1.example"], self.BLOCK)
+        self.assertNotIn("127.0.1.1", out)
+        self.assertIn("127.0.0.1\tlocalhost", out)
+        self.assertIn("::1 localhost ip6-localhost", out)
+        self.assertIn(f.HOSTS_BEGIN + "\n10.0.0.1 node1\n10.0.0.2 node2\n" + f.HOSTS_END, out)
+
+    def test_own_name_removed_from_a_shared_loopback_line(self):
+        out = f.etc_hosts("127.0.0.1 localhost node1 other\n", ["node1"], self.BLOCK)
+        self.assertIn("127.0.0.1\tlocalhost other", out)
+
+    def test_idempotent_and_block_replaced(self):
+        once = f.etc_hosts("127.0.0.1 localhost\n", ["node1"], self.BLOCK)
+        self.assertEqual(f.etc_hosts(once, ["node1"], self.BLOCK), once)
+        changed = f.etc_hosts(once, ["node1"], ["10.0.0.9 node9"])
+        self.assertNotIn("node2", changed)
+        self.assertEqual(changed.count(f.HOSTS_BEGIN), 1)
+
+    def test_unknown_host_keeps_its_earlier_line(self):
+        once = f.etc_hosts("", ["node1"], self.BLOCK)
+        again = f.etc_hosts(once, ["node1"], ["10.0.0.1 node1", "10.0.0.2"])
+        self.assertEqual(again, once)
+
+
+class KnownHosts(unittest.TestCase):
+    def test_keys_under_names_and_address_sorted(self):
+        scan = "# 10.0.0.2:22 SSH-2.0\n10.0.0.2 ssh-ed25519 BBB\n10.0.0.1 ssh-ed25519 AAA\n10.0.0.9 ssh-rsa ZZZ\n"
+        hosts = [{"address": "10.0.0.1", "names": ["node1"]}, {"address": "10.0.0.2", "names": []}]
+        self.assertEqual(f.known_hosts(scan, hosts),
+                         ["10.0.0.2 ssh-ed25519 BBB", "node1,10.0.0.1 ssh-ed25519 AAA"])
+
+
+class Entries(unittest.TestCase):
+    def test_names_from_inventory_and_facts(self):
+        hv = {"node1.lan": {"ansible_host": "10.0.0.1", "hpct_name": "node1", "hpct_set_hostname": True},
+              "10.0.0.2": {"ansible_host": "10.0.0.2", "hpct_name": "debian", "hpct_set_hostname": False},
+              "10.0.0.3": {"ansible_host": "10.0.0.3", "hpct_set_hostname": False}}
+        block = f.hosts_block(f.hosts_entries(hv, ["node1.lan", "10.0.0.2", "10.0.0.3"]))
+        self.assertEqual(block, ["10.0.0.1 node1 node1.lan", "10.0.0.2 debian", "10.0.0.3"])
+
+    def test_interface_holding_the_address(self):
+        facts = {"interfaces": ["lo", "eth0", "ens5"], "eth0": {"ipv4": {"address": "192.168.1.5"}},
+                 "ens5": {"ipv4": {"address": "10.0.0.1"}}, "default_ipv4": {"interface": "eth0"}}
+        self.assertEqual(f.cluster_interface(facts, "10.0.0.1"), "ens5")
+        self.assertEqual(f.cluster_interface(facts, "172.16.0.1"), "eth0")
+
+
+if __name__ == "__main__":
+    unittest.main()
