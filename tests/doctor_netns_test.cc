@@ -67,12 +67,17 @@ class DoctorNetns : public ::testing::Test {
     }
     shared_ = "/tmp/hpct-doctor-shared-" + name_;
     fs::create_directories(shared_);
+    // The hosts' real keys, so doctor's ssh checks them (StrictHostKeyChecking=yes).
+    known_ = "/tmp/hpct-doctor-known-" + name_;
+    CmdResult scan = sh("ssh-keyscan -T 5 " + hosts_[0] + " " + hosts_[1] + " " + hosts_[2] + " 2>/dev/null > " + known_);
+    if (scan.exit_code != 0 || fs::file_size(known_) == 0) broken_ = "ssh-keyscan of the hosts failed";
   }
 
   static void TearDownTestSuite() {
     if (up_) sh(script() + " down " + name_ + " 2>&1");
     std::error_code ec;
     if (!shared_.empty()) fs::remove_all(shared_, ec);
+    if (!known_.empty()) fs::remove(known_, ec);
   }
 
   void SetUp() override {
@@ -89,7 +94,8 @@ class DoctorNetns : public ::testing::Test {
                    const std::string& extra = "") const {
     std::string cmd = std::string("timeout 120 ") + HPCT_BINARY + " doctor -H " + host_list() +
                       " --shared-dir " + shared_ + " --ports " + kPorts + " -i " + env_.at("NETNS_KEY") +
-                      " --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null" +
+                      (unchecked_keys_ ? " --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null"
+                                       : " --ssh-option StrictHostKeyChecking=yes --ssh-option UserKnownHostsFile=" + known_) +
                       " --connect-timeout " + connect_timeout + (quick ? " --quick" : "") + (json ? " --json" : "") +
                       " " + extra + (json ? " 2>/dev/null" : " 2>&1");
     return sh(cmd);
@@ -125,15 +131,18 @@ class DoctorNetns : public ::testing::Test {
   static std::map<std::string, std::string> env_;
   static std::vector<std::string> hosts_;
   static std::string shared_;
+  static std::string known_;
   static std::string skip_;
   static std::string broken_;
   static bool up_;
+  bool unchecked_keys_ = false;  // ssh as most test scripts run it: no host key checking
 };
 
 std::string DoctorNetns::name_;
 std::map<std::string, std::string> DoctorNetns::env_;
 std::vector<std::string> DoctorNetns::hosts_;
 std::string DoctorNetns::shared_;
+std::string DoctorNetns::known_;
 std::string DoctorNetns::skip_;
 std::string DoctorNetns::broken_;
 bool DoctorNetns::up_ = false;
@@ -161,6 +170,20 @@ TEST_F(DoctorNetns, HealthyClusterIsReadyInUnderTenSecondsQuick) {
   std::printf("[ measured ] doctor (full) on 3 healthy hosts: %.2f s\n%s", full.seconds, full.out.c_str());
 }
 
+TEST_F(DoctorNetns, HostKeysNotCheckedFailKnownHost) {
+  unchecked_keys_ = true;
+  CmdResult run;
+  nlohmann::json j = doctor_json(&run);
+  EXPECT_EQ(run.exit_code, 1);
+  std::map<std::string, std::string> except;
+  for (const auto& h : hosts_) except[h + "/known-host"] = "fail";
+  expect_cells(j, except);
+  for (const auto& p : problems(j)) {
+    EXPECT_NE(p["detail"].get<std::string>().find("StrictHostKeyChecking=no"), std::string::npos) << p;
+    EXPECT_NE(p["fix"].get<std::string>().find("ssh-keyscan"), std::string::npos) << p;
+  }
+}
+
 TEST_F(DoctorNetns, SshdStoppedOnOneHost) {
   ASSERT_EQ(sh(script() + " sshd-stop " + name_ + " 2 2>&1").exit_code, 0);
   Undo undo{[&] { sh(script() + " sshd-start " + name_ + " 2 2>&1"); }};
@@ -170,7 +193,8 @@ TEST_F(DoctorNetns, SshdStoppedOnOneHost) {
   std::string h2 = hosts_[1];
   // Only the ssh cell fails; what needed h2's probe is skipped, not failed again.
   std::map<std::string, std::string> except = {{h2 + "/ssh", "fail"}};
-  for (const char* c : {"user", "hpctrain", "mpi", "shared-dir", "ports", "clock", "resources", "blas"}) {
+  for (const char* c : {"user", "ids", "hpctrain", "packages", "mpi", "shared-dir", "ports", "clock", "resources",
+                        "blas"}) {
     except[h2 + "/" + c] = "skip";
   }
   expect_cells(j, except);

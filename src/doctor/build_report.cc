@@ -7,8 +7,9 @@
 namespace hpct::doctor {
 
 const std::vector<std::string>& host_check_names() {
-  static const std::vector<std::string> names = {"name",  "ssh",   "user",      "hpctrain", "mpi",
-                                                 "shared-dir", "ports", "clock", "resources", "blas"};
+  static const std::vector<std::string> names = {"name",     "ssh",      "known-host", "user",  "ids",
+                                                 "hpctrain", "packages", "mpi",        "shared-dir", "ports",
+                                                 "clock",    "resources", "blas"};
   return names;
 }
 
@@ -19,8 +20,8 @@ Report build_report(const DoctorInput& in) {
   for (const auto& h : in.hosts) rep.hosts.push_back(h.name);
   rep.columns = host_check_names();
   using Check = std::vector<Row> (*)(const DoctorInput&);
-  for (Check c : {check_name, check_ssh, check_user, check_hpctrain, check_mpi, check_shared_dir,
-                  check_ports, check_clock, check_resources, check_blas}) {
+  for (Check c : {check_name, check_ssh, check_known_host, check_user, check_ids, check_hpctrain, check_packages,
+                  check_mpi, check_shared_dir, check_ports, check_clock, check_resources, check_blas}) {
     for (auto& r : c(in)) rep.rows.push_back(std::move(r));
   }
   for (auto& r : check_perf(in, &rep.matrices)) rep.rows.push_back(std::move(r));
@@ -28,7 +29,9 @@ Report build_report(const DoctorInput& in) {
     if (!h.facts) continue;
     const HostFacts& f = *h.facts;
     std::string line = h.name + ": hpctrain " + f.version + " (" + f.git + ") sha256 " +
-                       f.build_sha256.substr(0, 12) + ", " + mpi_label(f.mpi) + ", BLAS " + f.blas.kind +
+                       f.build_sha256.substr(0, 12) +
+                       (f.packages.count("hpctrain") ? " (package " + f.packages.at("hpctrain") + ")" : "") + ", " +
+                       mpi_label(f.mpi) + ", BLAS " + f.blas.kind +
                        ", " + std::to_string(f.cores) + " cores, " + gib(f.mem_total) + " memory";
     if (h.clock_skew_s) {
       char buf[48];

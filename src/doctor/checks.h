@@ -18,8 +18,11 @@ const std::vector<std::string>& host_check_names();
 
 std::vector<Row> check_name(const DoctorInput& in);        // resolution, the 127.0.1.1 trap
 std::vector<Row> check_ssh(const DoctorInput& in);         // BatchMode login
+std::vector<Row> check_known_host(const DoctorInput& in);  // the head checks its host key
 std::vector<Row> check_user(const DoctorInput& in);        // same user name as here
+std::vector<Row> check_ids(const DoctorInput& in);         // same uid and gid as here
 std::vector<Row> check_hpctrain(const DoctorInput& in);    // same version, build and path
+std::vector<Row> check_packages(const DoctorInput& in);    // same Debian package versions
 std::vector<Row> check_mpi(const DoctorInput& in);         // same MPI implementation and version
 std::vector<Row> check_shared_dir(const DoctorInput& in);  // a token written on one is read on all
 std::vector<Row> check_ports(const DoctorInput& in);       // pairwise TCP on the port range

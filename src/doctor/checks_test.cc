@@ -14,6 +14,9 @@ HostFacts healthy_facts(const std::string& addr) {
   f.exe = "/opt/hpctrain/bin/hpctrain";
   f.build_sha256 = std::string(64, 'a');
   f.user = "alice";
+  f.uid = 2000;
+  f.gid = 2000;
+  f.packages = {{"hpctrain", "0.1.0-1"}, {"libtorch1.13", "1.13.1+dfsg-4"}};
   f.hostname = "node";
   f.hostname_addrs = {addr};
   f.listed_addrs = {addr};
@@ -34,7 +37,7 @@ HostFacts healthy_facts(const std::string& addr) {
 // Three healthy hosts h1..h3 that see each other's tokens and ports.
 DoctorInput healthy(int n = 3) {
   DoctorInput in;
-  in.head = {"0.1.0", "abc123", "/opt/hpctrain/bin/hpctrain", std::string(64, 'a'), "alice"};
+  in.head = {"0.1.0", "abc123", "/opt/hpctrain/bin/hpctrain", std::string(64, 'a'), "alice", 2000, 2000};
   in.shared_dir = "/shared";
   in.ports_text = "29500-29501";
   for (int i = 0; i < n; ++i) {
@@ -44,6 +47,7 @@ DoctorInput healthy(int n = 3) {
     h.head_addrs = {addr};
     h.session_ok = true;
     h.facts = healthy_facts(addr);
+    h.known = {true, "true", {"/etc/ssh/ssh_known_hosts"}, h.name, "/etc/ssh/ssh_known_hosts", ""};
     h.clock_skew_s = 0.001;
     h.clock_error_s = 0.0005;
     h.pairs_reported = true;
@@ -80,9 +84,9 @@ TEST(DoctorChecks, HealthyClusterIsReadyWithEveryCellOk) {
     EXPECT_EQ(r.status, Status::kOk) << r.check << " " << r.detail;
     EXPECT_TRUE(r.fix.empty());
   }
-  // 9 per-host checks x 3 hosts + 6 ordered pairs (ports has only pair rows
+  // 12 per-host checks x 3 hosts + 6 ordered pairs (ports has only pair rows
   // unless a host cannot listen).
-  EXPECT_EQ(rep.rows.size(), 33u);
+  EXPECT_EQ(rep.rows.size(), 42u);
 }
 
 TEST(DoctorChecks, HostnameOnLoopbackIsTheTrapWithTheHostsLineToChange) {
@@ -297,6 +301,58 @@ TEST(DoctorChecks, PerfRowsAndMatricesOnlyInFullMode) {
   EXPECT_DOUBLE_EQ(m[1].values[0][1], 18.5);
   EXPECT_LT(m[1].values[1][0], 0);
   EXPECT_EQ(rows[1].status, Status::kWarn);
+}
+
+TEST(DoctorChecks, HostKeysNotCheckedOrNotListedFail) {
+  DoctorInput in = healthy();
+  in.hosts[0].known.strict = "false";
+  in.hosts[1].known.found_in.clear();
+  in.hosts[2].facts.reset();
+  in.hosts[2].exit_code = 255;
+  in.hosts[2].stderr_text = "Host key verification failed.";
+  Report rep = build_report(in);
+  const Row* off = find(rep.rows, "known-host", {"h1"});
+  EXPECT_EQ(off->status, Status::kFail);
+  EXPECT_NE(off->detail.find("StrictHostKeyChecking=no"), std::string::npos) << off->detail;
+  EXPECT_NE(off->fix.find("ssh-keyscan h1"), std::string::npos) << off->fix;
+  const Row* missing = find(rep.rows, "known-host", {"h2"});
+  EXPECT_EQ(missing->status, Status::kFail);
+  EXPECT_NE(missing->detail.find("no known_hosts entry for h2 in /etc/ssh/ssh_known_hosts"), std::string::npos);
+  EXPECT_EQ(find(rep.rows, "known-host", {"h3"})->status, Status::kFail);
+  // Probed on this host: no ssh, nothing to know.
+  DoctorInput local = healthy(1);
+  local.hosts[0].local = true;
+  local.hosts[0].known = {};
+  EXPECT_EQ(find(build_report(local).rows, "known-host", {"h1"})->status, Status::kOk);
+}
+
+TEST(DoctorChecks, UidOrGidDifferingFromHereIsNamed) {
+  DoctorInput in = healthy();
+  in.hosts[2].facts->uid = 2001;
+  Report rep = build_report(in);
+  auto bad = failing(rep);
+  ASSERT_EQ(bad.size(), 1u);
+  EXPECT_EQ(bad[0]->check, "ids");
+  EXPECT_EQ(bad[0]->hosts[0], "h3");
+  EXPECT_NE(bad[0]->detail.find("alice is uid 2001 gid 2000 on h3, uid 2000 gid 2000 here"), std::string::npos)
+      << bad[0]->detail;
+  EXPECT_NE(bad[0]->fix.find("usermod -u 2000 alice"), std::string::npos) << bad[0]->fix;
+}
+
+TEST(DoctorChecks, PackageVersionsDifferingOrMissingOnTheOddHost) {
+  DoctorInput in = healthy();
+  in.hosts[1].facts->packages["hpctrain"] = "0.1.0-0";
+  in.hosts[2].facts->packages.erase("libtorch1.13");
+  Report rep = build_report(in);
+  EXPECT_EQ(find(rep.rows, "packages", {"h1"})->status, Status::kOk);
+  const Row* old = find(rep.rows, "packages", {"h2"});
+  EXPECT_EQ(old->status, Status::kFail);
+  EXPECT_NE(old->detail.find("hpctrain 0.1.0-0 (0.1.0-1 on h1, h3)"), std::string::npos) << old->detail;
+  EXPECT_NE(old->fix.find("apt-get install hpctrain=0.1.0-1"), std::string::npos) << old->fix;
+  const Row* none = find(rep.rows, "packages", {"h3"});
+  EXPECT_EQ(none->status, Status::kFail);
+  EXPECT_NE(none->detail.find("libtorch1.13 not installed (1.13.1+dfsg-4 on h1, h2)"), std::string::npos)
+      << none->detail;
 }
 
 }  // namespace

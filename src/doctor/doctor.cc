@@ -13,6 +13,7 @@
 #include "core/error.h"
 #include "core/subprocess.h"
 #include "doctor/checks.h"
+#include "doctor/known_host.h"
 #include "doctor/net.h"
 #include "doctor/probe_session.h"
 #include "launch/spawner.h"
@@ -148,6 +149,14 @@ Report run_doctor(const DoctorOptions& o) {
     owned.push_back(std::make_unique<ProbeSession>(argv));
     sessions.push_back(owned.back().get());
   }
+  // While the probes start: how ssh here checks each host's key.
+  for (auto& h : in.hosts) {
+    if (h.local) continue;
+    std::vector<std::string> prefix = {o.ssh.ssh};
+    for (const auto& opt : spawner.ssh_options()) prefix.push_back(opt);
+    h.known = look_up_known_host(prefix, h.name);
+  }
+
   // Takes the JSON lines of a phase; true once every live session answered.
   auto collect = [&](const char* phase, std::vector<bool>& answered_ref,
                      const std::function<void(size_t, const nlohmann::json&)>& take) {

@@ -19,6 +19,9 @@ nlohmann::json to_json(const HostFacts& f) {
           {"exe", f.exe},
           {"build_sha256", f.build_sha256},
           {"user", f.user},
+          {"uid", f.uid},
+          {"gid", f.gid},
+          {"packages", f.packages},
           {"hostname", f.hostname},
           {"hostname_addrs", f.hostname_addrs},
           {"listed_addrs", f.listed_addrs},
@@ -54,6 +57,9 @@ HostFacts host_facts_from_json(const nlohmann::json& j) {
     take(j, "exe", f.exe);
     take(j, "build_sha256", f.build_sha256);
     take(j, "user", f.user);
+    take(j, "uid", f.uid);
+    take(j, "gid", f.gid);
+    take(j, "packages", f.packages);
     take(j, "hostname", f.hostname);
     take(j, "hostname_addrs", f.hostname_addrs);
     take(j, "listed_addrs", f.listed_addrs);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -35,6 +36,8 @@ struct HostFacts {
   std::string exe;           // /proc/self/exe
   std::string build_sha256;  // of /proc/self/exe and hpctrain-torch beside it (build_sha256())
   std::string user;          // effective user name
+  int uid = -1, gid = -1;    // its ids (-1: an older probe did not say)
+  std::map<std::string, std::string> packages;  // tracked Debian packages -> version (packages.h)
   std::string hostname;      // gethostname()
   std::vector<std::string> hostname_addrs;  // what hostname resolves to there
   std::vector<std::string> listed_addrs;    // what the name in the hostfile resolves to there
@@ -68,6 +71,17 @@ struct ConnectResult {
   std::string error;     // "Connection refused", "timed out after 2 s"
 };
 
+// How ssh on the head checks a host's key: what `ssh -G` says it will do
+// with the options doctor uses, and which known_hosts file lists the host.
+struct KnownHost {
+  bool checked = false;          // looked up (remote hosts only)
+  std::string strict;            // StrictHostKeyChecking as ssh -G prints it: true, false, ask, accept-new
+  std::vector<std::string> files;  // the known_hosts files ssh reads, ~ expanded
+  std::string lookup;            // the name looked up: host, or [host]:port
+  std::string found_in;          // the file that lists it; empty: none
+  std::string error;             // why it could not be looked up
+};
+
 // Latency and bandwidth of one ordered pair (full mode).
 struct PairPerf {
   int from = 0, to = 0;
@@ -93,12 +107,14 @@ struct HostOutcome {
   std::vector<int> tokens_seen;        // indexes of hosts whose token this host read
   std::vector<int> tokens_missing;     // indexes it looked for and did not find
   std::string token_detail;            // "token of h2 not found" etc.
+  KnownHost known;                     // the head's view of its host key
   bool pairs_reported = false;         // answered the connect phase
 };
 
 // What the head compares every host against: itself.
 struct HeadFacts {
   std::string version, git, exe, build_sha256, user;
+  int uid = -1, gid = -1;
 };
 
 struct DoctorInput {

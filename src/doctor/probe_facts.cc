@@ -23,6 +23,8 @@
 #include "core/error.h"
 #include "core/subprocess.h"
 #include "doctor/blas.h"
+#include "doctor/capture.h"
+#include "doctor/packages.h"
 #include "doctor/mpi_version.h"
 #include "doctor/net.h"
 #include "doctor/probe.h"
@@ -86,46 +88,6 @@ void read_meminfo(std::uint64_t* total, std::uint64_t* available) {
   }
 }
 
-// argv's stdout and stderr, bounded by timeout; *ok false when it could not
-// run or did not finish.
-std::string capture(const std::vector<std::string>& argv, Millis timeout, bool* ok) {
-  *ok = false;
-  launch::ChildOptions o;
-  o.argv = argv;
-  o.pipe_stdin = false;
-  launch::Child c;
-  try {
-    c = launch::start_child(o);
-  } catch (const Error&) {
-    return "";
-  }
-  std::string out;
-  bool out_open = true, err_open = true, ended = false;
-  int status = 0;
-  Deadline deadline(timeout);
-  while ((out_open || err_open || !ended) && !deadline.expired()) {
-    pollfd fds[2] = {{out_open ? c.stdout_fd.get() : -1, POLLIN, 0},
-                     {err_open ? c.stderr_fd.get() : -1, POLLIN, 0}};
-    ::poll(fds, 2, 20);
-    char buf[4096];
-    for (int k = 0; k < 2; ++k) {
-      bool& open = k == 0 ? out_open : err_open;
-      if (!open) continue;
-      ssize_t n = ::read(k == 0 ? c.stdout_fd.get() : c.stderr_fd.get(), buf, sizeof buf);
-      if (n == 0) open = false;
-      if (n > 0 && out.size() < 65536) out.append(buf, static_cast<size_t>(n));
-    }
-    if (!ended) ended = launch::reap(c.pid, &status);
-  }
-  if (!ended) {
-    ::kill(-c.pid, SIGKILL);
-    for (int i = 0; i < 1000 && !launch::reap(c.pid, &status); ++i) ::usleep(1000);
-    return out;
-  }
-  *ok = true;
-  return out;
-}
-
 // mpirun as this host's PATH finds it: where, which implementation, which version.
 MpiFacts find_mpi(const Env& env) {
   MpiFacts m;
@@ -146,9 +108,9 @@ MpiFacts find_mpi(const Env& env) {
   }
   char buf[PATH_MAX];
   m.resolved = ::realpath(m.path.c_str(), buf) ? buf : m.path;
-  bool ok = false;
-  std::string out = capture({m.path, "--version"}, Millis(3000), &ok);
-  if (!ok) {
+  Captured c = capture_command({m.path, "--version"}, Millis(3000));
+  const std::string& out = c.out;
+  if (!c.finished) {
     m.error = m.path + " --version did not answer within 3 s";
     return m;
   }
@@ -237,6 +199,8 @@ HeadFacts local_head_facts(const std::string& version, const std::string& git) {
   h.exe = self_executable();
   h.build_sha256 = build_sha256(h.exe);
   h.user = user_name();
+  h.uid = static_cast<int>(::geteuid());
+  h.gid = static_cast<int>(::getegid());
   return h;
 }
 
@@ -248,6 +212,9 @@ HostFacts collect_host_facts(const ProbeOptions& o) {
   f.exe = self_executable();
   f.build_sha256 = build_sha256(f.exe);
   f.user = user_name();
+  f.uid = static_cast<int>(::geteuid());
+  f.gid = static_cast<int>(::getegid());
+  f.packages = installed_packages();
   f.hostname = host_name();
   std::string ignored;
   if (!f.hostname.empty()) f.hostname_addrs = resolve_ipv4(f.hostname, &ignored);

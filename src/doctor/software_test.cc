@@ -1,7 +1,11 @@
 // mpirun banners and BLAS paths as real installations print and name them.
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "doctor/blas.h"
+#include "doctor/known_host.h"
+#include "doctor/packages.h"
 #include "doctor/mpi_version.h"
 
 namespace hpct::doctor {
@@ -39,6 +43,35 @@ TEST(DoctorSoftware, ClassifiesBlasPaths) {
   EXPECT_EQ(classify_blas("").kind, "none");
   // This machine has some answer, whatever it is.
   EXPECT_FALSE(find_blas().kind.empty());
+}
+
+TEST(DoctorSoftware, TrackedPackagesFromDpkgStatus) {
+  const std::string status =
+      "Package: libtorch1.13\nStatus: install ok installed\nArchitecture: amd64\nVersion: 1.13.1+dfsg-4\n"
+      "Description: runtime\n continued line: not a field\n\n"
+      "Package: libtorch-dev\nStatus: install ok installed\nVersion: 1.13.1+dfsg-4\n\n"
+      "Package: openmpi-bin\nStatus: deinstall ok config-files\nVersion: 4.1.4-3\n\n"
+      "Package: hpctrain\nStatus: install ok installed\nVersion: 0.1.0-1\n";
+  auto p = parse_dpkg_status(status);
+  std::map<std::string, std::string> want = {{"hpctrain", "0.1.0-1"}, {"libtorch1.13", "1.13.1+dfsg-4"}};
+  EXPECT_EQ(p, want);
+  EXPECT_TRUE(tracked_package("libopenblas0-pthread"));
+  EXPECT_FALSE(tracked_package("libtorch-test"));
+}
+
+TEST(DoctorSoftware, SshDumpGivesStrictnessFilesAndTheNameLookedUp) {
+  auto k = parse_ssh_dump(
+      "user alice\nhostname 10.0.0.2\nport 22\nstricthostkeychecking false\n"
+      "userknownhostsfile ~/.ssh/known_hosts ~/.ssh/known_hosts2\n"
+      "globalknownhostsfile /etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2\n",
+      "/home/alice");
+  EXPECT_EQ(k.strict, "false");
+  EXPECT_EQ(k.lookup, "10.0.0.2");
+  ASSERT_EQ(k.files.size(), 4u);
+  EXPECT_EQ(k.files[0], "/home/alice/.ssh/known_hosts");
+  EXPECT_EQ(k.files[2], "/etc/ssh/ssh_known_hosts");
+  EXPECT_EQ(parse_ssh_dump("hostname node1\nport 2222\n", "/root").lookup, "[node1]:2222");
+  EXPECT_EQ(parse_ssh_dump("hostname node1\nhostkeyalias n1\n", "/root").lookup, "n1");
 }
 
 }  // namespace

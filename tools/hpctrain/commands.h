@@ -51,6 +51,7 @@ void add_launch_command(CLI::App& app, Cli& cli);      // and the hidden launch-
 void add_doctor_command(CLI::App& app, Cli& cli);      // and the hidden doctor --probe
 void add_rank_check_command(CLI::App& app, Cli& cli);  // hidden test program
 void add_train_command(CLI::App& app, Cli& cli);
+void add_cluster_command(CLI::App& app, Cli& cli);    // setup, status
 // -np -> --np before parsing (CLI11 takes one letter after a single dash).
 void rewrite_single_dash_options(int argc, char** argv);
 

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   add_data_command(app, state);
   add_launch_command(app, state);
   add_doctor_command(app, state);
+  add_cluster_command(app, state);
   add_rank_check_command(app, state);
   add_forwarded_command(app, state, "train",
                         "Train a model on WebDataset shards across the job's ranks",

@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# hpctrain cluster setup on 3 bare hosts (scripts/netns-cluster.sh --bare:
+# each its own Debian root, sshd and root's key only, no mirror), brought up
+# once and walked through the issue's acceptance points in sequence:
+#   1  setup --user alice --shared-dir /shared --packages bundle:DIR ends with
+#      doctor passing every check; as alice on the first host, launch runs
+#      rank-check on 3 hosts and a 3-rank train of the cnn on shards in /shared
+#   2  a second run changes nothing
+#   5  --dry-run shows the drift (a 127.0.1.1 line put back on one host) and
+#      changes nothing (checksums of the managed files on every host)
+#   4  faults in one run: an unreachable host and a uid taken on another are
+#      each named with a fix, bounded in time; the 127.0.1.1 line is fixed,
+#      not failed; the other hosts finish
+# Wall times are printed as "[ measured ]" lines.
+#
+#   tests/cluster/setup_test.sh BUILD_DIR
+# Exit 0 pass, 1 fail, 77 skip (no namespaces, no Ansible).
+set -uo pipefail
+
+build=$(cd "${1:?usage: setup_test.sh BUILD_DIR}" && pwd)
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+hpctrain="$build/tools/hpctrain/hpctrain"
+netns="$src/scripts/netns-cluster.sh"
+name="cs$(printf '%06d' $(( $$ % 1000000 )))"
+work=$(mktemp -d /tmp/hpct-cluster-setup.XXXXXX)
+state="$work/hosts.cluster"
+failures=0
+
+cleanup() {
+  "$netns" down "$name" >/dev/null 2>&1 || true
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+die() { echo "FAIL: $*"; exit 1; }
+now() { date +%s.%N; }
+secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
+on() { local i=$1; shift; timeout 30 "$netns" exec "$name" "$i" "$@"; }  # run on bare host i, as root
+# Checksums of what setup manages, on host i.
+managed_sums() {
+  # shellcheck disable=SC2016
+  on "$1" sh -c 'for f in /etc/hosts /etc/hostname /etc/passwd /etc/group /etc/fstab /etc/ssh/ssh_known_hosts \
+    /etc/profile.d/hpctrain.sh /etc/hpctrain/hosts /etc/apt/sources.list.d/hpctrain-bundle.list \
+    /home/alice/.ssh/authorized_keys /home/alice/.ssh/id_ed25519 /var/lib/dpkg/status; do
+    [ -e "$f" ] && md5sum "$f" || echo "absent $f"; done'
+}
+
+command -v ansible-playbook >/dev/null || { echo "SKIP: no ansible-playbook (apt-get install ansible-core)"; exit 77; }
+[[ -x "$hpctrain" ]] || die "$hpctrain is missing: build first"
+
+# --- the package and a bundle of what bare hosts lack (no mirror reaches them) ---
+t0=$(now)
+cmake --build "$build" --target hpctrain-deb > "$work/deb.log" 2>&1 || { tail -20 "$work/deb.log"; die "make package failed"; }
+deb=$(find "$build" -maxdepth 1 -name 'hpctrain_*_amd64.deb' -printf '%T@ %p\n' | sort -rn | head -n 1 | cut -d' ' -f2-)
+[[ -f "$deb" ]] || die "no $build/hpctrain_*_amd64.deb after the package target"
+"$src/scripts/package-bundle.sh" "$work/bundle" --deb "$deb" sshfs > "$work/bundle.log" 2>&1 ||
+  { cat "$work/bundle.log"; die "package-bundle.sh failed"; }
+echo "[ measured ] package + bundle: $(secs "$t0" "$(now)") s ($(tail -n 1 "$work/bundle.log"))"
+
+# --- three bare hosts ---
+t0=$(now)
+up=$("$netns" up 3 "$name" --bare 2>&1) || { echo "$up"; die "netns-cluster.sh up 3 $name --bare failed"; }
+eval "$(grep -E '^NETNS_[A-Z_]+=' <<< "$up")"
+if [[ -n "${NETNS_SKIP:-}" ]]; then echo "SKIP: $NETNS_SKIP"; exit 77; fi
+read -r h1 h2 h3 <<< "$NETNS_HOSTS"
+echo "[ measured ] 3 bare hosts up: $(secs "$t0" "$(now)") s"
+printf '%s slots=1\n' "$h1" "$h2" "$h3" > "$work/hosts"
+on 2 grep -q '^127.0.1.1' /etc/hosts || die "bare host 2 has no 127.0.1.1 line to fix (netns-cluster.sh changed?)"
+setup() {
+  timeout 900 "$hpctrain" cluster setup --hostfile "$1" -i "$NETNS_KEY" --user alice --shared-dir /shared \
+    --packages "bundle:$work/bundle" "${@:2}"
+}
+changed_steps() { python3 -c 'import json,sys; print(sum(h.get("changed", 0) for h in json.load(open(sys.argv[1]))["hosts"].values()))' "$state/last-run.json"; }
+
+# --- 1: setup from bare hosts, doctor passes ---
+t0=$(now)
+setup "$work/hosts" > "$work/setup1.log" 2>&1
+rc=$?
+took=$(secs "$t0" "$(now)")
+echo "[ measured ] cluster setup of 3 bare hosts (bundle copied, packages installed): $took s, exit $rc"
+if [[ $rc -ne 0 ]]; then cat "$work/setup1.log"; die "setup exited $rc"; fi
+grep -q "READY: 3 host(s), 0 failure(s)" "$work/setup1.log" || { cat "$work/setup1.log"; fail "doctor did not report READY"; }
+uids=""
+for i in 1 2 3; do
+  on "$i" grep -q '^127\.0\.1\.1' /etc/hosts && fail "host $i still has a 127.0.1.1 line"
+  uids="$uids $(on "$i" id -u alice):$(on "$i" id -g alice)"
+  on "$i" test -f /etc/profile.d/hpctrain.sh || fail "host $i has no /etc/profile.d/hpctrain.sh"
+done
+[[ $(tr ' ' '\n' <<< "$uids" | sort -u | grep -c .) -eq 1 ]] || fail "alice's ids differ between hosts:$uids"
+on 3 grep -q "HPCT_NETWORK_INTERFACE=eth0" /etc/profile.d/hpctrain.sh || fail "profile on host 3 names no interface"
+ls "$state"/known_hosts "$state"/id_ed25519 > /dev/null || fail "no cluster key or known_hosts in $state"
+
+as_alice() { timeout 180 ssh -F "$state/ssh_config" "$h1" "$@"; }
+t0=$(now)
+out=$(as_alice hpctrain launch --hostfile /etc/hpctrain/hosts -np 3 -- hpctrain rank-check 2>&1)
+rc=$?
+echo "[ measured ] launch rank-check on 3 hosts as alice: $(secs "$t0" "$(now)") s, exit $rc"
+[[ $rc -eq 0 ]] || { echo "$out"; fail "launch rank-check as alice exited $rc"; }
+
+# Shards packed here, copied into /shared through host 1 (sshfs makes them visible on all).
+"$hpctrain" data pack --from fashion-mnist --split test --max-count 2500 -o "$work/shards/test-%06d.tar" --quiet \
+  > "$work/pack.log" 2>&1 || { cat "$work/pack.log"; die "data pack failed"; }
+tar -C "$work/shards" -cf - . | as_alice "mkdir -p /shared/shards && tar -C /shared/shards -xf -" ||
+  fail "copying the shards into /shared failed"
+t0=$(now)
+out=$(as_alice "hpctrain launch --hostfile /etc/hpctrain/hosts -np 3 --env OMP_NUM_THREADS=1 \
+  --env OPENBLAS_NUM_THREADS=1 -- hpctrain train --model cnn --data '/shared/shards/test-{000000..000003}.tar' \
+  --batch 32 --max-steps 50 --threads 1 --log-every 25" 2>&1)
+rc=$?
+echo "[ measured ] 3-rank train of the cnn, 50 steps, shards in /shared: $(secs "$t0" "$(now)") s, exit $rc"
+[[ $rc -eq 0 ]] || { echo "$out" | tail -20; fail "train on 3 hosts exited $rc"; }
+summary=$(grep '"type":"summary"' <<< "$out" | tail -n 1)
+if ! grep -q '"np":3' <<< "$summary" || ! grep -q '"steps":50' <<< "$summary"; then
+  echo "$out" | tail -10; fail "train's summary is not 50 steps on 3 ranks"
+fi
+
+# --- 2: a second run changes nothing ---
+t0=$(now)
+setup "$work/hosts" > "$work/setup2.log" 2>&1
+rc=$?
+took=$(secs "$t0" "$(now)")
+echo "[ measured ] second setup run (nothing to change, doctor included): $took s, exit $rc"
+[[ $rc -eq 0 ]] || { cat "$work/setup2.log"; fail "the second run exited $rc"; }
+n=$(changed_steps)
+[[ "$n" == 0 ]] || { grep -E "changed|would change" "$work/setup2.log"; fail "the second run changed $n step(s)"; }
+
+# --- 5: a dry run shows the drift and changes nothing ---
+on 2 sh -c 'printf "127.0.1.1\th2\n" >> /etc/hosts'
+for i in 1 2 3; do managed_sums "$i" > "$work/sums-before-$i"; done
+t0=$(now)
+setup "$work/hosts" --dry-run > "$work/dry.log" 2>&1
+rc=$?
+echo "[ measured ] dry run: $(secs "$t0" "$(now)") s, exit $rc"
+[[ $rc -eq 0 ]] || { cat "$work/dry.log"; fail "the dry run exited $rc"; }
+grep -qE "^ *[0-9.]+s +$h2 +would change +hosts:" "$work/dry.log" || { cat "$work/dry.log"; fail "the dry run does not show host 2's /etc/hosts change"; }
+grep -q -- "-127.0.1.1" "$work/dry.log" || fail "the dry run shows no diff removing the 127.0.1.1 line"
+for i in 1 2 3; do
+  managed_sums "$i" > "$work/sums-after-$i"
+  cmp -s "$work/sums-before-$i" "$work/sums-after-$i" || { diff "$work/sums-before-$i" "$work/sums-after-$i"; fail "the dry run changed host $i"; }
+done
+
+# --- 4: faults, in one run ---
+# Host 3: alice moves to 1999 and 'squatter' takes the id alice has everywhere else.
+uid=$(on 1 id -u alice)
+on 3 sh -c "usermod -u 1999 alice && groupmod -g 1999 alice && useradd -u $uid -U squatter" || fail "cannot stage the uid fault"
+dead="${NETNS_SUBNET%.0/24}.9"
+{ cat "$work/hosts"; echo "$dead slots=1"; } > "$work/hosts4"
+t0=$(now)
+setup "$work/hosts4" --uid "$uid" --state-dir "$state" > "$work/faults.log" 2>&1
+rc=$?
+took=$(secs "$t0" "$(now)")
+echo "[ measured ] run with faults (unreachable host, uid taken): $took s, exit $rc"
+[[ $rc -eq 1 ]] || fail "the run with faults exited $rc, not 1"
+grep -q "$dead: unreachable in step preflight" "$work/faults.log" || fail "the unreachable host is not named"
+grep -q "fix: check that $dead is up and TCP port 22 is open" "$work/faults.log" || fail "no fix line for the unreachable host"
+grep -q "uid $uid is taken on $h3 by user squatter" "$work/faults.log" || fail "the taken uid is not named with host and owner"
+grep -q "fix: give the training user another id with --uid" "$work/faults.log" || fail "no fix line for the taken uid"
+grep -q "configured: $h1, $h2" "$work/faults.log" || fail "the summary does not say h1 and h2 finished"
+on 2 grep -q '^127\.0\.1\.1' /etc/hosts && fail "the 127.0.1.1 line on host 2 was not fixed"
+grep -qE "^ *[0-9.]+s +$h2 +changed +hosts:" "$work/faults.log" || fail "fixing host 2's /etc/hosts is not reported as a change"
+awk -v t="$took" 'BEGIN { exit !(t < 300) }' || fail "the run with faults took $took s (bound: 300 s)"
+if [[ $failures -ne 0 ]]; then
+  echo "--- faults.log"; cat "$work/faults.log"
+fi
+
+echo "--- first setup's output"; cat "$work/setup1.log"
+if [[ $failures -ne 0 ]]; then echo "$failures check(s) failed"; exit 1; fi
+echo "PASS"
