@@ -17,6 +17,10 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # multi-host tests: sshd in network namespaces, a real Slurm
   openssh-server openssh-client iproute2 iptables slurm-wlm
+  # bare test hosts (netns-cluster.sh --bare), the .deb and its bundle, the apt proxy
+  debootstrap dpkg-dev apt-utils apt-cacher-ng
+  # hpctrain cluster setup: the playbooks' engine and linter, sshfs for the shared directory
+  ansible-core ansible-lint sshfs
   # real data
   dataset-fashion-mnist
   # the peer baseline (PyTorch DDP) for benchmarks only
