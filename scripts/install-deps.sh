@@ -17,6 +17,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # multi-host tests: sshd in network namespaces, a real Slurm
   openssh-server openssh-client iproute2 iptables slurm-wlm
+  # bare test hosts (netns-cluster.sh --bare), the .deb and its bundle, the apt proxy
+  debootstrap dpkg-dev apt-utils apt-cacher-ng
   # real data
   dataset-fashion-mnist
   # the peer baseline (PyTorch DDP) for benchmarks only
