@@ -4,7 +4,7 @@
 
 #include "core/error.h"
 #include "core/fd.h"
-#include "data/socket.h"
+#include "store/socket.h"
 #include "store/auth.h"
 
 namespace hpct::data {
@@ -31,7 +31,7 @@ DataClient::~DataClient() = default;
 void DataClient::open_stream() {
   conn_.reset();
   const auto until = SteadyClock::now() + options_.connect_timeout;
-  UniqueFd fd = connect_tcp(options_.host, options_.port, until);
+  UniqueFd fd = store::connect_tcp(options_.host, options_.port, until, endpoint_);
   const auth::Mac key = auth::client_handshake(fd.get(), options_.secret, until, endpoint_);
   auto conn = std::make_unique<Connection>(std::move(fd), key, options_.max_frame_bytes, endpoint_);
   wire::Open req = options_.request;

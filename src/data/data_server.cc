@@ -16,7 +16,7 @@
 #include "data/data_wire.h"
 #include "data/sampler.h"
 #include "data/shard_index.h"
-#include "data/socket.h"
+#include "store/socket.h"
 #include "store/auth.h"
 
 namespace hpct::data {
@@ -52,7 +52,7 @@ DataServer::DataServer(DataServerOptions options) : state_(std::make_unique<Stat
   if (s.options.secret.empty()) throw_invalid_argument("data server: the job secret is empty");
   if (s.options.chunk_samples < 1) throw_invalid_argument("data server: chunk_samples is 0");
   s.index = ShardIndex::build(s.options.shards, s.options.fs, s.options.on_error, s.options.logger);
-  s.listen_fd = listen_tcp(s.options.bind_address, s.options.port, &s.port);
+  s.listen_fd = store::listen_tcp(s.options.bind_address, s.options.port, &s.port, "data server");
   s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s.wake_fd.valid()) throw_io("data server: eventfd", errno);
   s.acceptor = std::thread([&s] { s.accept_loop(); });
@@ -120,7 +120,7 @@ void DataServer::State::accept_loop() {
       }
       continue;
     }
-    const std::string peer = "data client " + peer_address(fd.get());
+    const std::string peer = "data client " + store::peer_address(fd.get());
     std::lock_guard<std::mutex> lock(conn_mu);
     if (active >= options.max_connections) {
       options.logger.warn("data", "refused " + peer + ": max_connections reached");

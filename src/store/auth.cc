@@ -137,6 +137,10 @@ void wait_readable(int fd, SteadyClock::time_point until, int wake_fd, const std
   wait_ready(fd, POLLIN, until, wake_fd, what, "waiting for a message from");
 }
 
+void wait_writable(int fd, SteadyClock::time_point until, int wake_fd, const std::string& what) {
+  wait_ready(fd, POLLOUT, until, wake_fd, what, "writing to");
+}
+
 Mac client_handshake(int fd, std::string_view secret, SteadyClock::time_point until,
                      const std::string& what) {
   const std::string cn = random_nonce();

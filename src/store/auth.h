@@ -67,6 +67,8 @@ void write_all(int fd, const char* buf, size_t n, SteadyClock::time_point until,
 // Waits until fd is readable; same errors as read_exact, except that a
 // closed peer also counts as readable.
 void wait_readable(int fd, SteadyClock::time_point until, int wake_fd, const std::string& what);
+// Waits until fd takes more bytes; same errors as write_all.
+void wait_writable(int fd, SteadyClock::time_point until, int wake_fd, const std::string& what);
 
 // Client side of the handshake; returns the session key. Auth ("the job
 // secret does not match: ...") when either side's proof fails, Mismatch when

@@ -21,6 +21,7 @@
 #include "core/error.h"
 #include "core/fd.h"
 #include "store/auth.h"
+#include "store/socket.h"
 
 namespace hpct::store {
 
@@ -112,48 +113,6 @@ constexpr Millis kWaitSlice(100);  // how often a blocked wait checks for stop a
 
 Millis clamp_wait(Millis t) { return std::clamp(t, Millis(0), kMaxWait); }
 
-std::string address_of(const sockaddr* sa) {
-  char host[INET6_ADDRSTRLEN] = "?";
-  int port = 0;
-  if (sa->sa_family == AF_INET) {
-    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    port = ntohs(in->sin_port);
-    return std::string(host) + ":" + std::to_string(port);
-  }
-  if (sa->sa_family == AF_INET6) {
-    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-    port = ntohs(in6->sin6_port);
-    return "[" + std::string(host) + "]:" + std::to_string(port);
-  }
-  return "?";
-}
-
-void set_nodelay(int fd) {
-  int one = 1;
-  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-struct AddrInfoDeleter {
-  void operator()(addrinfo* ai) const { ::freeaddrinfo(ai); }
-};
-using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
-
-// Numeric or named host; the error says which host:port failed and why.
-AddrInfoPtr resolve(const std::string& host, int port, bool passive, ErrorCode code) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = passive ? AI_PASSIVE : 0;
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
-  if (rc != 0)
-    throw Error(code,
-                "cannot resolve " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(rc));
-  return AddrInfoPtr(res);
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------- server
@@ -207,34 +166,8 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options)
     throw_invalid_argument("TCP store server on " + where + ": the job secret is empty");
   if (o.max_connections == 0)
     throw_invalid_argument("TCP store server on " + where + ": max_connections is 0");
-  if (o.bind_address.empty()) throw_invalid_argument("TCP store server: no bind address given");
 
-  AddrInfoPtr addrs = resolve(o.bind_address, o.port, true, ErrorCode::kInvalidArgument);
-  int last_errno = 0;
-  for (addrinfo* ai = addrs.get(); ai; ai = ai->ai_next) {
-    UniqueFd fd(
-        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd.valid()) {
-      last_errno = errno;
-      continue;
-    }
-    int one = 1;
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    if (::bind(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0 || ::listen(fd.get(), 128) != 0) {
-      last_errno = errno;
-      continue;
-    }
-    s.listen_fd = std::move(fd);
-    break;
-  }
-  if (!s.listen_fd.valid()) throw_io("TCP store server: bind " + where, last_errno);
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  if (::getsockname(s.listen_fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-    throw_io("TCP store server: getsockname " + where, errno);
-  }
-  s.port = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
-                                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  s.listen_fd = listen_tcp(o.bind_address, o.port, &s.port, "TCP store server");
   s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s.wake_fd.valid()) throw_io("TCP store server: eventfd", errno);
   s.acceptor = std::thread([&s] { s.accept_loop(); });
@@ -549,39 +482,9 @@ TcpStore::~TcpStore() = default;
 
 std::unique_ptr<TcpStore::Connection> TcpStore::connect_once(SteadyClock::time_point until) {
   const std::string what = "the store at " + endpoint_;
-  AddrInfoPtr addrs = resolve(options_.host, options_.port, false, ErrorCode::kPeerFailure);
-  std::string last_error = "no address";
-  for (addrinfo* ai = addrs.get(); ai; ai = ai->ai_next) {
-    UniqueFd fd(
-        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
-    if (!fd.valid()) throw_io("socket for " + what, errno);
-    if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
-      if (errno != EINPROGRESS) {
-        last_error = std::strerror(errno);
-        continue;
-      }
-      // Connected (or refused) when writable; poll in slices up to until.
-      while (true) {
-        const auto left = std::chrono::duration_cast<Millis>(until - SteadyClock::now()).count();
-        if (left <= 0) throw_timeout("timed out connecting to " + what);
-        pollfd p{fd.get(), POLLOUT, 0};
-        int ready = ::poll(&p, 1, static_cast<int>(std::min<long long>(left, 1000)));
-        if (ready > 0) break;
-        if (ready < 0 && errno != EINTR) throw_io("poll connecting to " + what, errno);
-      }
-      int err = 0;
-      socklen_t len = sizeof err;
-      ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
-      if (err != 0) {
-        last_error = std::strerror(err);
-        continue;
-      }
-    }
-    set_nodelay(fd.get());
-    const auth::Mac key = auth::client_handshake(fd.get(), options_.secret, until, what);
-    return std::make_unique<Connection>(std::move(fd), key, options_.max_frame_bytes, what);
-  }
-  throw_peer_failure("cannot connect to " + what + ": " + last_error);
+  UniqueFd fd = connect_tcp(options_.host, options_.port, until, what);
+  const auth::Mac key = auth::client_handshake(fd.get(), options_.secret, until, what);
+  return std::make_unique<Connection>(std::move(fd), key, options_.max_frame_bytes, what);
 }
 
 std::unique_ptr<TcpStore::Connection> TcpStore::connect_with_retry(Millis budget) {

@@ -1,19 +1,19 @@
-#include "data/socket.h"
+#include "store/socket.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <memory>
 
 #include "core/error.h"
 
-namespace hpct::data {
+namespace hpct::store {
 namespace {
 
 struct AddrInfoDeleter {
@@ -21,6 +21,7 @@ struct AddrInfoDeleter {
 };
 using AddrInfoPtr = std::unique_ptr<addrinfo, AddrInfoDeleter>;
 
+// Numeric or named host; the error says which host:port failed and why.
 AddrInfoPtr resolve(const std::string& host, int port, bool passive, ErrorCode code) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
@@ -29,19 +30,23 @@ AddrInfoPtr resolve(const std::string& host, int port, bool passive, ErrorCode c
   addrinfo* res = nullptr;
   int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
   if (rc != 0) {
-    throw Error(code, "cannot resolve " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(rc));
+    throw Error(code,
+                "cannot resolve " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(rc));
   }
   return AddrInfoPtr(res);
 }
 
 }  // namespace
 
-UniqueFd listen_tcp(const std::string& address, int port, int* bound_port) {
+UniqueFd listen_tcp(const std::string& address, int port, int* bound_port,
+                    const std::string& who) {
   const std::string where = address + ":" + std::to_string(port);
+  if (address.empty()) throw_invalid_argument(who + ": no bind address given");
   AddrInfoPtr addrs = resolve(address, port, true, ErrorCode::kInvalidArgument);
   int last_errno = 0;
   for (addrinfo* ai = addrs.get(); ai; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    UniqueFd fd(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
     if (!fd.valid()) {
       last_errno = errno;
       continue;
@@ -55,28 +60,30 @@ UniqueFd listen_tcp(const std::string& address, int port, int* bound_port) {
     sockaddr_storage bound{};
     socklen_t len = sizeof bound;
     if (::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len) != 0) {
-      throw_io("getsockname " + where, errno);
+      throw_io(who + ": getsockname " + where, errno);
     }
     *bound_port = bound.ss_family == AF_INET6
                       ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     return fd;
   }
-  throw_io("data server: bind " + where, last_errno);
+  throw_io(who + ": bind " + where, last_errno);
 }
 
-UniqueFd connect_tcp(const std::string& host, int port, SteadyClock::time_point until) {
-  const std::string what = "the data server at " + host + ":" + std::to_string(port);
+UniqueFd connect_tcp(const std::string& host, int port, SteadyClock::time_point until,
+                     const std::string& what) {
   AddrInfoPtr addrs = resolve(host, port, false, ErrorCode::kPeerFailure);
   std::string last_error = "no address";
   for (addrinfo* ai = addrs.get(); ai; ai = ai->ai_next) {
-    UniqueFd fd(::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
+    UniqueFd fd(
+        ::socket(ai->ai_family, ai->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, ai->ai_protocol));
     if (!fd.valid()) throw_io("socket for " + what, errno);
     if (::connect(fd.get(), ai->ai_addr, ai->ai_addrlen) != 0) {
       if (errno != EINPROGRESS) {
         last_error = std::strerror(errno);
         continue;
       }
+      // Connected (or refused) when writable; poll in slices up to until.
       while (true) {
         const auto left = std::chrono::duration_cast<Millis>(until - SteadyClock::now()).count();
         if (left <= 0) throw_timeout("timed out connecting to " + what);
@@ -93,26 +100,37 @@ UniqueFd connect_tcp(const std::string& host, int port, SteadyClock::time_point 
         continue;
       }
     }
-    int one = 1;
-    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    set_nodelay(fd.get());
     return fd;
   }
   throw_peer_failure("cannot connect to " + what + ": " + last_error);
+}
+
+void set_nodelay(int fd) {
+  int one = 1;
+  ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+std::string address_of(const sockaddr* sa) {
+  char host[INET6_ADDRSTRLEN] = "?";
+  if (sa->sa_family == AF_INET) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
+    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
+  }
+  if (sa->sa_family == AF_INET6) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
+    return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  }
+  return "?";
 }
 
 std::string peer_address(int fd) {
   sockaddr_storage ss{};
   socklen_t len = sizeof ss;
   if (::getpeername(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0) return "?";
-  char host[INET6_ADDRSTRLEN] = "?";
-  if (ss.ss_family == AF_INET) {
-    auto* in = reinterpret_cast<sockaddr_in*>(&ss);
-    ::inet_ntop(AF_INET, &in->sin_addr, host, sizeof host);
-    return std::string(host) + ":" + std::to_string(ntohs(in->sin_port));
-  }
-  auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
-  ::inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof host);
-  return "[" + std::string(host) + "]:" + std::to_string(ntohs(in6->sin6_port));
+  return address_of(reinterpret_cast<const sockaddr*>(&ss));
 }
 
-}  // namespace hpct::data
+}  // namespace hpct::store
