@@ -49,6 +49,8 @@ nlohmann::ordered_json inventory_json(const std::vector<InventoryHost>& hosts, c
                                       const std::string& state_dir, const std::string& proxy_url) {
   nlohmann::ordered_json vars;
   vars["ansible_user"] = o.ssh_user;
+  // Debian's python3: no interpreter discovery round trip per host.
+  vars["ansible_python_interpreter"] = "/usr/bin/python3";
   if (!o.identity.empty()) vars["ansible_ssh_private_key_file"] = o.identity;
   if (o.ssh_port > 0) vars["ansible_port"] = o.ssh_port;
   // The admin's own connections trust each host key on first contact and
@@ -76,7 +78,6 @@ nlohmann::ordered_json inventory_json(const std::vector<InventoryHost>& hosts, c
     v["hpct_set_hostname"] = h.by_name;
     if (h.local) {
       v["ansible_connection"] = "local";
-      v["ansible_python_interpreter"] = "/usr/bin/python3";
     }
     members[h.name] = v;
   }

@@ -10,11 +10,11 @@ import hpctrain as f  # noqa: E402
 
 
 def passwd(**users):
-    return {name: ["x", str(uid), str(uid), "", "/home/" + name, "/bin/sh"] for name, uid in users.items()}
+    return {name: [uid, uid] for name, uid in users.items()}
 
 
 def group(**groups):
-    return {name: ["x", str(gid), ""] for name, gid in groups.items()}
+    return dict(groups)
 
 
 class IdPlan(unittest.TestCase):
@@ -100,10 +100,17 @@ class Entries(unittest.TestCase):
         self.assertEqual(block, ["10.0.0.1 node1 node1.lan", "10.0.0.2 debian", "10.0.0.3"])
 
     def test_interface_holding_the_address(self):
-        facts = {"interfaces": ["lo", "eth0", "ens5"], "eth0": {"ipv4": {"address": "192.168.1.5"}},
-                 "ens5": {"ipv4": {"address": "10.0.0.1"}}, "default_ipv4": {"interface": "eth0"}}
-        self.assertEqual(f.cluster_interface(facts, "10.0.0.1"), "ens5")
-        self.assertEqual(f.cluster_interface(facts, "172.16.0.1"), "eth0")
+        interfaces = {"lo": ["127.0.0.1"], "eth0": ["192.168.1.5"], "ens5": ["10.0.0.1"]}
+        self.assertEqual(f.cluster_interface(interfaces, "10.0.0.1"), "ens5")
+        self.assertEqual(f.cluster_interface(interfaces, "172.16.0.1"), "ens5")
+        self.assertEqual(f.cluster_interface({"lo": ["127.0.0.1"]}, "10.0.0.1"), "eth0")
+
+    def test_host_keys_under_names_and_address(self):
+        hv = {"10.0.0.1": {"ansible_host": "10.0.0.1", "hpct_name": "h1",
+                           "hpct_host": {"host_keys": ["ssh-ed25519 AAA", "ecdsa-sha2-nistp256 BBB"]}},
+              "10.0.0.2": {"ansible_host": "10.0.0.2"}}
+        self.assertEqual(f.host_key_lines(hv, ["10.0.0.1", "10.0.0.2"]),
+                         ["h1,10.0.0.1 ecdsa-sha2-nistp256 BBB", "h1,10.0.0.1 ssh-ed25519 AAA"])
 
 
 if __name__ == "__main__":

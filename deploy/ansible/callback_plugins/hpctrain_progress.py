@@ -2,7 +2,7 @@
 # failure with the host, what failed and a fix line, and at the end which
 # steps ran where. With -v (or more) Ansible's own output is printed instead.
 # A JSON summary of the same (per host: changed steps, the failure and its
-# fix) goes to the file named by HPCT_ANSIBLE_SUMMARY, for hpctrain and tests.
+# fix) goes to the file named by HPCTRAIN_ANSIBLE_SUMMARY, for hpctrain and tests.
 """hpctrain's stdout callback: per-host progress lines and a summary."""
 
 import json
@@ -26,18 +26,18 @@ DOCUMENTATION = """
         description: Where to write the JSON summary (nothing when empty).
         default: ""
         env:
-          - name: HPCT_ANSIBLE_SUMMARY
+          - name: HPCTRAIN_ANSIBLE_SUMMARY
       status_table:
         description: Print only failures and a host-by-step table (cluster status).
         type: bool
         default: false
         env:
-          - name: HPCT_ANSIBLE_STATUS
+          - name: HPCTRAIN_ANSIBLE_STATUS
       ssh_key:
         description: The key given to setup, for the fix line when a host refuses it.
         default: ""
         env:
-          - name: HPCT_ANSIBLE_SSH_KEY
+          - name: HPCTRAIN_ANSIBLE_SSH_KEY
 """
 
 STEPS = ["preflight", "hosts", "user", "ssh_trust", "packages", "profile", "shared_dir", "slurm"]
@@ -184,7 +184,6 @@ class CallbackModule(DefaultCallback):
     def v2_runner_on_skipped(self, result):
         if self._raw():
             return super().v2_runner_on_skipped(result)
-        self._note_step(result._host.get_name())
         return None
 
     def v2_runner_on_failed(self, result, ignore_errors=False):

@@ -19,8 +19,8 @@ def _is_loopback(addr):
 def id_plan(host_data, user, wanted_uid=0):
     """Chooses the training user's uid (= gid) for every host.
 
-    host_data: {host: {"passwd": {name: [x, uid, gid, ...]}, "group": {name: [x, gid, ...]}}},
-    as ansible's getent module reports them. wanted_uid 0 means: the uid the
+    host_data: {host: {"passwd": {name: [uid, gid]}, "group": {name: gid}}}, as
+    roles/preflight/files/host_facts.py reports them. wanted_uid 0 means: the uid the
     user already has (where every host that has it agrees), else the first id
     free for both user and group on every host.
 
@@ -34,16 +34,16 @@ def id_plan(host_data, user, wanted_uid=0):
     for host, data in sorted(host_data.items()):
         entry = data.get("passwd", {}).get(user)
         if entry:
-            existing[host] = (int(entry[1]), int(entry[2]))
+            existing[host] = (int(entry[0]), int(entry[1]))
 
     def taken_on(host, uid):
         """(kind, owner) when uid or gid `uid` belongs to someone else on host."""
         data = host_data[host]
         for name, entry in sorted(data.get("passwd", {}).items()):
-            if name != user and int(entry[1]) == uid:
+            if name != user and int(entry[0]) == uid:
                 return "uid", name
-        for name, entry in sorted(data.get("group", {}).items()):
-            if name != user and int(entry[1]) == uid:
+        for name, gid in sorted(data.get("group", {}).items()):
+            if name != user and int(gid) == uid:
                 return "gid", name
         return None
 
@@ -200,14 +200,31 @@ def known_hosts(scan_text, hosts):
     return sorted(lines)
 
 
-def cluster_interface(facts, address):
+def cluster_interface(interfaces, address):
     """The interface that holds `address` (the host's cluster address), else
-    the default route's, else eth0: the ranks bind and advertise on it."""
-    for name in facts.get("interfaces", []):
-        info = facts.get(name.replace("-", "_"), {}) or facts.get(name, {})
-        if isinstance(info, dict) and info.get("ipv4", {}).get("address") == address:
+    the first one that is not loopback, else eth0: the ranks bind and
+    advertise on it. interfaces: {name: [IPv4 addresses]}."""
+    for name, addrs in sorted(interfaces.items()):
+        if address in addrs:
             return name
-    return facts.get("default_ipv4", {}).get("interface") or "eth0"
+    others = sorted(n for n in interfaces if n != "lo")
+    return others[0] if others else "eth0"
+
+
+def host_key_lines(hostvars, hosts):
+    """ssh_known_hosts lines from the keys each host reported (host_keys),
+    under its names and address; sorted so the file does not change between
+    runs."""
+    lines = set()
+    for entry, h in zip(hosts_entries(hostvars, hosts), hosts):
+        facts = hostvars[h].get("hpct_host") or {}
+        names = []
+        for n in list(entry["names"]) + [entry["address"]]:
+            if n and n not in names:
+                names.append(n)
+        for key in facts.get("host_keys", []):
+            lines.add(",".join(names) + " " + key)
+    return sorted(lines)
 
 
 def same_name(names, host):
@@ -234,4 +251,5 @@ class FilterModule:
             "hpct_shell_safe": shell_safe,
             "hpct_cluster_interface": cluster_interface,
             "hpct_same_name": same_name,
+            "hpct_host_key_lines": host_key_lines,
         }

@@ -1,0 +1,108 @@
+#!/usr/bin/python3
+# What the roles need to know about a host, read in one go (one ssh round
+# trip instead of a dozen modules): its name, system, addresses, users and
+# groups, /etc/hosts, mounts, the packages given as arguments, the bundle it
+# holds, whether its kernel has NFS, a GPU, and its ssh host keys (read here,
+# over the authenticated connection, for every other host's known_hosts).
+# Read-only; prints one JSON object.
+"""Prints the facts hpctrain's roles use about this host as JSON."""
+
+import glob
+import grp
+import json
+import os
+import pwd
+import socket
+import subprocess
+import sys
+
+
+def read(path, default=""):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return default
+
+
+def os_release():
+    out = {}
+    for line in read("/etc/os-release").splitlines():
+        key, _, value = line.partition("=")
+        out[key] = value.strip().strip('"')
+    return out
+
+
+def interfaces():
+    try:
+        text = subprocess.run(["ip", "-j", "-4", "addr", "show"], capture_output=True, text=True,
+                              timeout=10, check=True).stdout
+        return {i["ifname"]: [a["local"] for a in i.get("addr_info", [])] for i in json.loads(text)}
+    except (OSError, subprocess.SubprocessError, ValueError, KeyError):
+        return {}
+
+
+def installed(names):
+    want = set(names)
+    out = {}
+    for stanza in read("/var/lib/dpkg/status").split("\n\n"):
+        fields = {}
+        for line in stanza.splitlines():
+            if line and not line[0].isspace() and ": " in line:
+                key, value = line.split(": ", 1)
+                fields[key] = value
+        name = fields.get("Package")
+        if name in want and fields.get("Status") == "install ok installed":
+            out[name] = fields.get("Version", "")
+    return out
+
+
+def host_keys():
+    paths = []
+    try:
+        text = subprocess.run(["/usr/sbin/sshd", "-T"], capture_output=True, text=True, timeout=10).stdout
+        paths = [line.split(None, 1)[1] for line in text.splitlines() if line.startswith("hostkey ")]
+    except (OSError, subprocess.SubprocessError):
+        pass
+    if not paths:
+        paths = [p[:-4] for p in glob.glob("/etc/ssh/ssh_host_*_key.pub")]
+    keys = []
+    for p in paths:
+        words = read(p + ".pub").split()
+        if len(words) >= 2:
+            keys.append(words[0] + " " + words[1])
+    return sorted(set(keys))
+
+
+def mounts():
+    out = {}
+    for line in read("/proc/self/mounts").splitlines():
+        parts = line.split()
+        if len(parts) >= 3:
+            out[parts[1].replace("\\040", " ")] = parts[2]
+    return out
+
+
+def main():
+    release = os_release()
+    facts = {
+        "hostname": socket.gethostname().split(".")[0],
+        "os_id": release.get("ID", ""),
+        "os_like": release.get("ID_LIKE", ""),
+        "os_name": release.get("PRETTY_NAME", "unknown"),
+        "interfaces": interfaces(),
+        "passwd": {p.pw_name: [p.pw_uid, p.pw_gid] for p in pwd.getpwall()},
+        "group": {g.gr_name: g.gr_gid for g in grp.getgrall()},
+        "etc_hosts": read("/etc/hosts"),
+        "mounts": mounts(),
+        "packages": installed(sys.argv[1:]),
+        "bundle_id": read("/var/cache/hpctrain/bundle/.bundle-id").strip(),
+        "nfs": "nfs" in read("/proc/filesystems").split()
+               or os.path.isdir("/lib/modules/%s/kernel/fs/nfs" % os.uname().release),
+        "gpu": os.path.exists("/dev/nvidia0"),
+        "host_keys": host_keys(),
+    }
+    print(json.dumps(facts))
+
+
+main()
