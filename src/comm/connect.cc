@@ -38,7 +38,9 @@ std::pair<std::string, int> split_endpoint(const std::string& text) {
 }
 
 std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& world,
-                                         const Env& env, std::string* store_host) {
+                                         const Env& env, std::string* store_host,
+                                         std::shared_ptr<store::TcpStoreServer>* server,
+                                         const Logger& log) {
   const Millis timeout = seconds_to_millis(config.timeout_s);
   std::shared_ptr<store::Store> base;
   if (!config.store_addr.empty()) {
@@ -51,6 +53,18 @@ std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& 
     o.host = host;
     o.port = port;
     o.secret = store::read_secret_from_fd(static_cast<int>(config.secret_fd));
+    if (world.launcher == Launcher::kKubernetes && world.rank == 0) {
+      // No launcher process runs beside an Indexed Job's pods: rank 0 serves
+      // the store, bound to its own address (HPCT_STORE_ADDR names rank 0's
+      // pod), never 0.0.0.0; the others connect, retrying until it is up.
+      store::TcpStoreServerOptions so;
+      so.secret = o.secret;
+      so.bind_address = local_address_towards(host);
+      so.port = port;
+      so.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
+      so.logger = log;
+      *server = std::make_shared<store::TcpStoreServer>(so);
+    }
     o.connect_timeout = timeout;
     o.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
     *store_host = host;
@@ -152,7 +166,7 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
   }
 
   std::string store_host;
-  w.store = open_store(config, w.info, env, &store_host);
+  w.store = open_store(config, w.info, env, &store_host, &w.store_server, log);
   GlooOptions o;
   o.rank = w.info.rank;
   o.size = w.info.size;
