@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "comm/gloo/communicator.h"
 #include "comm/mpi/communicator.h"
@@ -37,6 +39,24 @@ std::pair<std::string, int> split_endpoint(const std::string& text) {
   return {host, static_cast<int>(port)};
 }
 
+// The local address `host` names, retried until `timeout`: a pod's own DNS
+// record (through a headless Service) appears a moment after the pod starts.
+std::string own_address_named(const std::string& host, Millis timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    try {
+      return local_address_towards(host);
+    } catch (const Error& e) {
+      if (std::chrono::steady_clock::now() >= until) {
+        throw Error(ErrorCode::kTimeout,
+                    std::string(e.what()) + " (rank 0 of a Kubernetes Indexed Job serves the store at "
+                    "HPCT_STORE_ADDR, which must name its own pod: <job>-0.<headless service>)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+}
+
 std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& world,
                                          const Env& env, std::string* store_host,
                                          std::shared_ptr<store::TcpStoreServer>* server,
@@ -59,7 +79,7 @@ std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& 
       // pod), never 0.0.0.0; the others connect, retrying until it is up.
       store::TcpStoreServerOptions so;
       so.secret = o.secret;
-      so.bind_address = local_address_towards(host);
+      so.bind_address = own_address_named(host, timeout);
       so.port = port;
       so.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
       so.logger = log;

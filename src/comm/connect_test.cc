@@ -114,5 +114,19 @@ TEST(ConnectKubernetes, AWrongSecretIsRefused) {
   EXPECT_NE(error0, "");  // rank 0 alone times out waiting for rank 1
 }
 
+TEST(ConnectKubernetes, RankZeroWaitsBoundedlyForItsOwnName) {
+  MapEnv env = pod_env(0, 2, "no-such-pod.invalid:29400", secret_fd(std::string(64, 'k')));
+  env.set("HPCT_TIMEOUT_S", "1");
+  auto start = std::chrono::steady_clock::now();
+  try {
+    connect_world(Config::from_env(env), env, Logger());
+    FAIL() << "rank 0 served a store at a name that does not resolve";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no-such-pod.invalid"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
+}
+
 }  // namespace
 }  // namespace hpct::comm
