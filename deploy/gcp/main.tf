@@ -163,13 +163,13 @@ resource "google_compute_instance" "node" {
       [ -f /root/.ssh/hpctrain_cluster ] || ssh-keygen -q -t ed25519 -N "" -f /root/.ssh/hpctrain_cluster
       install -d -m 700 /shared/.hpctrain
       cp /root/.ssh/hpctrain_cluster.pub /shared/.hpctrain/head.pub
-      printf '%s\n' ${join(" ", local.hosts)} > /etc/hpctrain-hosts
-      for host in $(cat /etc/hpctrain-hosts); do
+      printf '%s\n' "${join("\n", local.hosts)}" > /etc/hpctrain-hosts
+      while read -r host; do
         for _ in $(seq 120); do
-          ssh -i /root/.ssh/hpctrain_cluster -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=accept-new "root@$host" true && break
+          ssh -n -i /root/.ssh/hpctrain_cluster -o BatchMode=yes -o ConnectTimeout=5 -o StrictHostKeyChecking=accept-new "root@$host" true && break
           sleep 10
         done
-      done
+      done < /etc/hpctrain-hosts
       hpctrain cluster setup --hostfile /etc/hpctrain-hosts -i /root/.ssh/hpctrain_cluster --ssh-user root \
         --user "${var.training_user}" --shared-dir /shared --shared-type existing
       su - "${var.training_user}" -c "hpctrain doctor --hostfile /etc/hpctrain-hosts"

@@ -6,6 +6,7 @@ property, conditions and mappings named by Fn::If/Condition/FindInMap exist."""
 
 import re
 
+import embedded_shell
 from cfn_spec import PARAMETER_TYPES, PSEUDO_PARAMETERS, RESOURCE_KEYS, SPEC, TOP_LEVEL
 
 SUB_VAR = re.compile(r"\$\{([^}]*)\}")
@@ -25,7 +26,7 @@ def _line(container, key):
     return getattr(container, "line", 0)
 
 
-def check(path, doc, report):
+def check(path, doc, report, text=""):
     err = lambda line, place, msg: report.error(path, line, place, msg)
     for key in doc:
         if key not in TOP_LEVEL:
@@ -88,18 +89,21 @@ def check(path, doc, report):
                         getatt(parts[0], parts[1], here, place)
                     return
                 if k == "Fn::Sub":
-                    text, local = (v, {}) if isinstance(v, str) else (v[0], v[1]) if (
+                    text_, local = (v, {}) if isinstance(v, str) else (v[0], v[1]) if (
                         isinstance(v, list) and len(v) == 2 and isinstance(v[1], dict)) else (None, None)
-                    if not isinstance(text, str):
+                    if not isinstance(text_, str):
                         err(here, place, "Fn::Sub takes a string or [string, {variables}]")
                         return
                     for lk, lv in local.items():
                         walk(lv, f"{place}.Fn::Sub.{lk}", here)
-                    for i, m in enumerate(SUB_VAR.finditer(text)):
+                    if embedded_shell.is_script(text_):
+                        first = embedded_shell.line_of_script(text, text_.split("\n", 1)[0], here)
+                        embedded_shell.check(path, embedded_shell.cfn_sub_to_shell(text_), first, place, report)
+                    for i, m in enumerate(SUB_VAR.finditer(text_)):
                         var = m.group(1).strip()
                         if var.startswith("!") or var in local:
                             continue
-                        sub_line = here + text.count("\n", 0, m.start()) + (1 if "\n" in text else 0)
+                        sub_line = here + text_.count("\n", 0, m.start()) + (1 if "\n" in text_ else 0)
                         if "." in var and not var.startswith("AWS::"):
                             getatt(*var.split(".", 1), sub_line, f"{place} (Fn::Sub)")
                         else:

@@ -92,6 +92,9 @@ SPEC = {
         attrs={"Arn", "RoleId"}),
     "AWS::IAM::InstanceProfile": dict(
         required={"Roles"}, allowed={"Roles", "Path", "InstanceProfileName"}, attrs={"Arn"}),
+    "AWS::CloudFormation::WaitConditionHandle": dict(required=set(), allowed=set(), attrs=set()),
+    "AWS::CloudFormation::WaitCondition": dict(
+        required=set(), allowed={"Count", "Handle", "Timeout"}, attrs={"Data"}),
     "AWS::SSM::Parameter": dict(
         required={"Type", "Value"},
         allowed={"Type", "Value", "Name", "Description", "Tier", "AllowedPattern", "DataType", "Tags"},

@@ -130,7 +130,7 @@ def main(argv):
                 counts["kubernetes"] += 1
             for d in docs:
                 if cfn.is_template(d):
-                    cfn.check(f, d, report)
+                    cfn.check(f, d, report, text)
                     counts["cloudformation"] += 1
                 elif isinstance(d, dict) and "HeadNode" in d and "Scheduling" in d:
                     counts["parallelcluster"] += 1

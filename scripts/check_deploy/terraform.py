@@ -10,6 +10,8 @@ import re
 import subprocess
 from collections import defaultdict
 
+import embedded_shell
+
 # Required and accepted arguments (and nested blocks) of the google provider's
 # resources the recipes use, from the provider's documentation
 # (registry.terraform.io/providers/hashicorp/google, v5).
@@ -142,6 +144,11 @@ def check_module(files, parsed, report):
                     continue
                 required, allowed = spec
                 for block in blocks:
+                    script = block.get("metadata_startup_script")
+                    if embedded_shell.is_script(script):
+                        first = embedded_shell.line_of_script(texts[f], script.split("\n", 1)[0], line)
+                        embedded_shell.check(f, embedded_shell.tf_template_to_shell(script), first,
+                                             f"resource.{rtype}.{name}.metadata_startup_script", report)
                     for req in sorted(required - set(block)):
                         report.error(f, line, f"resource.{rtype}.{name}",
                                      f"{rtype} requires argument '{req}', which is missing")

@@ -55,6 +55,7 @@ brk "cfn misspelt required property" $cfn 's/GroupDescription: hpctrain nodes/Gr
 brk "cfn unused parameter" $cfn 's/^Parameters:\n/Parameters:\n  Unused:\n    Type: String\n/m' "'Unused' is never used"
 brk "cfn !If naming no condition" $cfn 's/!If \[UseLustre, !Ref Lustre/!If [UseLustr, !Ref Lustre/' "'UseLustr'"
 brk "cfn resource type outside the checked set" $cfn 's/Type: AWS::EC2::PlacementGroup/Type: AWS::EC2::PlacmentGroup/' "AWS::EC2::PlacmentGroup"
+brk "cfn user data: a shell variable never set (shellcheck)" $cfn 's/case "\$key" in ssh-ed25519\*\) break/case "\$kye" in ssh-ed25519*) break/' "kye is referenced but not assigned" "NodeLaunchTemplate"
 brk "yaml does not parse" $cfn 's/^Resources:\n/Resources:\n  Bad: [unclosed\n/m' "YAML does not parse"
 brk "parallelcluster misspelt required key" aws/pcluster.yaml 's/SubnetId: subnet-PUBLIC/SubnetID: subnet-PUBLIC/' "'SubnetId' is a required property"
 
@@ -64,6 +65,7 @@ brk "terraform reference to no resource" $tf 's/network\s*=\s*google_compute_net
 brk "terraform undeclared local" $tf 's/name\s+= local\.share_name/name = local.share_nam/' "'local.share_nam'"
 brk "terraform misspelt required argument" $tf 's/machine_type(\s+)= var/machin_type$1= var/' "requires argument 'machine_type'"
 brk "terraform does not parse" $tf 's/^resource "google_compute_router" "router" \{/resource "google_compute_router" "router" {{/m' "HCL does not parse"
+brk "terraform startup script: a shell variable never set (shellcheck)" $tf 's/"root@\$host" true/"root@\$hots" true/' "hots is referenced but not assigned" "metadata_startup_script"
 brk "terraform unused variable" gcp/variables.tf 's/^variable "project"/variable "unused_thing" {\n  type = string\n}\n\nvariable "project"/m' "'unused_thing' is never used"
 
 brk "mpijob misspelt required key" k8s/mpijob.yaml 's/mpiReplicaSpecs:/mpiReplicaSpec:/' "'mpiReplicaSpecs' is a required property"
