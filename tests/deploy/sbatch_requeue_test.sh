@@ -67,11 +67,16 @@ run_reached() {  # NAME RUN STEP
     on && /^epoch [0-9]+ step [0-9]+/ { if ($4 + 0 >= want) found = 1 }
     END { exit !found }' "$tmp/$1.out" 2>/dev/null
 }
-pending() { [ "$(state "$1")" = PENDING ]; }
-release() {  # a requeued job waits ~2 minutes (BeginTime); start it now
-  wait_for "requeued job $1 pending" 60 pending "$1"
-  scontrol update JobId="$1" StartTime=now
+# A requeued job waits ~2 minutes (Reason=BeginTime), set when its
+# completion ends: push its start to now, again while it still waits, until
+# its next run prints its banner.
+started_or_released() {  # JOB NAME RUN
+  grep -q "job $1 run $3 " "$tmp/$2.out" 2>/dev/null && return 0
+  if [ "$(state "$1")" = PENDING ]; then scontrol update JobId="$1" StartTime=now 2>/dev/null || true; fi
+  sleep 1
+  return 1
 }
+release() { wait_for "run $3 of requeued job $1" 90 started_or_released "$1" "$2" "$3"; }
 crc() { final_summary "$1" | python3 -c 'import json,sys; print(json.load(sys.stdin)["params_crc32c"])'; }
 field() { final_summary "$1" | python3 -c "import json,sys; print(json.load(sys.stdin)[\"$2\"])"; }
 
@@ -86,11 +91,11 @@ b=$(submit b)
 wait_for "step 40 of B's first run" 120 run_reached b 0 40
 scancel --signal=USR1 "$b"
 say "B: USR1 sent"
-release "$b"
+release "$b" b 1
 wait_for "B's second run past 30 more steps" 120 run_reached b 1 80
 scontrol requeue "$b"
 say "B: scontrol requeue"
-release "$b"
+release "$b" b 2
 wait_for "summary of B" 180 summary_in b
 say "B done: crc $(crc b), steps $(field b steps), resumed from step $(field b resumed_from_step)"
 
