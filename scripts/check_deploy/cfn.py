@@ -7,7 +7,7 @@ property, conditions and mappings named by Fn::If/Condition/FindInMap exist."""
 import re
 
 import embedded_shell
-from cfn_spec import PARAMETER_TYPES, PSEUDO_PARAMETERS, RESOURCE_KEYS, SPEC, TOP_LEVEL
+from cfn_spec import NESTED, PARAMETER_TYPES, PSEUDO_PARAMETERS, RESOURCE_KEYS, SPEC, TOP_LEVEL
 
 SUB_VAR = re.compile(r"\$\{([^}]*)\}")
 
@@ -148,6 +148,23 @@ def check(path, doc, report, text=""):
         for k in props:
             if k not in spec["allowed"]:
                 err(_line(props, k), f"{place}.Properties.{k}", f"{t} has no property '{k}'")
+        for key, (req_n, allowed_n) in NESTED.get(t, {}).items():
+            pname = key[:-2] if key.endswith("[]") else key
+            value = props.get(pname)
+            if value is None:
+                continue
+            items = value if key.endswith("[]") and isinstance(value, list) else [value]
+            for i, item in enumerate(items):
+                if not isinstance(item, dict) or (len(item) == 1 and next(iter(item)) in (
+                        "Ref", "Fn::If", "Fn::GetAtt", "Fn::Sub", "Fn::Select", "Fn::FindInMap")):
+                    continue
+                here = f"{place}.Properties.{pname}" + (f"[{i}]" if key.endswith("[]") else "")
+                for miss in sorted(req_n - set(item)):
+                    err(getattr(item, "line", 0) or _line(props, pname), here,
+                        f"{t} {pname} requires '{miss}', which is missing")
+                for k in item:
+                    if k not in allowed_n:
+                        err(_line(item, k), f"{here}.{k}", f"{t} {pname} has no property '{k}'")
         deps = r.get("DependsOn", [])
         for d in [deps] if isinstance(deps, str) else deps:
             if d not in resources:

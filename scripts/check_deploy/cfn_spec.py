@@ -120,3 +120,36 @@ TOP_LEVEL = {"AWSTemplateFormatVersion", "Description", "Metadata", "Parameters"
 
 RESOURCE_KEYS = {"Type", "Properties", "DependsOn", "Condition", "Metadata", "DeletionPolicy",
                  "UpdateReplacePolicy", "CreationPolicy", "UpdatePolicy"}
+
+
+# One level below the top: property -> (required, allowed) of its value, or of
+# each item when the name ends in []. Values that are intrinsics are skipped.
+_TAG = ({"Key", "Value"}, {"Key", "Value"})
+NESTED = {
+    "AWS::EC2::LaunchTemplate": {
+        "LaunchTemplateData": (set(), {
+            "ImageId", "InstanceType", "KeyName", "IamInstanceProfile", "SecurityGroupIds", "SecurityGroups",
+            "UserData", "BlockDeviceMappings", "NetworkInterfaces", "Placement", "TagSpecifications",
+            "MetadataOptions", "InstanceMarketOptions", "EbsOptimized", "Monitoring", "CpuOptions"}),
+    },
+    "AWS::AutoScaling::AutoScalingGroup": {
+        "LaunchTemplate": ({"Version"}, {"LaunchTemplateId", "LaunchTemplateName", "Version"}),
+        "MixedInstancesPolicy": ({"LaunchTemplate"}, {"LaunchTemplate", "InstancesDistribution"}),
+        "Tags[]": ({"Key", "Value", "PropagateAtLaunch"}, {"Key", "Value", "PropagateAtLaunch"}),
+    },
+    "AWS::EC2::SecurityGroup": {
+        "SecurityGroupIngress[]": ({"IpProtocol"}, {
+            "IpProtocol", "FromPort", "ToPort", "CidrIp", "CidrIpv6", "Description", "SourceSecurityGroupId",
+            "SourceSecurityGroupName", "SourceSecurityGroupOwnerId", "SourcePrefixListId"}),
+        "Tags[]": _TAG,
+    },
+    "AWS::FSx::FileSystem": {
+        "LustreConfiguration": (set(), {
+            "DeploymentType", "PerUnitStorageThroughput", "ImportPath", "ExportPath", "DataCompressionType",
+            "AutoImportPolicy", "CopyTagsToBackups", "WeeklyMaintenanceStartTime", "DriveCacheType",
+            "ImportedFileChunkSize", "AutomaticBackupRetentionDays", "DailyAutomaticBackupStartTime"}),
+    },
+    "AWS::EC2::VPC": {"Tags[]": _TAG},
+    "AWS::EC2::Subnet": {"Tags[]": _TAG},
+    "AWS::EC2::Instance": {"Tags[]": _TAG},
+}

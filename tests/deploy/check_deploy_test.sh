@@ -52,6 +52,7 @@ brk "cfn long-form Fn::GetAtt to no resource" $cfn 's/AllocationId: !GetAtt NatA
 brk "cfn \${} in !Sub names an undeclared parameter" $cfn 's/\$\{KeyName\}\.pem/\${KeyNam}.pem/' "'KeyNam'" "Fn::Sub"
 brk "cfn \${} in a multi-line !Sub user data" $cfn 's/-o \/tmp\/hpctrain.deb "\$\{PackageUrl\}"\n(\s+)apt-get install -y -q \/tmp\/hpctrain.deb\n(\s+)# One key/-o \/tmp\/hpctrain.deb "\${PackagURL}"\n$1apt-get install -y -q \/tmp\/hpctrain.deb\n$2# One key/' "'PackagURL'" "Resources.Head"
 brk "cfn misspelt required property" $cfn 's/GroupDescription: hpctrain nodes/GroupDescripton: hpctrain nodes/' "requires property 'GroupDescription'"
+brk "cfn misspelt nested property" $cfn 's/ImageId: !Ref ImageId\n(\s+)KeyName/ImageID: !Ref ImageId\n$1KeyName/' "LaunchTemplateData has no property 'ImageID'"
 brk "cfn unused parameter" $cfn 's/^Parameters:\n/Parameters:\n  Unused:\n    Type: String\n/m' "'Unused' is never used"
 brk "cfn !If naming no condition" $cfn 's/!If \[UseLustre, !Ref Lustre/!If [UseLustr, !Ref Lustre/' "'UseLustr'"
 brk "cfn resource type outside the checked set" $cfn 's/Type: AWS::EC2::PlacementGroup/Type: AWS::EC2::PlacmentGroup/' "AWS::EC2::PlacmentGroup"
