@@ -74,7 +74,9 @@ def ensure_parser(report):
     except subprocess.TimeoutExpired:
         r = None
     if r is None or r.returncode != 0:
-        why = "timed out after 180 s" if r is None else (r.stderr.strip().splitlines() or ["?"])[-1]
+        lines = [] if r is None else r.stderr.strip().splitlines()
+        named = [ln for ln in lines if re.search(r"E[A-Z]{4,}|code|network|registry", ln)]
+        why = "timed out after 180 s" if r is None else ((named or lines or ["?"])[0])
         report.note(f"terraform: SKIPPED: npm could not install @cdktf/hcl2json ({why}); "
                     "the HCL files were not checked")
         return None
