@@ -23,7 +23,17 @@ export PATH="$bin_dir:$PATH"
 tmp="$(mktemp -d /tmp/hpct-sbatch.XXXXXX)"
 jobs_started=()
 cleanup() {
+  local j
   for j in "${jobs_started[@]}"; do scancel "$j" 2>/dev/null || true; done
+  # Bounded wait (10 s) for cancelled jobs to stop writing into $tmp.
+  for _ in $(seq 20); do
+    busy=0
+    for j in "${jobs_started[@]}"; do
+      case "$(state "$j")" in RUNNING|COMPLETING|CONFIGURING) busy=1 ;; esac
+    done
+    [ "$busy" = 0 ] && break
+    sleep 0.5
+  done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
