@@ -1,0 +1,86 @@
+"""Runs one Python test of hpctrain.torch (registered in CMakeLists.txt, label python).
+
+    run_test.py version_check
+    run_test.py ranks N SCRIPT [ARGS...]   # hpctrain launch -np N -- python3 SCRIPT ARGS
+
+Environment (set by CTest): PYTHONPATH=build/python, HPCTRAIN (the CLI), HPCT_PY (python3).
+"""
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PY = os.environ.get("HPCT_PY", "/usr/bin/python3")
+
+
+def fail(msg):
+    print("FAIL: " + msg)
+    sys.exit(1)
+
+
+def launch(n, script, args, timeout=240, extra=()):
+    cmd = [os.environ["HPCTRAIN"], "launch", "-np", str(n), *extra, "--", PY,
+           os.path.join(HERE, script), *args]
+    print("+ " + " ".join(cmd), flush=True)
+    t0 = time.monotonic()
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout)
+    print(p.stdout)
+    print("exit %d after %.1f s" % (p.returncode, time.monotonic() - t0))
+    return p
+
+
+def version_check():
+    build_dir = os.environ["PYTHONPATH"].split(os.pathsep)[0]
+    ns = {}
+    with open(os.path.join(build_dir, "hpctrain", "torch", "_build.py")) as f:
+        exec(f.read(), ns)
+    built = ns["TORCH_VERSION"]
+    import torch
+    if built != torch.__version__:
+        fail("the module was built for torch %s, the test's python3 has %s" % (built, torch.__version__))
+    # The torch it was built for: imports.
+    ok = subprocess.run([PY, "-c", "import hpctrain.torch as h; print(h._C.TORCH_BUILD_VERSION)"],
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if ok.returncode != 0 or ok.stdout.strip() != built:
+        fail("import with the right torch: exit %d, output %r" % (ok.returncode, ok.stdout))
+    # Another torch (a stand-in package that reports another version) is refused
+    # before the C++ module loads, naming both versions.
+    with tempfile.TemporaryDirectory() as d:
+        os.makedirs(os.path.join(d, "torch"))
+        with open(os.path.join(d, "torch", "__init__.py"), "w") as f:
+            f.write('__version__ = "2.1.0+cpu"\n')
+        env = dict(os.environ, PYTHONPATH=d + os.pathsep + os.environ["PYTHONPATH"])
+        bad = subprocess.run([PY, "-c", "import hpctrain.torch"], env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    print(bad.stdout)
+    if bad.returncode == 0:
+        fail("import hpctrain.torch with torch 2.1.0+cpu succeeded")
+    last = bad.stdout.strip().splitlines()[-1]
+    if not last.startswith("ImportError") or built not in last or "2.1.0+cpu" not in last:
+        fail("the error does not name both versions: %r" % last)
+    print("version check ok: %s" % last)
+
+
+def ranks(n, script, *args):
+    p = launch(int(n), script, list(args))
+    if p.returncode != 0:
+        fail("%s on %s ranks exited %d" % (script, n, p.returncode))
+    for k in range(int(n)):
+        if "[%d] " % k not in p.stdout:
+            fail("no output from rank %d" % k)
+
+
+def main():
+    what = sys.argv[1]
+    if what == "version_check":
+        version_check()
+    elif what == "ranks":
+        ranks(*sys.argv[2:])
+    else:
+        fail("unknown test " + what)
+
+
+if __name__ == "__main__":
+    main()
