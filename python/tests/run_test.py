@@ -78,8 +78,23 @@ def main():
         version_check()
     elif what == "ranks":
         ranks(*sys.argv[2:])
+    elif what == "killed_rank":
+        killed_rank(*sys.argv[2:])
     else:
         fail("unknown test " + what)
+
+
+def killed_rank(n, bound):
+    """The last of n ranks dies; the others must raise within bound seconds."""
+    p = launch(int(n), "kill_ranks.py", [bound],
+               extra=["--grace", "90", "--env", "HPCT_TIMEOUT_S=%d" % int(float(bound))])
+    for k in range(int(n) - 1):
+        if ("rank %d raised" % k) not in p.stdout:
+            fail("rank %d did not raise after rank %d died" % (k, int(n) - 1))
+        if ("rank %d: took longer" % k) in p.stdout:
+            fail("rank %d raised too late" % k)
+    if p.returncode == 0:
+        fail("the launcher reported success for a job whose rank was killed")
 
 
 if __name__ == "__main__":
