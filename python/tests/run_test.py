@@ -78,6 +78,8 @@ def main():
         version_check()
     elif what == "ranks":
         ranks(*sys.argv[2:])
+    elif what == "mpirun":
+        mpirun(*sys.argv[2:])
     elif what == "killed_rank":
         killed_rank(*sys.argv[2:])
     else:
@@ -95,6 +97,20 @@ def killed_rank(n, bound):
             fail("rank %d raised too late" % k)
     if p.returncode == 0:
         fail("the launcher reported success for a job whose rank was killed")
+
+
+def mpirun(n, script, *args):
+    """As ranks(), started by mpirun instead of hpctrain launch."""
+    cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "mpi_yield_when_idle", "1",
+           "-np", str(n), "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS", PY, os.path.join(HERE, script), *args]
+    print("+ " + " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=240)
+    print(p.stdout)
+    if p.returncode != 0:
+        fail("%s under mpirun exited %d" % (script, p.returncode))
+    for k in range(int(n)):
+        if ("rank %d of %s" % (k, n)) not in p.stdout:
+            fail("no result from rank %d" % k)
 
 
 if __name__ == "__main__":
