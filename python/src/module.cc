@@ -74,9 +74,9 @@ PYBIND11_MODULE(_C, m) {
   // returned as torch's own ProcessGroup type.
   m.def(
       "create_process_group",
-      [](std::shared_ptr<Runtime> runtime, int rank, int size)
+      [](std::shared_ptr<Runtime> runtime, int rank, int size, int index)
           -> c10::intrusive_ptr<c10d::ProcessGroup> {
-        return c10::make_intrusive<hpct::py::EngineProcessGroup>(std::move(runtime), rank, size);
+        return c10::make_intrusive<hpct::py::EngineProcessGroup>(std::move(runtime), rank, size, index);
       },
-      py::arg("runtime"), py::arg("rank"), py::arg("size"));
+      py::arg("runtime"), py::arg("rank"), py::arg("size"), py::arg("index"));
 }

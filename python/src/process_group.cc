@@ -55,13 +55,14 @@ void EngineWork::finish(std::exception_ptr error) {
   }
 }
 
-EngineProcessGroup::EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size)
-    : ProcessGroup(rank, size), runtime_(std::move(runtime)) {
+EngineProcessGroup::EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size, int index)
+    : ProcessGroup(rank, size), runtime_(std::move(runtime)), prefix_("pg" + std::to_string(index) + "/") {
   if (rank != runtime_->rank() || size != runtime_->size()) {
     throw_invalid_argument("init_process_group(\"hpctrain\") got rank " + std::to_string(rank) + " of " +
                            std::to_string(size) + " but hpctrain's launcher made this process rank " +
                            std::to_string(runtime_->rank()) + " of " + std::to_string(runtime_->size()) +
-                           "; leave rank and world_size unset (or RANK/WORLD_SIZE as the launcher set them)");
+                           "; leave rank and world_size unset (or RANK/WORLD_SIZE as the launcher set them); "
+                           "groups of a subset of the ranks are not supported by this backend");
   }
   completer_ = std::thread([this] { complete_loop(); });
 }
@@ -76,7 +77,7 @@ EngineProcessGroup::~EngineProcessGroup() {
 }
 
 std::string EngineProcessGroup::next_name(const char* op) {
-  return std::string("pg/") + op + "/" + std::to_string(seq_++);
+  return prefix_ + op + "/" + std::to_string(seq_++);
 }
 
 c10::intrusive_ptr<c10d::Work> EngineProcessGroup::enqueue(c10d::OpType type,

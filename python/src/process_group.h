@@ -4,7 +4,8 @@
 // the C++ DistributedOptimizer.
 //
 // Each collective is submitted at once under a name made of the group's
-// sequence number ("pg/allreduce/17"): every rank issues a group's
+// index and sequence number ("pg0/allreduce/17"): every rank creates groups
+// and issues a group's
 // collectives in the same order (torch.distributed requires it), so the n-th
 // call has the same name everywhere. The call returns a Work at once; a
 // completion thread waits for the engine's handles in submission order,
@@ -60,8 +61,11 @@ class EngineWork : public c10d::Work {
 
 class EngineProcessGroup : public c10d::ProcessGroup {
  public:
-  // rank and size must be the runtime's (InvalidArgument naming both otherwise).
-  EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size);
+  // rank and size must be the runtime's (InvalidArgument naming both
+  // otherwise: groups of a subset of the ranks are not supported). index:
+  // this group's place among the process's hpctrain groups (the same on every
+  // rank), which keeps two groups' names apart.
+  EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size, int index);
   ~EngineProcessGroup() override;
 
   const std::string getBackendName() const override { return "hpctrain"; }
@@ -92,6 +96,7 @@ class EngineProcessGroup : public c10d::ProcessGroup {
   void complete_loop();
 
   std::shared_ptr<Runtime> runtime_;
+  const std::string prefix_;  // "pg<index>/"
   std::atomic<std::uint64_t> seq_{0};
   std::mutex mu_;
   std::condition_variable cv_;

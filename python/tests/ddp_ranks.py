@@ -53,5 +53,14 @@ for k in range(n):
 t = torch.full((5,), float(r + 1))
 dist.all_reduce(t, op=dist.ReduceOp.MAX)
 assert t.tolist() == [float(n)] * 5, t
+# a second hpctrain group beside the default one: their collectives in
+# flight at once must not be confused (each group names its own)
+first, second = dist.new_group(), dist.new_group()
+u, v = torch.full((4,), float(r)), torch.full((4,), 10.0 * (r + 1))
+w1 = dist.all_reduce(u, group=first, async_op=True)
+w2 = dist.all_reduce(v, group=second, async_op=True)
+w2.wait()
+w1.wait()
+assert u.tolist() == [n * (n - 1) / 2] * 4 and v.tolist() == [10.0 * n * (n + 1) / 2] * 4, (u, v)
 dist.barrier()
 print("ddp ok rank %d of %d: max diff to gloo %.2e" % (r, n, diff))

@@ -25,9 +25,14 @@ import torch.distributed as dist
 NAME = "hpctrain"
 
 
+_groups_made = 0  # every rank creates groups in the same order (torch requires it)
+
+
 def _create(store, rank, size, timeout):
+    global _groups_made
     from . import _C, _runtime
-    return _C.create_process_group(_runtime(), rank, size)
+    index, _groups_made = _groups_made, _groups_made + 1
+    return _C.create_process_group(_runtime(), rank, size, index)
 
 
 def _free_port(host):
