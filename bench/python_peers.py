@@ -29,6 +29,7 @@ import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.dont_write_bytecode = True  # ddp_peer is imported from bench/: leave no __pycache__ there
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 MODES = ("ddp-gloo", "ddp-hpctrain", "hvd")
