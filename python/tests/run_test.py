@@ -3,7 +3,7 @@
     run_test.py version_check
     run_test.py ranks N SCRIPT [ARGS...]   # hpctrain launch -np N -- python3 SCRIPT ARGS
 
-Environment (set by CTest): PYTHONPATH=build/python, HPCTRAIN (the CLI), HPCT_PY (python3).
+Environment (set by CTest): PYTHONPATH=build/python, HPCTRAIN (the CLI), PYTHON_FOR_TESTS (python3).
 """
 import os
 import subprocess
@@ -12,7 +12,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-PY = os.environ.get("HPCT_PY", "/usr/bin/python3")
+PY = os.environ.get("PYTHON_FOR_TESTS", "/usr/bin/python3")
 
 
 def fail(msg):
@@ -78,6 +78,8 @@ def main():
         version_check()
     elif what == "ranks":
         ranks(*sys.argv[2:])
+    elif what == "srun":
+        srun(*sys.argv[2:])
     elif what == "mpirun":
         mpirun(*sys.argv[2:])
     elif what == "killed_rank":
@@ -111,6 +113,31 @@ def mpirun(n, script, *args):
     for k in range(int(n)):
         if ("rank %d of %s" % (k, n)) not in p.stdout:
             fail("no result from rank %d" % k)
+
+
+def srun(n, script, *args):
+    """As ranks(), through `hpctrain launch --spawner srun` on a real
+    single-node Slurm made for the test (scripts/slurm-local.sh)."""
+    slurm = os.path.join(HERE, "..", "..", "scripts", "slurm-local.sh")
+    d = tempfile.mkdtemp(prefix="hpct-py-slurm-")
+    os.rmdir(d)
+    up = subprocess.run(["bash", slurm, "up", d], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                        text=True, timeout=60)
+    try:
+        if os.path.exists(os.path.join(d, "skip")):
+            print("SKIP: " + open(os.path.join(d, "skip")).read().strip())
+            return
+        if up.returncode != 0:
+            fail("slurm-local.sh up: " + up.stdout)
+        os.environ["SLURM_CONF"] = os.path.join(d, "slurm.conf")
+        p = launch(int(n), script, list(args), extra=["--spawner", "srun", "--spawner-arg=--overcommit", "--env", "PYTHONPATH"])
+        if p.returncode != 0:
+            fail("%s under srun exited %d" % (script, p.returncode))
+        for k in range(int(n)):
+            if ("rank %d of %s" % (k, n)) not in p.stdout:
+                fail("no result from rank %d" % k)
+    finally:
+        subprocess.run(["bash", slurm, "down", d], timeout=60)
 
 
 if __name__ == "__main__":
