@@ -27,6 +27,8 @@ packages=(
   dataset-fashion-mnist
   # the peer baseline (PyTorch DDP) for benchmarks only
   python3-torch
+  # the Python package hpctrain.torch (python/) and its tests
+  pybind11-dev python3-dev python3-numpy
 )
 
 # Debian's npm, unless a nodejs from elsewhere brings its own (it then conflicts with Debian's npm).

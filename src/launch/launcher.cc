@@ -1,4 +1,5 @@
 #include "launch/launcher.h"
+#include "launch/torchrun_env.h"
 
 #include <signal.h>
 #include <cstdlib>
@@ -211,6 +212,9 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   spec.argv = o.argv;
   spec.cwd = std::filesystem::current_path().string();
   spec.env = carried_env(o, config, env);
+  // torchrun's MASTER_ADDR and MASTER_PORT (RANK and the others: per rank, in the wrapper).
+  add_torchrun_master_env(spec.env, spec.placement, remote_hosts.empty() && spawner != "srun",
+                          pick_free_port());
   spec.secret = store.secret();
   spec.store_addr = store.address();
   spec.job_id = make_job_id();

@@ -1,4 +1,5 @@
 #include "launch/rank_wrapper.h"
+#include "launch/torchrun_env.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -117,6 +118,7 @@ std::map<std::string, std::string> program_env(const RankSpec& spec, const RankP
   e["HPCT_JOB_ID"] = spec.job_id;
   if (!spec.store_addr.empty()) e["HPCT_STORE_ADDR"] = spec.store_addr;
   if (secret_fd >= 0) e["HPCT_SECRET_FD"] = std::to_string(secret_fd);
+  add_torchrun_rank_env(e, p, spec.size);  // RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE
   // One rank per core: the host's cores shared by its ranks, unless the user
   // chose (in the launcher's environment, --env, or this host's).
   if (e.count("OMP_NUM_THREADS") == 0 && !env.get("OMP_NUM_THREADS")) {

@@ -1,0 +1,82 @@
+// hpctrain.torch._C: the pybind11 module under hpctrain.torch (the Python
+// files beside it hold Horovod's API and the torch.distributed backend).
+//
+// Blocking calls (joining the job, waiting for operations) release the GIL,
+// so other Python threads and autograd hooks run meanwhile. hpct::Error
+// becomes hpctrain.torch.HpctError (a RuntimeError) with the same message
+// and its code ("timeout", "peer-failure", ...) in .code.
+#include <pybind11/chrono.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <torch/csrc/utils/pybind.h>
+#include <torch/types.h>
+
+#include "core/error.h"
+#include "process_group.h"
+#include "runtime.h"
+
+namespace py = pybind11;
+using hpct::py::Operation;
+using hpct::py::Runtime;
+
+PYBIND11_MODULE(_C, m) {
+  m.doc() = "hpctrain's engine for hpctrain.torch (use hpctrain.torch, not this module)";
+  m.attr("TORCH_BUILD_VERSION") = HPCT_TORCH_BUILD_VERSION;
+
+  // The module's attribute holds the class; the translator borrows it.
+  static PyObject* error_type = py::exception<hpct::Error>(m, "HpctError", PyExc_RuntimeError).ptr();
+  py::register_exception_translator([](std::exception_ptr p) {
+    try {
+      if (p) std::rethrow_exception(p);
+    } catch (const hpct::Error& e) {
+      py::object exc = py::reinterpret_borrow<py::object>(error_type)(e.what());
+      exc.attr("code") = hpct::error_code_name(e.code());
+      PyErr_SetObject(error_type, exc.ptr());
+    }
+  });
+
+  py::class_<Operation>(m, "Operation")
+      .def("poll", &Operation::poll)
+      .def("wait", &Operation::wait, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("name", &Operation::name);
+
+  // Waits for every operation (one GIL release for all); raises the first
+  // error after all are done, so no operation still writes into a tensor.
+  m.def(
+      "wait_all",
+      [](const std::vector<Operation>& ops) {
+        std::exception_ptr first;
+        for (const auto& op : ops) {
+          try {
+            op.wait();
+          } catch (...) {
+            if (!first) first = std::current_exception();
+          }
+        }
+        if (first) std::rethrow_exception(first);
+      },
+      py::call_guard<py::gil_scoped_release>());
+
+  py::class_<Runtime, std::shared_ptr<Runtime>>(m, "Runtime")
+      .def(py::init<>(), py::call_guard<py::gil_scoped_release>())
+      .def("rank", &Runtime::rank)
+      .def("size", &Runtime::size)
+      .def("local_rank", &Runtime::local_rank)
+      .def("local_size", &Runtime::local_size)
+      .def("overlap_default", &Runtime::overlap_default)
+      .def("allreduce", &Runtime::allreduce, py::arg("tensor"), py::arg("name"), py::arg("op"),
+           py::arg("compression") = "")
+      .def("allgather", &Runtime::allgather, py::arg("tensor"), py::arg("name"))
+      .def("broadcast", &Runtime::broadcast, py::arg("tensor"), py::arg("name"), py::arg("root"))
+      .def("shutdown", &Runtime::shutdown, py::call_guard<py::gil_scoped_release>());
+
+  // The torch.distributed backend's process group (process_group.h),
+  // returned as torch's own ProcessGroup type.
+  m.def(
+      "create_process_group",
+      [](std::shared_ptr<Runtime> runtime, int rank, int size, int index)
+          -> c10::intrusive_ptr<c10d::ProcessGroup> {
+        return c10::make_intrusive<hpct::py::EngineProcessGroup>(std::move(runtime), rank, size, index);
+      },
+      py::arg("runtime"), py::arg("rank"), py::arg("size"), py::arg("index"));
+}

@@ -1,0 +1,108 @@
+// The "hpctrain" torch.distributed backend: a c10d::ProcessGroup whose
+// collectives are the engine's named operations (engine/engine.h), so DDP's
+// buckets go through the same negotiation, shared memory and compression as
+// the C++ DistributedOptimizer.
+//
+// Each collective is submitted at once under a name made of the group's
+// index and sequence number ("pg0/allreduce/17"): every rank creates groups
+// and issues a group's
+// collectives in the same order (torch.distributed requires it), so the n-th
+// call has the same name everywhere. The call returns a Work at once; a
+// completion thread waits for the engine's handles in submission order,
+// copies results that do not land in place (allgather, non-contiguous
+// tensors) and completes the Work's Future, which is what DDP's reducer
+// waits on (work.get_future()). Future callbacks therefore run on that
+// thread.
+//
+// Failure: an engine error (Timeout, PeerFailure naming the rank) sets the
+// Future's error; Work.wait() rethrows it as hpct::Error's message. No wait is
+// unbounded: the engine's waits end within HPCT_TIMEOUT_S of a dead peer.
+//
+// Threads: collectives may be called from any thread (DDP calls them from
+// autograd); the completion thread is joined by the destructor.
+#pragma once
+
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "runtime.h"
+
+namespace hpct::py {
+
+class EngineWork : public c10d::Work {
+ public:
+  EngineWork(c10d::OpType type, std::vector<at::Tensor> outputs);
+  bool isCompleted() override;
+  bool isSuccess() const override;
+  std::exception_ptr exception() const override;
+  std::vector<at::Tensor> result() override { return outputs_; }
+  // Blocks until the engine finished (bounded by the engine's own timeout);
+  // rethrows its error.
+  bool wait(std::chrono::milliseconds timeout) override;
+  void synchronize() override {}
+  c10::intrusive_ptr<c10::ivalue::Future> getFuture() override { return future_; }
+
+  void finish(std::exception_ptr error);
+
+ private:
+  std::vector<at::Tensor> outputs_;
+  c10::intrusive_ptr<c10::ivalue::Future> future_;
+};
+
+class EngineProcessGroup : public c10d::ProcessGroup {
+ public:
+  // rank and size must be the runtime's (InvalidArgument naming both
+  // otherwise: groups of a subset of the ranks are not supported). index:
+  // this group's place among the process's hpctrain groups (the same on every
+  // rank), which keeps two groups' names apart.
+  EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size, int index);
+  ~EngineProcessGroup() override;
+
+  const std::string getBackendName() const override { return "hpctrain"; }
+
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& tensors,
+                                           const c10d::BroadcastOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
+                                           const c10d::AllreduceOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allreduce_coalesced(
+      std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> allgather(std::vector<std::vector<at::Tensor>>& outputs,
+                                           std::vector<at::Tensor>& inputs,
+                                           const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> _allgather_base(at::Tensor& output, at::Tensor& input,
+                                                 const c10d::AllgatherOptions& opts) override;
+  c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions& opts) override;
+
+ private:
+  struct Pending {
+    std::vector<Operation> ops;
+    std::function<void()> after;  // copies results out; runs on the completion thread
+    c10::intrusive_ptr<EngineWork> work;
+  };
+
+  std::string next_name(const char* op);
+  c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
+                                         std::vector<Operation> ops, std::function<void()> after);
+  void complete_loop();
+
+  std::shared_ptr<Runtime> runtime_;
+  const std::string prefix_;  // "pg<index>/"
+  std::atomic<std::uint64_t> seq_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Pending> queue_;  // GUARDED_BY(mu_)
+  bool stop_ = false;          // GUARDED_BY(mu_)
+  std::thread completer_;
+};
+
+}  // namespace hpct::py

@@ -1,0 +1,77 @@
+// The Python package's view of one rank: a Context (include/hpctrain/hpctrain.h)
+// and the engine's named operations on torch tensors, as hpctrain.torch calls
+// them. One Runtime per process, owned by the Python module (hvd.init()); the
+// C++ side keeps no global of its own.
+//
+// Threads: every method may be called from any thread; none needs the GIL
+// (module.cc releases it around the blocking ones: construction, wait).
+#pragma once
+
+#include <torch/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "hpctrain/hpctrain.h"
+
+namespace hpct::py {
+
+// One submitted operation: its engine handle and the tensor it writes.
+class Operation {
+ public:
+  Operation() = default;
+  Operation(engine::Handle handle, torch::Tensor output,
+            std::shared_ptr<torch::Tensor> gathered = nullptr)
+      : handle_(std::move(handle)), output_(std::move(output)), gathered_(std::move(gathered)) {}
+
+  // Done (successfully or not)? Never blocks.
+  bool poll() const { return handle_.poll(); }
+  // Blocks until done (bounded by HPCT_TIMEOUT_S through the communicator);
+  // raises the operation's hpct::Error. Returns the written tensor.
+  torch::Tensor wait() const;
+  const std::string& name() const { return handle_.name(); }
+
+ private:
+  engine::Handle handle_;
+  torch::Tensor output_;
+  std::shared_ptr<torch::Tensor> gathered_;  // allgather: allocated by the engine thread
+};
+
+class Runtime {
+ public:
+  // Joins the job (hpct::init(): hpctrain launch, mpirun, srun or one rank).
+  // Blocks until every rank joined or HPCT_TIMEOUT_S ran out.
+  Runtime();
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  int rank() const;
+  int size() const;
+  int local_rank() const;
+  int local_size() const;
+  // HPCT_OVERLAP resolved as the C++ DistributedOptimizer does (auto: off
+  // when this host's ranks x intra-op threads fill its usable cores).
+  bool overlap_default() const;
+  Context& context();
+
+  // In place on t (CPU, contiguous). op: sum, avg, min, max, product.
+  // compression: "" (the engine's default, HPCT_COMPRESSION), none, fp16, bf16.
+  Operation allreduce(const torch::Tensor& t, const std::string& name, const std::string& op,
+                      const std::string& compression);
+  // Every rank's rows of t (first dimensions may differ), in rank order, in a new tensor.
+  Operation allgather(const torch::Tensor& t, const std::string& name);
+  // In place on t: root's values everywhere.
+  Operation broadcast(const torch::Tensor& t, const std::string& name, int root);
+
+  // Shuts the engine down on every rank (pending operations fail); idempotent.
+  void shutdown();
+
+ private:
+  Context& live();
+  std::unique_ptr<Context> ctx_;
+};
+
+}  // namespace hpct::py
