@@ -100,4 +100,33 @@ TEST_F(BenchNetns, CommRefusesMpiAcrossHostsWithoutAnMpiLauncher) {
   EXPECT_NE(r.out.find("--spawner mpirun or srun"), std::string::npos) << r.out;
 }
 
+TEST_F(BenchNetns, TrainWithHostOptionsAndTheDdpPeerOnTheSameHosts) {
+  Outcome r = run(H + " bench train --model cnn --np 2 --steps 6 --phase-steps 3 --warmup 2" + hosts_opt_ +
+                      "--peer ddp 2>&1", 170);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json ours, ddp, summary;
+  for (const auto& j : json_lines(r.out)) {
+    if (j.contains("summary")) summary = j;
+    else if (j.value("impl", "") == "pytorch-ddp") ddp = j;
+    else if (j.value("impl", "") == "hpctrain") ours = j;
+  }
+  ASSERT_TRUE(ours.is_object() && ddp.is_object() && summary.is_object()) << r.out;
+  EXPECT_EQ(ours["np"], 2);
+  EXPECT_EQ(ours["backend"], "gloo");
+  EXPECT_EQ(ours["model"], "cnn");
+  EXPECT_GT(ours["samples_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(ours["compression"], "auto");
+  // Across hosts auto measured at least the CNN's large class, the same verdict on both ranks.
+  ASSERT_FALSE(ours["compression_auto"].empty()) << ours.dump();
+  for (const auto& d : ours["compression_auto"]) {
+    EXPECT_TRUE(d["choice"] == "none" || d["choice"] == "fp16") << d.dump();
+    EXPECT_GT(d["float32_ms"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(ddp["np"], 2);
+  EXPECT_EQ(ddp["model"], "cnn");
+  EXPECT_EQ(ddp["steps"], 6);
+  EXPECT_NEAR(summary["ratio"].get<double>(),
+              ours["samples_per_s"].get<double>() / ddp["samples_per_s"].get<double>(), 1e-9);
+}
+
 }  // namespace

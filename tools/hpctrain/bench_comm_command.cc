@@ -136,7 +136,9 @@ int run_comm_worker(const CommArgs& a, const Config& config) {
   // The round trip first, on idle links: what a small allreduce is held to.
   comm::barrier(*world.comm);
   double rtt_us = 0;
-  if (world.comm->size() > 1 && a.rtt_pings > 0) {
+  // Only across hosts: on one host the ranks share memory, not a link.
+  const bool across_hosts = world.info.cross_size > 1 || world.info.local_size < world.comm->size();
+  if (world.comm->size() > 1 && a.rtt_pings > 0 && across_hosts) {
     for (const auto& t : bench::measure_tcp_round_trips(*world.comm, a.rtt_pings,
                                                         seconds_to_millis(120))) {
       rtt_us = std::max(rtt_us, t.median_us);
@@ -170,7 +172,7 @@ void add_bench_comm_command(CLI::App& bench, Cli& cli) {
   c->add_option("--backend", a->backend, "mpi, gloo or all")->capture_default_str();
   c->add_option("--np", a->np, "Ranks to start (0: 2 on this host, or every slot of the hosts)")
       ->capture_default_str();
-  c->add_option("--rtt-pings", a->rtt_pings, "TCP round trips timed to each peer (0: none)")
+  c->add_option("--rtt-pings", a->rtt_pings, "TCP round trips timed to each peer across hosts (0: none)")
       ->capture_default_str();
   add_bench_host_options(c, &a->hosts);
   c->add_option("--sizes", a->sizes, "Bytes per rank: 4K..256M (x4 steps) or a list 1M,4M")

@@ -1,5 +1,7 @@
 #include "bench_hosts.h"
 
+#include <filesystem>
+
 #include "core/env.h"
 #include "core/subprocess.h"
 #include "core/world.h"
@@ -8,7 +10,9 @@ namespace hpct::cli {
 
 std::vector<std::string> BenchHosts::launch_prefix(
     int np, const std::string& backend, const std::map<std::string, std::string>& env) const {
-  std::vector<std::string> argv = {self_executable(), "launch", "--prefix", "none"};
+  // launch lives in hpctrain, beside hpctrain-torch (which runs bench train).
+  const auto launcher = std::filesystem::path(self_executable()).parent_path() / "hpctrain";
+  std::vector<std::string> argv = {launcher.string(), "launch", "--prefix", "none"};
   if (!hosts.empty()) argv.insert(argv.end(), {"-H", hosts});
   if (!hostfile.empty()) argv.insert(argv.end(), {"--hostfile", hostfile});
   if (!spawner.empty()) argv.insert(argv.end(), {"--spawner", spawner});
