@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "comm/shm_allreduce.h"
 #include "core/clock.h"
 #include "engine/compression.h"
 
@@ -28,8 +29,10 @@ double ms_since(SteadyClock::time_point t0) {
 
 }  // namespace
 
-AutoCompression::AutoCompression(comm::Communicator& comm)
-    : comm_(comm), local_(runs_locally(comm)) {}
+AutoCompression::AutoCompression(comm::Communicator& comm, std::function<std::int64_t()> host_id)
+    : comm_(comm),
+      local_(runs_locally(comm)),
+      host_id_(host_id ? std::move(host_id) : std::function<std::int64_t()>(comm::host_identity)) {}
 
 Compression AutoCompression::rule(double none_ms, double fp16_ms) {
   return fp16_ms < kKeepMargin * none_ms ? Compression::kFp16 : Compression::kNone;
@@ -37,6 +40,13 @@ Compression AutoCompression::rule(double none_ms, double fp16_ms) {
 
 Compression AutoCompression::choose(std::size_t count) {
   if (local_ || count * 4 < kMinBytes) return Compression::kNone;
+  if (!hosts_known_) {
+    // Collective, like the probe: every rank gets here at the same allreduce.
+    hosts_known_ = true;
+    const auto ids = comm::allgather_value(comm_, host_id_());
+    local_ = std::all_of(ids.begin(), ids.end(), [&](std::int64_t id) { return id == ids[0]; });
+    if (local_) return Compression::kNone;
+  }
   const int c = size_class(count * 4);
   for (const auto& [cls, d] : decisions_) {
     if (cls == c) return d.choice;

@@ -14,15 +14,19 @@
 // engine's execution order guarantees (every rank executes the same
 // responses in the same order).
 //
-// Never probed, never compressed: one rank; a communicator whose allreduce
-// runs in shared memory on one host (the casts cost more than the copy they
-// save: shared/notes, Horovod -20%); allreduces under kMinBytes (latency,
-// not bytes, sets their time).
+// Never probed, never compressed: one rank; ranks that are all on one host
+// (shared memory, or MPI's shared-memory transport: the casts cost more than
+// the copy they save: shared/notes, Horovod -20%), known from an allreduce
+// whose algorithm is `shm:` or, at the first allreduce worth a probe, from
+// an allgather of comm::host_identity(); allreduces under kMinBytes
+// (latency, not bytes, sets their time).
 //
 // Not thread-safe: the engine calls it from whichever thread runs its round.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -46,7 +50,10 @@ class AutoCompression {
     std::string reason;
   };
 
-  explicit AutoCompression(comm::Communicator& comm);
+  // host_id: this rank's host, equal on ranks of one host (default:
+  // comm::host_identity; tests give threads of one process distinct hosts).
+  explicit AutoCompression(comm::Communicator& comm,
+                           std::function<std::int64_t()> host_id = nullptr);
   AutoCompression(const AutoCompression&) = delete;
   AutoCompression& operator=(const AutoCompression&) = delete;
 
@@ -62,7 +69,9 @@ class AutoCompression {
   Decision probe(int size_class);
 
   comm::Communicator& comm_;
-  const bool local_;  // no network between the ranks (one rank, or shared memory)
+  bool local_;              // no network between the ranks (one rank, or one host)
+  bool hosts_known_ = false;  // the host allgather ran
+  std::function<std::int64_t()> host_id_;
   std::vector<std::pair<int, Decision>> decisions_;
 };
 

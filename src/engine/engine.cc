@@ -91,7 +91,7 @@ Engine::Engine(comm::Communicator& comm, const EngineOptions& options, Logger lo
       cycle_(Micros(static_cast<long long>(options.cycle_ms * 1000))),
       idle_period_(std::clamp(Micros(static_cast<long long>(options.stall_warn_s * 250000)),
                               Micros(10000), Micros(1000000))),
-      auto_compression_(comm),
+      auto_compression_(comm, options.host_identity),
       pending_wait_(std::max(cycle_, Micros(1000))) {
   ControllerOptions co;
   co.fusion_bytes = options.fusion_bytes;

@@ -86,6 +86,8 @@ struct EngineOptions {
   double stall_abort_s = 0;             // HPCT_STALL_ABORT_S (0: never)
   std::string timeline_path;            // HPCT_TIMELINE (rank 0 writes it)
   Compression compression = Compression::kNone;  // HPCT_COMPRESSION, for float32 allreduce (its default: auto)
+  // kAuto: which ranks share a host (null: comm::host_identity). Tests only.
+  std::function<std::int64_t()> host_identity;
 
   static EngineOptions from_config(const Config& config);
 };

@@ -311,7 +311,7 @@ TEST(AutoCompressionRule, KeepsFloat32UnlessFloat16IsClearlyFaster) {
 
 // Sizes 0, 1, odd, under the probe threshold, and large (probed); sum and avg.
 // Returns each rank's results, to compare across ranks.
-std::vector<std::vector<std::vector<float>>> run_auto(int size, bool shm,
+std::vector<std::vector<std::vector<float>>> run_auto(int size, bool shm, bool hosts_apart,
                                                       std::vector<std::vector<std::pair<int, AutoCompression::Decision>>>* decisions,
                                                       std::vector<Engine::Stats>* stats) {
   const std::vector<std::size_t> lens = {0, 1, 7, 1001, (1u << 20) + 3, 300000};
@@ -323,7 +323,10 @@ std::vector<std::vector<std::vector<float>>> run_auto(int size, bool shm,
   comm::testing::run_gloo_world(
       size, Millis(60000),
       [&](comm::GlooCommunicator& c) {
-        Engine e(c, o, quiet(c.rank()));
+        EngineOptions mine = o;
+        // Threads of one process are one host; hosts_apart makes each rank its own.
+        if (hosts_apart) mine.host_identity = [r = c.rank()] { return std::int64_t{r}; };
+        Engine e(c, mine, quiet(c.rank()));
         const int rank = c.rank();
         std::vector<Buf> bufs(lens.size());
         for (int step = 0; step < 2; ++step) {
@@ -361,7 +364,7 @@ TEST(EngineAutoCompression, OverTcpProbesOnceAndEveryRankDecidesAndEndsAlike) {
   for (int size : {2, 3}) {
     std::vector<std::vector<std::pair<int, AutoCompression::Decision>>> d;
     std::vector<Engine::Stats> st;
-    auto out = run_auto(size, false, &d, &st);
+    auto out = run_auto(size, false, true, &d, &st);
     // Probed: the large tensors' classes (2^22 and 2^20 bytes), not the small ones.
     ASSERT_EQ(d[0].size(), 2u) << size;
     for (const auto& [cls, dec] : d[0]) {
@@ -389,10 +392,23 @@ TEST(EngineAutoCompression, OverTcpProbesOnceAndEveryRankDecidesAndEndsAlike) {
 TEST(EngineAutoCompression, SharedMemoryNeverCompressesNorProbes) {
   std::vector<std::vector<std::pair<int, AutoCompression::Decision>>> d;
   std::vector<Engine::Stats> st;
-  auto out = run_auto(2, true, &d, &st);
+  auto out = run_auto(2, true, true, &d, &st);
   EXPECT_TRUE(d[0].empty());
   EXPECT_EQ(st[0].compressed_collectives, 0u);
   EXPECT_EQ(out[0], out[1]);
+}
+
+// Ranks on one host that talk over TCP (Gloo's ring, or MPI without the
+// shared-memory path) count as one host all the same: no probe, no casts.
+TEST(EngineAutoCompression, RanksOfOneHostOverTcpNeverCompress) {
+  std::vector<std::vector<std::pair<int, AutoCompression::Decision>>> d;
+  std::vector<Engine::Stats> st;
+  auto out = run_auto(3, false, false, &d, &st);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(d[static_cast<size_t>(r)].empty());
+    EXPECT_EQ(st[static_cast<size_t>(r)].compressed_collectives, 0u);
+  }
+  EXPECT_EQ(out[0], out[2]);
 }
 
 }  // namespace
