@@ -21,11 +21,16 @@ packages=(
   debootstrap dpkg-dev apt-utils apt-cacher-ng
   # hpctrain cluster setup: the playbooks' engine and linter, sshfs for the shared directory
   ansible-core ansible-lint sshfs
+  # offline checks of the deploy recipes (scripts/check-deploy.sh; HCL through npm's @cdktf/hcl2json)
+  python3-yaml python3-jsonschema shellcheck nodejs
   # real data
   dataset-fashion-mnist
   # the peer baseline (PyTorch DDP) for benchmarks only
   python3-torch
 )
+
+# Debian's npm, unless a nodejs from elsewhere brings its own (it then conflicts with Debian's npm).
+command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -34,7 +39,19 @@ for p in "${packages[@]}"; do
   fi
 done
 
+# The HCL parser for scripts/check-deploy.sh, into a cache folder once (npm is
+# the only source; without it the Terraform check says it skipped).
+hcl_cache=/var/cache/hpctrain/hcl2json
+hcl_parser() {
+  [ -f "$hcl_cache/node_modules/@cdktf/hcl2json/package.json" ] && return 0
+  command -v npm >/dev/null || return 0
+  mkdir -p "$hcl_cache" 2>/dev/null || return 0
+  timeout 180 npm install --prefix "$hcl_cache" --no-audit --no-fund @cdktf/hcl2json@0.21.0 >/dev/null 2>&1 ||
+    echo "install-deps: npm could not install @cdktf/hcl2json; check-deploy will skip Terraform" >&2
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
+  hcl_parser
   echo "install-deps: all ${#packages[@]} packages present"
   exit 0
 fi
@@ -49,4 +66,5 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
+hcl_parser
 echo "install-deps: done"

@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "comm/gloo/communicator.h"
 #include "comm/mpi/communicator.h"
@@ -37,8 +39,28 @@ std::pair<std::string, int> split_endpoint(const std::string& text) {
   return {host, static_cast<int>(port)};
 }
 
+// The local address `host` names, retried until `timeout`: a pod's own DNS
+// record (through a headless Service) appears a moment after the pod starts.
+std::string own_address_named(const std::string& host, Millis timeout) {
+  const auto until = std::chrono::steady_clock::now() + timeout;
+  while (true) {
+    try {
+      return local_address_towards(host);
+    } catch (const Error& e) {
+      if (std::chrono::steady_clock::now() >= until) {
+        throw Error(ErrorCode::kTimeout,
+                    std::string(e.what()) + " (rank 0 of a Kubernetes Indexed Job serves the store at "
+                    "HPCT_STORE_ADDR, which must name its own pod: <job>-0.<headless service>)");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+  }
+}
+
 std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& world,
-                                         const Env& env, std::string* store_host) {
+                                         const Env& env, std::string* store_host,
+                                         std::shared_ptr<store::TcpStoreServer>* server,
+                                         const Logger& log) {
   const Millis timeout = seconds_to_millis(config.timeout_s);
   std::shared_ptr<store::Store> base;
   if (!config.store_addr.empty()) {
@@ -51,6 +73,18 @@ std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& 
     o.host = host;
     o.port = port;
     o.secret = store::read_secret_from_fd(static_cast<int>(config.secret_fd));
+    if (world.launcher == Launcher::kKubernetes && world.rank == 0) {
+      // No launcher process runs beside an Indexed Job's pods: rank 0 serves
+      // the store, bound to its own address (HPCT_STORE_ADDR names rank 0's
+      // pod), never 0.0.0.0; the others connect, retrying until it is up.
+      store::TcpStoreServerOptions so;
+      so.secret = o.secret;
+      so.bind_address = own_address_named(host, timeout);
+      so.port = port;
+      so.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
+      so.logger = log;
+      *server = std::make_shared<store::TcpStoreServer>(so);
+    }
     o.connect_timeout = timeout;
     o.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
     *store_host = host;
@@ -152,7 +186,7 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
   }
 
   std::string store_host;
-  w.store = open_store(config, w.info, env, &store_host);
+  w.store = open_store(config, w.info, env, &store_host, &w.store_server, log);
   GlooOptions o;
   o.rank = w.info.rank;
   o.size = w.info.size;

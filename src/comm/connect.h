@@ -3,7 +3,9 @@
 // connect_world() reads who this process is (core/world.h), picks the
 // backend (HPCT_BACKEND: auto = MPI when an MPI launcher started us, Gloo
 // otherwise), finds the rendezvous store Gloo needs (the launcher's TCP store
-// from HPCT_STORE_ADDR with the secret from HPCT_SECRET_FD, or a shared
+// from HPCT_STORE_ADDR with the secret from HPCT_SECRET_FD; in a Kubernetes
+// Indexed Job, which has no launcher process, rank 0 serves that store
+// itself at the address HPCT_STORE_ADDR names, its own pod; or a shared
 // directory from HPCT_STORE_DIR, or none for one rank) and the address to
 // bind, and connects. It blocks until every rank has joined or the timeout
 // (HPCT_TIMEOUT_S) runs out, and every problem it can foresee is an
@@ -20,6 +22,10 @@
 #include "core/world.h"
 #include "store/store.h"
 
+namespace hpct::store {
+class TcpStoreServer;
+}  // namespace hpct::store
+
 namespace hpct::comm {
 
 enum class Backend { kAuto, kMpi, kGloo };
@@ -30,6 +36,9 @@ const char* backend_name(Backend b);
 Backend resolve_backend(Backend requested, const WorldInfo& world);
 
 struct World {
+  // Rank 0 of a Kubernetes Indexed Job serves the job's store; first, so it
+  // is destroyed last.
+  std::shared_ptr<store::TcpStoreServer> store_server;
   WorldInfo info;
   std::shared_ptr<store::Store> store;  // null for MPI and for a single rank
   std::unique_ptr<Communicator> comm;

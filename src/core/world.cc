@@ -63,6 +63,7 @@ const char* launcher_name(Launcher l) {
     case Launcher::kOpenMpi: return "mpirun";
     case Launcher::kPmi: return "pmi";
     case Launcher::kSlurm: return "srun";
+    case Launcher::kKubernetes: return "kubernetes indexed job";
   }
   return "?";
 }
@@ -112,6 +113,19 @@ WorldInfo discover_world(const Env& env) {
       if (auto n = slurm_tasks_on_node(*spec2, w.cross_rank)) w.local_size = *n;
     }
     check(w, "SLURM_PROCID");
+  } else if (auto r = read_int(env, "JOB_COMPLETION_INDEX")) {
+    auto n = read_int(env, "HPCT_SIZE");
+    if (!n) {
+      throw_invalid_argument("JOB_COMPLETION_INDEX=" + std::to_string(*r) +
+                             " says this is a pod of a Kubernetes Indexed Job, but HPCT_SIZE is not set: "
+                             "set it in the pod's env to the Job's completions (deploy/k8s/indexed-job.yaml)");
+    }
+    w.launcher = Launcher::kKubernetes;
+    w.rank = *r;
+    w.size = *n;
+    w.cross_rank = *r;  // one rank per pod, each pod its own host
+    w.cross_size = *n;
+    check(w, "JOB_COMPLETION_INDEX");
   }
   return w;
 }

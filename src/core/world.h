@@ -3,8 +3,10 @@
 //
 // Sources, first match wins: hpctrain launch (HPCT_RANK, HPCT_SIZE, ...),
 // OpenMPI's mpirun (OMPI_COMM_WORLD_*), MPICH/Hydra and PMIx (PMI_RANK,
-// PMI_SIZE, PMIX_RANK), Slurm's srun (SLURM_PROCID, SLURM_NTASKS, ...).
-// With none of them, a single rank.
+// PMI_SIZE, PMIX_RANK), Slurm's srun (SLURM_PROCID, SLURM_NTASKS, ...), a
+// Kubernetes Indexed Job (JOB_COMPLETION_INDEX as the rank, one per pod, with
+// HPCT_SIZE from the manifest: the pod's environment does not hold the Job's
+// size). With none of them, a single rank.
 #pragma once
 
 #include <string>
@@ -13,7 +15,7 @@
 
 namespace hpct {
 
-enum class Launcher { kNone, kHpctrain, kOpenMpi, kPmi, kSlurm };
+enum class Launcher { kNone, kHpctrain, kOpenMpi, kPmi, kSlurm, kKubernetes };
 
 const char* launcher_name(Launcher l);
 

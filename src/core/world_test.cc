@@ -60,6 +60,35 @@ TEST(World, SlurmWithTaskCountsPerNode) {
   EXPECT_FALSE(w.mpi_runtime);
 }
 
+TEST(World, KubernetesIndexedJobTakesThePodIndex) {
+  WorldInfo w = discover_world(MapEnv({{"JOB_COMPLETION_INDEX", "3"}, {"HPCT_SIZE", "4"}}));
+  EXPECT_EQ(w.launcher, Launcher::kKubernetes);
+  EXPECT_EQ(w.rank, 3);
+  EXPECT_EQ(w.size, 4);
+  EXPECT_EQ(w.local_rank, 0);
+  EXPECT_EQ(w.local_size, 1);
+  EXPECT_EQ(w.cross_rank, 3);
+  EXPECT_EQ(w.cross_size, 4);
+  EXPECT_FALSE(w.mpi_runtime);
+}
+
+TEST(World, KubernetesIndexedJobNeedsTheSize) {
+  try {
+    discover_world(MapEnv({{"JOB_COMPLETION_INDEX", "1"}}));
+    FAIL() << "no error without HPCT_SIZE";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HPCT_SIZE"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(discover_world(MapEnv({{"JOB_COMPLETION_INDEX", "4"}, {"HPCT_SIZE", "4"}})), Error);
+}
+
+TEST(World, MpirunInsideAnIndexedJobPodIsMpirun) {
+  WorldInfo w = discover_world(MapEnv({{"JOB_COMPLETION_INDEX", "0"}, {"HPCT_SIZE", "2"},
+                                       {"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "3"}}));
+  EXPECT_EQ(w.launcher, Launcher::kOpenMpi);
+  EXPECT_EQ(w.rank, 1);
+}
+
 TEST(World, RankNotBelowSizeIsRefused) {
   EXPECT_THROW(discover_world(MapEnv({{"HPCT_RANK", "4"}, {"HPCT_SIZE", "4"}})), Error);
   EXPECT_THROW(discover_world(MapEnv({{"HPCT_RANK", "x"}, {"HPCT_SIZE", "4"}})), Error);

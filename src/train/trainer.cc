@@ -324,6 +324,9 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
       (o.resume.empty() || o.resume == "auto")) {
     throw_invalid_argument("--checkpoint-every and --resume auto need --checkpoint-dir");
   }
+  if (o.stop_requested != nullptr && o.checkpoint_dir.empty()) {
+    throw_invalid_argument("--checkpoint-on-signal needs --checkpoint-dir: where would the checkpoint go?");
+  }
   learning_rate(o, ctx.size(), 0);  // refuse a bad schedule before any work
   const bool lead = ctx.rank() == 0;
   at::set_num_threads(o.threads);
@@ -450,6 +453,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   };
 
   bool stop = false;
+  bool signalled = false;  // every rank agreed to stop on a signal
   for (std::int64_t epoch = first_epoch; epoch < o.epochs && !stop; ++epoch) {
     loader.start_epoch(epoch);
     if (!loader_state.empty()) {
@@ -543,11 +547,28 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
         steps_interval = 0;
         interval_start = Clock::now();
       }
+      if (o.stop_requested != nullptr && !at_end) {
+        double asked = o.stop_requested->load() ? 1 : 0;
+        if (allreduce(ctx, "train/stop_requested", asked, false) > 0) {
+          signalled = true;
+          stop = true;
+          break;
+        }
+      }
       if (o.checkpoint_every > 0 && step % o.checkpoint_every == 0 && !at_end) save(epoch, false);
       if (at_end) {
         stop = true;
         break;
       }
+    }
+    if (signalled) {
+      // The scheduler kills us KillWait seconds after its signal: save first, skip validation.
+      save(epoch, false);
+      if (lead) {
+        log.info("train", "stopped on a signal after step " + std::to_string(step) +
+                              "; checkpoint saved, resume with --resume auto");
+      }
+      break;
     }
     double epoch_seconds = seconds_since(epoch_start);
     train_seconds += epoch_seconds;
@@ -595,6 +616,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   s["global_batch"] = global_batch;
   s["steps"] = step;
   s["resumed_from_step"] = resumed_from;
+  s["stopped_by_signal"] = signalled;
   s["train_loss"] = last_loss;
   if (val) {
     s["val_loss"] = val_loss;

@@ -30,6 +30,7 @@
 // is named; one "epoch" line with validation loss and accuracy; a "summary".
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -67,6 +68,13 @@ struct TrainOptions {
   std::int64_t max_steps = 0;         // stop after this many steps in total (0: no limit)
   int log_every = 50;                 // steps between metrics lines
   bool progress = false;              // progress bar on rank 0's stdout
+  // Set from outside (a signal handler: Slurm's warning signal before a time
+  // limit or preemption, or the SIGTERM of `scontrol requeue`) to ask for a
+  // checkpoint and a stop at the next step boundary. Null: never asked. While
+  // non-null, every step adds one 1-number allreduce so the ranks agree on
+  // the step they stop at (a signal reaches them at different times); the
+  // summary then says "stopped_by_signal": true. Needs checkpoint_dir.
+  const std::atomic<bool>* stop_requested = nullptr;
 };
 
 // Blocks for the whole run. Returns the summary (on every rank): final

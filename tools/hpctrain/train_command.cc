@@ -2,8 +2,11 @@
 // shards (train/trainer.h). Each rank runs this command: under `hpctrain
 // launch`, mpirun or srun, or alone as a single rank. Rank 0 prints the
 // progress and the summary.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <iostream>
@@ -19,6 +22,26 @@
 
 namespace hpct::cli {
 namespace {
+
+// Exit code of a run stopped by --checkpoint-on-signal after its checkpoint:
+// sysexits' EX_TEMPFAIL, "try again later" (a requeued job resumes it).
+constexpr int kStoppedBySignal = 75;
+
+// Set by SIGUSR1/SIGTERM under --checkpoint-on-signal. A signal handler can
+// only reach a static; it is read through TrainOptions::stop_requested only.
+std::atomic<bool> stop_signal_seen{false};
+
+void on_stop_signal(int) { stop_signal_seen.store(true); }
+
+void install_stop_signals() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGUSR1, SIGTERM}) {
+    if (::sigaction(sig, &sa, nullptr) != 0) throw_io("sigaction", errno);
+  }
+}
 
 // A number of the summary; NaN when absent or null (no epoch ran).
 double num(const nlohmann::json& s, const char* key) {
@@ -80,21 +103,28 @@ void add_train_command(CLI::App& app, Cli& cli) {
   c->add_option("--max-steps", o->max_steps, "Stop after this many steps in total (0: no limit)")
       ->capture_default_str();
   c->add_option("--log-every", o->log_every, "Steps between metrics lines")->capture_default_str();
+  auto on_signal = std::make_shared<bool>(false);
+  c->add_flag("--checkpoint-on-signal", *on_signal,
+              "On SIGUSR1 or SIGTERM (Slurm's warning before a time limit, scontrol requeue, preemption): "
+              "checkpoint at the next step and exit 75");
   auto progress = std::make_shared<std::string>("auto");
   c->add_option("--progress", *progress, "auto (bar when stdout is a terminal), bar or lines")
       ->capture_default_str();
-  c->callback([&cli, o, progress] {
-    cli.run = [&cli, o, progress] {
+  c->callback([&cli, o, progress, on_signal] {
+    cli.run = [&cli, o, progress, on_signal] {
       if (*progress != "auto" && *progress != "bar" && *progress != "lines") {
         throw_invalid_argument("--progress " + *progress + ": choose auto, bar or lines");
       }
       train::open_model(o->model);  // refuse an unknown or unreadable model before joining the job
+      if (*on_signal) install_stop_signals();  // before joining: a signal while we connect is kept too
       auto ctx = init(cli.config);
       auto opts = *o;
+      if (*on_signal) opts.stop_requested = &stop_signal_seen;
       opts.progress = *progress == "bar" || (*progress == "auto" && ::isatty(1) != 0);
       Logger log = Logger::from_config(cli.config, ctx->rank());
       auto summary = train::run_training(*ctx, opts, log);
       if (ctx->rank() == 0) print_summary(summary);
+      if (summary["stopped_by_signal"].get<bool>()) return kStoppedBySignal;
       return summary["params_identical_across_ranks"].get<bool>() ? 0 : 1;
     };
   });
