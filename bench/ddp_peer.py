@@ -5,6 +5,12 @@
       PyTorch DistributedDataParallel (gloo backend, Debian's python3-torch),
       the same model, data, optimizer and timing as `hpctrain bench train`;
       prints one JSON line like it.
+  hpctrain launch -H h1:1,h2:1 --env GLOO_SOCKET_IFNAME=eth0 --env MASTER_ADDR=<h1's address> \
+      --env MASTER_PORT=29555 -- python3 ddp_peer.py ddp-rank --model mlp --steps 50
+      One DDP rank per process started by a launcher (rank and size from
+      HPCT_RANK/HPCT_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_*):
+      DDP across hosts, started the way hpctrain's ranks are; rank 0 prints
+      the JSON line. --fp16-hook registers DDP's fp16 compression hook.
   ddp_peer.py compare --hpctrain build/tools/hpctrain/hpctrain --models mlp,cnn --np 2 --repeats 3
       Alternates hpctrain and DDP runs (so drift hits both), prints every run's
       JSON line, then per model the median samples/s of each and the ratio.
@@ -49,7 +55,7 @@ def make_model(name):
     raise SystemExit(f"unknown model {name}")
 
 
-def ddp_rank(rank, args, port, out):
+def ddp_rank(rank, args, port, out, master="127.0.0.1"):
     import time
     import torch
     import torch.distributed as dist
@@ -58,7 +64,7 @@ def ddp_rank(rank, args, port, out):
     from torch.utils.data.distributed import DistributedSampler
 
     torch.set_num_threads(args.threads)
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_ADDR"] = master
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=args.np)
     images = torch.from_numpy(read_idx(f"{DATA}/train-images-idx3-ubyte.gz").copy())
@@ -66,6 +72,9 @@ def ddp_rank(rank, args, port, out):
     x_all = ((images.float() / 255.0 - 0.2860) / 0.3530).unsqueeze(1)
     torch.manual_seed(42)
     model = DDP(make_model(args.model))
+    if getattr(args, "fp16_hook", False):
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sampler = DistributedSampler(range(len(x_all)), num_replicas=args.np, rank=rank, seed=0,
                                  drop_last=True)
@@ -104,10 +113,39 @@ def ddp_rank(rank, args, port, out):
                        "backend": "gloo", "model": args.model, "np": args.np,
                        "batch_per_rank": args.batch, "steps": args.steps, "threads": args.threads,
                        "data": "fashion-mnist",
+                       "compression": "fp16-hook" if getattr(args, "fp16_hook", False) else "none",
                        "samples_per_s": args.np * args.batch * args.steps / elapsed.item(),
                        "step_ms": elapsed.item() / args.steps * 1e3,
                        "final_loss": loss.item()}, f)
     dist.destroy_process_group()
+
+
+def launched_rank(args):
+    """One rank of a job some launcher started: rank and size from its variables."""
+    env = os.environ
+    for r, n in (("HPCT_RANK", "HPCT_SIZE"), ("RANK", "WORLD_SIZE"),
+                 ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS")):
+        if r in env and n in env:
+            rank, size = int(env[r]), int(env[n])
+            break
+    else:
+        sys.exit("ddp-rank: no rank variables (start it with hpctrain launch, mpirun or srun)")
+    if "MASTER_ADDR" not in env or "MASTER_PORT" not in env:
+        sys.exit("ddp-rank: set MASTER_ADDR and MASTER_PORT (rank 0's host and a free port)")
+    if size > 1 and "GLOO_SOCKET_IFNAME" not in env:
+        print("ddp-rank: GLOO_SOCKET_IFNAME is not set; across hosts gloo may bind the wrong "
+              "interface", file=sys.stderr)
+    args.np = size
+    import tempfile
+    with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
+        ddp_rank(rank, args, int(env["MASTER_PORT"]), tmp.name, env["MASTER_ADDR"])
+        if rank == 0:
+            with open(tmp.name) as f:
+                line = f.read()
+            print(line, flush=True)
+            if args.result_file:
+                with open(args.result_file, "w") as f:
+                    f.write(line + "\n")
 
 
 def free_port():
@@ -162,20 +200,30 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sp = p.add_subparsers(dest="cmd", required=True)
     d = sp.add_parser("ddp")
+    lr = sp.add_parser("ddp-rank")
     c = sp.add_parser("compare")
+    for q in (d, lr):
+        q.add_argument("--fp16-hook", action="store_true")
     for q in (d, c):
         q.add_argument("--np", type=int, default=2)
         q.add_argument("--steps", type=int, default=50)
         q.add_argument("--batch", type=int, default=64)
         q.add_argument("--threads", type=int, default=1)
-    d.add_argument("--model", default="mlp")
-    d.add_argument("--warmup", type=int, default=3)
+    for q in (d, lr):
+        q.add_argument("--model", default="mlp")
+        q.add_argument("--warmup", type=int, default=3)
+    lr.add_argument("--result-file", default="", help="rank 0 also writes its JSON line here")
+    lr.add_argument("--steps", type=int, default=50)
+    lr.add_argument("--batch", type=int, default=64)
+    lr.add_argument("--threads", type=int, default=1)
     c.add_argument("--models", default="mlp,cnn")
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--hpctrain", default="build/tools/hpctrain/hpctrain")
     args = p.parse_args()
     if args.cmd == "ddp":
         run_ddp(args)
+    elif args.cmd == "ddp-rank":
+        launched_rank(args)
     else:
         compare(args)
 

@@ -178,6 +178,16 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["engine_full_rounds"] = stats.full_rounds;
   j["engine_in_place_bytes"] = stats.in_place_bytes;
   j["engine_packed_bytes"] = stats.packed_bytes;
+  j["engine_compressed_collectives"] = stats.compressed_collectives;
+  // What compression auto decided, per size class (from 2^class bytes up).
+  nlohmann::json decided = nlohmann::json::array();
+  for (const auto& [cls, d] : ctx.engine().auto_compression_decisions()) {
+    decided.push_back({{"from_bytes", std::uint64_t{1} << cls},
+                       {"choice", engine::compression_name(d.choice)},
+                       {"float32_ms", d.none_ms},
+                       {"float16_ms", d.fp16_ms}});
+  }
+  j["compression_auto"] = decided;
   return j;
 }
 

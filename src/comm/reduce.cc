@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "comm/reduce_simd.h"
 #include "core/error.h"
 
 namespace hpct::comm {
@@ -97,8 +98,8 @@ void check_reducible(DataType dtype, ReduceOp op) {
   }
 }
 
-void reduce_elements(void* out, const void* a, const void* b, size_t count, DataType dtype,
-                     ReduceOp op) {
+void reduce_elements_portable(void* out, const void* a, const void* b, size_t count,
+                              DataType dtype, ReduceOp op) {
   switch (dtype) {
     case DataType::kFloat32: reduce_typed<float>(out, a, b, count, op); break;
     case DataType::kFloat64: reduce_typed<double>(out, a, b, count, op); break;
@@ -114,7 +115,7 @@ void reduce_elements(void* out, const void* a, const void* b, size_t count, Data
   }
 }
 
-void finish_average(void* data, size_t count, DataType dtype, int divisor) {
+void finish_average_portable(void* data, size_t count, DataType dtype, int divisor) {
   // Divide rather than multiply by 1/n, so the result is the sum / n a user
   // computes by hand, to the last bit.
   switch (dtype) {
@@ -158,6 +159,75 @@ void finish_average(void* data, size_t count, DataType dtype, int divisor) {
     default:
       check_reducible(dtype, ReduceOp::kAvg);
   }
+}
+
+bool vector_kernels_available() { return simd::available(); }
+
+void reduce_elements(void* out, const void* a, const void* b, size_t count, DataType dtype,
+                     ReduceOp op) {
+  if ((dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) && simd::available()) {
+    auto* o = static_cast<std::uint16_t*>(out);
+    const auto* x = static_cast<const std::uint16_t*>(a);
+    const auto* y = static_cast<const std::uint16_t*>(b);
+    if (dtype == DataType::kFloat16) return simd::reduce_half(o, x, y, count, op);
+    return simd::reduce_bf16(o, x, y, count, op);
+  }
+  reduce_elements_portable(out, a, b, count, dtype, op);
+}
+
+void finish_average(void* data, size_t count, DataType dtype, int divisor) {
+  if ((dtype == DataType::kFloat16 || dtype == DataType::kBFloat16) && simd::available()) {
+    auto* p = static_cast<std::uint16_t*>(data);
+    const float d = static_cast<float>(divisor);
+    if (dtype == DataType::kFloat16) return simd::divide_half(p, count, d);
+    return simd::divide_bf16(p, count, d);
+  }
+  finish_average_portable(data, count, dtype, divisor);
+}
+
+namespace {
+
+void check_16(DataType dtype) {
+  if (dtype != DataType::kFloat16 && dtype != DataType::kBFloat16) {
+    throw_invalid_argument(std::string("a cast between float32 and ") + dtype_name(dtype) +
+                           " was asked for; only float16 and bfloat16 are 16-bit floats");
+  }
+}
+
+}  // namespace
+
+void floats_to_16_portable(const float* src, std::uint16_t* dst, size_t count, DataType dtype) {
+  check_16(dtype);
+  if (dtype == DataType::kFloat16) {
+    for (size_t i = 0; i < count; ++i) dst[i] = float_to_half(src[i]);
+  } else {
+    for (size_t i = 0; i < count; ++i) dst[i] = float_to_bfloat16(src[i]);
+  }
+}
+
+void floats_from_16_portable(const std::uint16_t* src, float* dst, size_t count, DataType dtype,
+                             float scale) {
+  check_16(dtype);
+  if (dtype == DataType::kFloat16) {
+    for (size_t i = 0; i < count; ++i) dst[i] = half_to_float(src[i]) * scale;
+  } else {
+    for (size_t i = 0; i < count; ++i) dst[i] = bfloat16_to_float(src[i]) * scale;
+  }
+}
+
+void floats_to_16(const float* src, std::uint16_t* dst, size_t count, DataType dtype) {
+  check_16(dtype);
+  if (!simd::available()) return floats_to_16_portable(src, dst, count, dtype);
+  if (dtype == DataType::kFloat16) return simd::floats_to_half(src, dst, count);
+  simd::floats_to_bf16(src, dst, count);
+}
+
+void floats_from_16(const std::uint16_t* src, float* dst, size_t count, DataType dtype,
+                    float scale) {
+  check_16(dtype);
+  if (!simd::available()) return floats_from_16_portable(src, dst, count, dtype, scale);
+  if (dtype == DataType::kFloat16) return simd::half_to_floats(src, dst, count, scale);
+  simd::bf16_to_floats(src, dst, count, scale);
 }
 
 }  // namespace hpct::comm

@@ -4,9 +4,15 @@
 // no built-in for (float16, bfloat16); both call these, so every backend
 // reduces every (dtype, op) the same way. float16 and bfloat16 are reduced in
 // float32 and rounded once per step.
+//
+// The 16-bit paths run vectorized (F16C, AVX2; reduce_simd.h) when the CPU
+// has them; the portable code stays as the reference, and the *_portable
+// functions below run it on any CPU so tests can hold the two to the same
+// bits.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 
 #include "comm/types.h"
 
@@ -28,5 +34,23 @@ void sum_and_average(void* out, const void* a, const void* b, size_t count, Data
 
 // InvalidArgument when op cannot apply to dtype (avg of an integer type).
 void check_reducible(DataType dtype, ReduceOp op);
+
+// Casts between float32 and a 16-bit float dtype (kFloat16 or kBFloat16),
+// with the bits of float_to_half / float_to_bfloat16 and back:
+// dst[i] = round16(src[i]); dst[i] = float(src[i]) * scale.
+void floats_to_16(const float* src, std::uint16_t* dst, size_t count, DataType dtype);
+void floats_from_16(const std::uint16_t* src, float* dst, size_t count, DataType dtype,
+                    float scale);
+
+// True when the 16-bit kernels above run vectorized on this CPU.
+bool vector_kernels_available();
+
+// The portable code of the functions above, whatever the CPU.
+void reduce_elements_portable(void* out, const void* a, const void* b, size_t count,
+                              DataType dtype, ReduceOp op);
+void finish_average_portable(void* data, size_t count, DataType dtype, int divisor);
+void floats_to_16_portable(const float* src, std::uint16_t* dst, size_t count, DataType dtype);
+void floats_from_16_portable(const std::uint16_t* src, float* dst, size_t count, DataType dtype,
+                             float scale);
 
 }  // namespace hpct::comm

@@ -126,5 +126,150 @@ TEST(Reduce, SumAndAverageIsTheSumThenTheDivisionToTheLastBit) {
   }
 }
 
+// ---- the vector kernels against the portable ones, bit for bit ----
+
+// Random bit patterns cover every exponent: subnormals, infinities and NaNs
+// (quiet and signalling, either sign) included.
+std::vector<std::uint8_t> random_bytes(size_t n, std::uint32_t seed) {
+  std::vector<std::uint8_t> v(n);
+  for (auto& b : v) {
+    seed = seed * 1664525u + 1013904223u;
+    b = static_cast<std::uint8_t>(seed >> 24);
+  }
+  return v;
+}
+
+// Bit for bit, except where both inputs of an element are NaN: x86 returns
+// the first NaN operand of an add or multiply and the compiler may order the
+// operands either way, so there the result must be a NaN, of either sign.
+::testing::AssertionResult SameBits(const std::vector<std::uint8_t>& got,
+                                    const std::vector<std::uint8_t>& want,
+                                    const std::vector<std::uint8_t>& a,
+                                    const std::vector<std::uint8_t>& b, size_t n, DataType t) {
+  if (got == want) return ::testing::AssertionSuccess();
+  const size_t w = dtype_size(t);
+  auto nan_at = [&](const std::vector<std::uint8_t>& v, size_t i) {
+    if (t == DataType::kFloat16 || t == DataType::kBFloat16) {
+      std::uint16_t h;
+      std::memcpy(&h, v.data() + i * 2, 2);
+      return std::isnan(t == DataType::kFloat16 ? half_to_float(h) : bfloat16_to_float(h));
+    }
+    return false;  // float32/64 and integers run the same code on both paths
+  };
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == want[i]) continue;
+    const size_t e = i / w;
+    if (e < n && nan_at(got, e) && nan_at(want, e) && nan_at(a, e) && nan_at(b, e)) continue;
+    return ::testing::AssertionFailure() << "byte " << i << " (element " << e << ") differs";
+  }
+  return ::testing::AssertionSuccess();
+}
+
+const DataType kAllTypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                              DataType::kBFloat16, DataType::kInt32,   DataType::kInt64,
+                              DataType::kUInt8};
+const ReduceOp kAllOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
+                            ReduceOp::kProduct};
+// 0, 1, odd, a vector's width and either side of it, several vectors plus a tail, large.
+const size_t kCounts[] = {0, 1, 7, 8, 9, 17, 1001, (1u << 20) + 3};
+
+TEST(ReduceVector, EveryDtypeOpAndSizeGivesThePortableBits) {
+  if (!vector_kernels_available()) GTEST_SKIP() << "no AVX2/F16C on this CPU: only the portable path runs";
+  for (DataType t : kAllTypes) {
+    const size_t w = dtype_size(t);
+    for (ReduceOp op : kAllOps) {
+      if (op == ReduceOp::kAvg && !is_floating(t)) continue;
+      for (size_t n : kCounts) {
+        auto a = random_bytes(n * w + 1, static_cast<std::uint32_t>(n * 31 + w));
+        auto b = random_bytes(n * w + 1, static_cast<std::uint32_t>(n * 17 + 5));
+        std::vector<std::uint8_t> fast(n * w + 1, 0xab), slow(n * w + 1, 0xab);
+        reduce_elements(fast.data(), a.data(), b.data(), n, t, op);
+        reduce_elements_portable(slow.data(), a.data(), b.data(), n, t, op);
+        ASSERT_TRUE(SameBits(fast, slow, a, b, n, t))
+            << dtype_name(t) << " " << reduce_op_name(op) << " n=" << n;
+        // In place (out aliases a), as the backends call it.
+        std::vector<std::uint8_t> in_place = a;
+        reduce_elements(in_place.data(), in_place.data(), b.data(), n, t, op);
+        in_place[n * w] = 0xab;
+        ASSERT_TRUE(SameBits(in_place, slow, a, b, n, t))
+            << "in place " << dtype_name(t) << " " << reduce_op_name(op);
+      }
+    }
+  }
+}
+
+TEST(ReduceVector, AverageOf16BitFloatsGivesThePortableBits) {
+  if (!vector_kernels_available()) GTEST_SKIP() << "no AVX2/F16C on this CPU";
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (int divisor : {1, 2, 3, 4, 7}) {
+      for (size_t n : kCounts) {
+        auto fast = random_bytes(n * 2, static_cast<std::uint32_t>(n + divisor));
+        auto slow = fast;
+        finish_average(fast.data(), n, t, divisor);
+        finish_average_portable(slow.data(), n, t, divisor);
+        ASSERT_EQ(fast, slow) << dtype_name(t) << " / " << divisor << " n=" << n;
+        auto a = random_bytes(n * 2, 3), b = random_bytes(n * 2, 4);
+        std::vector<std::uint8_t> fused(n * 2), split(n * 2);
+        sum_and_average(fused.data(), a.data(), b.data(), n, t, divisor);
+        reduce_elements_portable(split.data(), a.data(), b.data(), n, t, ReduceOp::kSum);
+        finish_average_portable(split.data(), n, t, divisor);
+        ASSERT_TRUE(SameBits(fused, split, a, b, n, t)) << "sum_and_average " << dtype_name(t) << " n=" << n;
+      }
+    }
+  }
+}
+
+TEST(ReduceVector, EveryHalfAndBFloat16ValueWidensToThePortableFloat) {
+  std::vector<std::uint16_t> all(0x10000);
+  for (std::uint32_t i = 0; i < all.size(); ++i) all[i] = static_cast<std::uint16_t>(i);
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (float scale : {1.0f, 0.5f, 1.0f / 3}) {
+      std::vector<float> fast(all.size()), slow(all.size());
+      floats_from_16(all.data(), fast.data(), all.size(), t, scale);
+      floats_from_16_portable(all.data(), slow.data(), all.size(), t, scale);
+      ASSERT_EQ(std::memcmp(fast.data(), slow.data(), fast.size() * 4), 0) << dtype_name(t);
+    }
+    // And each value survives the trip back (NaNs become the quiet NaN).
+    std::vector<float> f(all.size());
+    floats_from_16_portable(all.data(), f.data(), f.size(), t, 1.0f);
+    std::vector<std::uint16_t> back(all.size());
+    floats_to_16(f.data(), back.data(), f.size(), t);
+    for (std::uint32_t i = 0; i < all.size(); ++i) {
+      if (!std::isnan(f[i])) {
+        ASSERT_EQ(back[i], all[i]) << dtype_name(t) << " bits " << i;
+      }
+    }
+  }
+}
+
+TEST(ReduceVector, FloatsNarrowToThePortableBitsIncludingTiesNaNAndOverflow) {
+  // Random bit patterns, plus the float values at and around every rounding
+  // boundary that matters: half's overflow (65504, 65520), the subnormal
+  // half range, bfloat16 ties.
+  std::vector<float> f;
+  auto bytes = random_bytes(4 * ((1u << 20) + 5), 99);
+  f.resize(bytes.size() / 4);
+  std::memcpy(f.data(), bytes.data(), bytes.size());
+  for (std::uint32_t bits : {0x477fe000u, 0x477ff000u, 0x477fefffu, 0x477ff001u, 0x33000000u,
+                             0x33000001u, 0x387fe000u, 0x38800000u, 0x3f808000u, 0x3f818000u,
+                             0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x7fc00001u, 0x7f800001u,
+                             0xffbfffffu, 0x80000000u, 0x00000001u}) {
+    float x;
+    std::memcpy(&x, &bits, 4);
+    f.push_back(x);
+  }
+  for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {
+    for (size_t n : {size_t{0}, size_t{1}, size_t{7}, size_t{9}, f.size()}) {
+      const float* src = f.data() + f.size() - n;  // the special values sit at the end
+      std::vector<std::uint16_t> fast(n + 1, 0x1234), slow(n + 1, 0x1234);
+      floats_to_16(src, fast.data(), n, t);
+      floats_to_16_portable(src, slow.data(), n, t);
+      ASSERT_EQ(fast, slow) << dtype_name(t) << " n=" << n;
+    }
+  }
+  std::uint16_t out;
+  EXPECT_THROW(floats_to_16(f.data(), &out, 1, DataType::kFloat32), Error);
+}
+
 }  // namespace
 }  // namespace hpct::comm

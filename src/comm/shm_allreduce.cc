@@ -434,6 +434,8 @@ std::int64_t fnv1a(const std::string& text) {
   return static_cast<std::int64_t>(h);
 }
 
+}  // namespace
+
 // This host as the ranks see it: kernel boot, network namespace, host name.
 std::int64_t host_identity() {
   char ns[128] = {0};
@@ -443,8 +445,6 @@ std::int64_t host_identity() {
   return fnv1a(read_first_line("/proc/sys/kernel/random/boot_id") + "|" +
                std::string(ns, n > 0 ? static_cast<size_t>(n) : 0) + "|" + host);
 }
-
-}  // namespace
 
 std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_bytes,
                                           std::string* off_reason) {

@@ -135,4 +135,8 @@ class ShmAllreduce {
 std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_bytes,
                                           std::string* off_reason);
 
+// This host as connect_shm sees it (kernel boot, network namespace, host
+// name), hashed: equal on two ranks exactly when they count as one host.
+std::int64_t host_identity();
+
 }  // namespace hpct::comm

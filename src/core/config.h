@@ -80,8 +80,9 @@ namespace hpct {
     "Engine: fail such a tensor on every rank after this long (0: never, only warn)")          \
   X(std::string, timeline, "HPCT_TIMELINE", "",                                                 \
     "Engine: rank 0 writes a Chrome-trace JSON of every tensor's phases to this file")         \
-  X(std::string, compression, "HPCT_COMPRESSION", "none",                                       \
-    "Engine: wire type of float32 allreduces: none, fp16, bf16 (cast costs CPU; see docs)")
+  X(std::string, compression, "HPCT_COMPRESSION", "auto",                                       \
+    "Engine: wire type of float32 allreduces: none, fp16, bf16, or auto (fp16 only where the "  \
+    "job measured it faster: never in shared memory; docs/engine.md)")
 
 // Variables that describe the job rather than tune it: set by hpctrain launch
 // for every rank, read by discover_world() (core/world.h), never by hand.

@@ -91,6 +91,7 @@ Engine::Engine(comm::Communicator& comm, const EngineOptions& options, Logger lo
       cycle_(Micros(static_cast<long long>(options.cycle_ms * 1000))),
       idle_period_(std::clamp(Micros(static_cast<long long>(options.stall_warn_s * 250000)),
                               Micros(10000), Micros(1000000))),
+      auto_compression_(comm, options.host_identity),
       pending_wait_(std::max(cycle_, Micros(1000))) {
   ControllerOptions co;
   co.fusion_bytes = options.fusion_bytes;
@@ -129,6 +130,11 @@ void Engine::flush() {
 Engine::Stats Engine::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
   return stats_;
+}
+
+std::vector<std::pair<int, AutoCompression::Decision>> Engine::auto_compression_decisions() const {
+  std::lock_guard<std::mutex> lk(mu_);
+  return auto_decisions_;
 }
 
 Handle Engine::allreduce_async(const std::string& name, TensorRef t, comm::ReduceOp op,
@@ -608,11 +614,29 @@ void Engine::complete_all(const std::vector<Entry*>& es, std::exception_ptr erro
 }
 
 void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
-  const bool compressed = r.compression != Compression::kNone && r.dtype == comm::DataType::kFloat32;
-  const comm::DataType wire = compressed ? wire_dtype(r.compression) : r.dtype;
-  const std::size_t wire_size = comm::dtype_size(wire);
   std::size_t total = 0;
   for (Entry* e : es) total += e->req.count();
+  Compression compression = r.compression;
+  if (compression == Compression::kAuto && r.dtype == comm::DataType::kFloat32) {
+    // Every rank executes the same responses in the same order, so every
+    // rank reaches the same (collective) probe here.
+    const std::size_t known = auto_compression_.decisions().size();
+    compression = auto_compression_.choose(total);
+    if (auto_compression_.decisions().size() != known) {
+      const auto& [cls, d] = auto_compression_.decisions().back();
+      logger_.info("engine", std::string("compression auto: ") + compression_name(d.choice) +
+                                 " for allreduces of 2^" + std::to_string(cls) + " bytes and up (" +
+                                 d.reason + ": float32 " + std::to_string(d.none_ms) +
+                                 " ms, float16 " + std::to_string(d.fp16_ms) + " ms)");
+      std::lock_guard<std::mutex> lk(mu_);
+      auto_decisions_ = auto_compression_.decisions();
+    }
+  } else if (compression == Compression::kAuto) {
+    compression = Compression::kNone;
+  }
+  const bool compressed = compression != Compression::kNone && r.dtype == comm::DataType::kFloat32;
+  const comm::DataType wire = compressed ? wire_dtype(compression) : r.dtype;
+  const std::size_t wire_size = comm::dtype_size(wire);
 
   // Adjacent in memory, in the announced order: send the span as it is.
   bool adjacent = !compressed;
@@ -660,7 +684,7 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
     for (Entry* e : es) {
       std::size_t n = e->req.count();
       if (compressed) {
-        compress(static_cast<const float*>(e->tensor.data), buf + off * wire_size, n, r.compression);
+        compress(static_cast<const float*>(e->tensor.data), buf + off * wire_size, n, compression);
       } else if (n > 0) {
         std::memcpy(buf + off * wire_size, e->tensor.data, n * wire_size);
       }
@@ -680,7 +704,7 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
     for (Entry* e : es) {
       std::size_t n = e->req.count();
       if (compressed) {
-        decompress(buf + off * wire_size, static_cast<float*>(e->tensor.data), n, r.compression, scale);
+        decompress(buf + off * wire_size, static_cast<float*>(e->tensor.data), n, compression, scale);
       } else if (n > 0) {
         std::memcpy(e->tensor.data, buf + off * wire_size, n * wire_size);
       }
@@ -690,6 +714,7 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     (adjacent ? stats_.in_place_bytes : stats_.packed_bytes) += total * wire_size;
+    if (compressed) ++stats_.compressed_collectives;
   }
   if (timeline_) {
     auto t_end = SteadyClock::now();

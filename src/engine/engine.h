@@ -69,6 +69,7 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
+#include "engine/auto_compression.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
 
@@ -84,7 +85,9 @@ struct EngineOptions {
   double stall_warn_s = 60;             // HPCT_STALL_WARN_S
   double stall_abort_s = 0;             // HPCT_STALL_ABORT_S (0: never)
   std::string timeline_path;            // HPCT_TIMELINE (rank 0 writes it)
-  Compression compression = Compression::kNone;  // HPCT_COMPRESSION, for float32 allreduce
+  Compression compression = Compression::kNone;  // HPCT_COMPRESSION, for float32 allreduce (its default: auto)
+  // kAuto: which ranks share a host (null: comm::host_identity). Tests only.
+  std::function<std::int64_t()> host_identity;
 
   static EngineOptions from_config(const Config& config);
 };
@@ -166,8 +169,11 @@ class Engine {
     std::uint64_t collectives = 0;     // data collectives run
     std::uint64_t packed_bytes = 0;    // bytes copied into the fusion buffer
     std::uint64_t in_place_bytes = 0;  // bytes sent without the fusion buffer (adjacent, or segments)
+    std::uint64_t compressed_collectives = 0;  // allreduces sent as 16-bit floats
   };
   Stats stats() const;
+  // What compression auto decided so far, per size class (thread-safe copy).
+  std::vector<std::pair<int, AutoCompression::Decision>> auto_compression_decisions() const;
 
  private:
   struct Entry {
@@ -230,6 +236,9 @@ class Engine {
   bool stopped_ = false;                    // GUARDED_BY(mu_): a caller's round ended the engine
   std::exception_ptr stop_error_;           // GUARDED_BY(mu_): and the error it raised
   Stats stats_;                             // GUARDED_BY(mu_)
+  // Used by whoever runs a round; its decisions copied out under mu_.
+  AutoCompression auto_compression_;
+  std::vector<std::pair<int, AutoCompression::Decision>> auto_decisions_;  // GUARDED_BY(mu_)
   struct Schedule {                         // the last round's pacing, for wait_for_round
     bool pending = false;                   // tensors pending here or anywhere
     SteadyClock::time_point last_start{};

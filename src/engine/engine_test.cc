@@ -298,5 +298,118 @@ TEST(Engine, TimelineIsChromeTraceWithEveryPhase) {
   EXPECT_EQ(tracks, (std::set<std::string>{"grad/a", "grad/b"}));
 }
 
+// ---- compression auto ----
+
+TEST(AutoCompressionRule, KeepsFloat32UnlessFloat16IsClearlyFaster) {
+  EXPECT_EQ(AutoCompression::rule(100, 50), Compression::kFp16);
+  EXPECT_EQ(AutoCompression::rule(100, 89), Compression::kFp16);
+  EXPECT_EQ(AutoCompression::rule(100, 95), Compression::kNone);  // within noise: keep float32
+  EXPECT_EQ(AutoCompression::rule(100, 300), Compression::kNone);
+  EXPECT_EQ(parse_compression("auto"), Compression::kAuto);
+  EXPECT_STREQ(compression_name(Compression::kAuto), "auto");
+}
+
+// Sizes 0, 1, odd, under the probe threshold, and large (probed); sum and avg.
+// Returns each rank's results, to compare across ranks.
+std::vector<std::vector<std::vector<float>>> run_auto(int size, bool shm, bool hosts_apart,
+                                                      std::vector<std::vector<std::pair<int, AutoCompression::Decision>>>* decisions,
+                                                      std::vector<Engine::Stats>* stats) {
+  const std::vector<std::size_t> lens = {0, 1, 7, 1001, (1u << 20) + 3, 300000};
+  std::vector<std::vector<std::vector<float>>> out(static_cast<size_t>(size));
+  decisions->assign(static_cast<size_t>(size), {});
+  stats->assign(static_cast<size_t>(size), {});
+  EngineOptions o = fast_options();
+  o.compression = Compression::kAuto;
+  comm::testing::run_gloo_world(
+      size, Millis(60000),
+      [&](comm::GlooCommunicator& c) {
+        EngineOptions mine = o;
+        // Threads of one process are one host; hosts_apart makes each rank its own.
+        if (hosts_apart) mine.host_identity = [r = c.rank()] { return std::int64_t{r}; };
+        Engine e(c, mine, quiet(c.rank()));
+        const int rank = c.rank();
+        std::vector<Buf> bufs(lens.size());
+        for (int step = 0; step < 2; ++step) {
+          std::vector<Handle> hs;
+          for (size_t i = 0; i < lens.size(); ++i) {
+            bufs[i].v.assign(lens[i], 0.0f);
+            for (size_t k = 0; k < lens[i]; ++k) {
+              bufs[i].v[k] = static_cast<float>(rank + 1) * static_cast<float>(k % 13) * 0.25f;
+            }
+            auto op = i % 2 ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum;
+            hs.push_back(e.allreduce_async("t" + std::to_string(i), bufs[i].ref(), op));
+            hs.back().wait();  // one allreduce per size: each size meets the policy alone
+          }
+        }
+        for (auto& b : bufs) out[static_cast<size_t>(rank)].push_back(b.v);
+        (*decisions)[static_cast<size_t>(rank)] = e.auto_compression_decisions();
+        (*stats)[static_cast<size_t>(rank)] = e.stats();
+      },
+      shm);
+  // The values a user computes by hand: float32 exactly; float16 within its rounding.
+  const float ranks_sum = static_cast<float>(size * (size + 1)) / 2.0f;
+  for (size_t i = 0; i < lens.size(); ++i) {
+    const float factor = i % 2 ? ranks_sum / static_cast<float>(size) : ranks_sum;
+    for (size_t k = 0; k < lens[i]; ++k) {
+      const float want = factor * static_cast<float>(k % 13) * 0.25f;
+      const float got = out[0][i][k];
+      EXPECT_NEAR(got, want, 2e-3f * want + 1e-6f) << "tensor " << i << " element " << k;
+      if (::testing::Test::HasFailure()) return out;
+    }
+  }
+  return out;
+}
+
+TEST(EngineAutoCompression, OverTcpProbesOnceAndEveryRankDecidesAndEndsAlike) {
+  for (int size : {2, 3}) {
+    std::vector<std::vector<std::pair<int, AutoCompression::Decision>>> d;
+    std::vector<Engine::Stats> st;
+    auto out = run_auto(size, false, true, &d, &st);
+    // Probed: the large tensors' classes (2^22 and 2^20 bytes), not the small ones.
+    ASSERT_EQ(d[0].size(), 2u) << size;
+    for (const auto& [cls, dec] : d[0]) {
+      EXPECT_GE(cls, 16);
+      EXPECT_GT(dec.none_ms, 0);
+      EXPECT_GT(dec.fp16_ms, 0);
+      EXPECT_EQ(dec.choice, AutoCompression::rule(dec.none_ms, dec.fp16_ms));
+    }
+    for (int r = 1; r < size; ++r) {
+      ASSERT_EQ(d[static_cast<size_t>(r)].size(), d[0].size());
+      for (size_t i = 0; i < d[0].size(); ++i) {
+        EXPECT_EQ(d[static_cast<size_t>(r)][i].second.choice, d[0][i].second.choice);
+        EXPECT_EQ(d[static_cast<size_t>(r)][i].second.none_ms, d[0][i].second.none_ms);
+      }
+      EXPECT_EQ(out[static_cast<size_t>(r)], out[0]) << "rank " << r << " ended with other bits";
+      EXPECT_EQ(st[static_cast<size_t>(r)].compressed_collectives, st[0].compressed_collectives);
+    }
+    // Only probed classes can have gone compressed: 2 tensors x 2 steps at most.
+    std::uint64_t fp16_classes = 0;
+    for (const auto& [cls, dec] : d[0]) fp16_classes += dec.choice == Compression::kFp16;
+    EXPECT_EQ(st[0].compressed_collectives, 2 * fp16_classes);
+  }
+}
+
+TEST(EngineAutoCompression, SharedMemoryNeverCompressesNorProbes) {
+  std::vector<std::vector<std::pair<int, AutoCompression::Decision>>> d;
+  std::vector<Engine::Stats> st;
+  auto out = run_auto(2, true, true, &d, &st);
+  EXPECT_TRUE(d[0].empty());
+  EXPECT_EQ(st[0].compressed_collectives, 0u);
+  EXPECT_EQ(out[0], out[1]);
+}
+
+// Ranks on one host that talk over TCP (Gloo's ring, or MPI without the
+// shared-memory path) count as one host all the same: no probe, no casts.
+TEST(EngineAutoCompression, RanksOfOneHostOverTcpNeverCompress) {
+  std::vector<std::vector<std::pair<int, AutoCompression::Decision>>> d;
+  std::vector<Engine::Stats> st;
+  auto out = run_auto(3, false, false, &d, &st);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_TRUE(d[static_cast<size_t>(r)].empty());
+    EXPECT_EQ(st[static_cast<size_t>(r)].compressed_collectives, 0u);
+  }
+  EXPECT_EQ(out[0], out[2]);
+}
+
 }  // namespace
 }  // namespace hpct::engine

@@ -8,7 +8,11 @@
 namespace hpct::engine {
 
 std::size_t wire_element_size(const Request& r) {
-  if (r.dtype == comm::DataType::kFloat32 && r.compression != Compression::kNone) return 2;
+  // kAuto counts as float32: what it decides is not known when fusing.
+  if (r.dtype == comm::DataType::kFloat32 && r.compression != Compression::kNone &&
+      r.compression != Compression::kAuto) {
+    return 2;
+  }
   return comm::dtype_size(r.dtype);
 }
 

@@ -81,6 +81,7 @@ const char* compression_name(Compression c) {
     case Compression::kNone: return "none";
     case Compression::kFp16: return "fp16";
     case Compression::kBf16: return "bf16";
+    case Compression::kAuto: return "auto";
   }
   return "?";
 }
@@ -89,7 +90,8 @@ Compression parse_compression(const std::string& s) {
   if (s == "none" || s.empty()) return Compression::kNone;
   if (s == "fp16" || s == "float16" || s == "half") return Compression::kFp16;
   if (s == "bf16" || s == "bfloat16") return Compression::kBf16;
-  throw_invalid_argument("compression '" + s + "' is not one of none, fp16, bf16");
+  if (s == "auto") return Compression::kAuto;
+  throw_invalid_argument("compression '" + s + "' is not one of none, fp16, bf16, auto");
 }
 
 std::size_t Request::count() const {

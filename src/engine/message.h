@@ -17,11 +17,12 @@ namespace hpct::engine {
 
 enum class CollectiveKind : std::uint8_t { kAllreduce, kAllgather, kBroadcast };
 // The wire type of a float32 allreduce: cast before the collective, back after.
-enum class Compression : std::uint8_t { kNone, kFp16, kBf16 };
+// kAuto: the engine decides per allreduce size by measuring (auto_compression.h).
+enum class Compression : std::uint8_t { kNone, kFp16, kBf16, kAuto };
 
 const char* kind_name(CollectiveKind k);
 const char* compression_name(Compression c);
-Compression parse_compression(const std::string& s);  // none | fp16 | bf16
+Compression parse_compression(const std::string& s);  // none | fp16 | bf16 | auto
 
 // One named tensor that one rank has submitted.
 struct Request {

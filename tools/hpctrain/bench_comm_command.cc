@@ -4,7 +4,12 @@
 // The command starts its own ranks: for each backend it runs
 // `mpirun -np N <this binary> bench comm --worker ...` (mpirun only starts the
 // processes; Gloo ranks meet through a fresh file store in a temp directory).
-// Rank 0 of each run prints one JSON line per (op, size).
+// With host options (-H, --hostfile, --spawner; bench_hosts.h) it starts them
+// through `hpctrain launch` on those hosts instead, and inside a job started
+// by hpctrain launch, mpirun or srun it is one rank of that job.
+// Rank 0 of each run prints one JSON line per (op, size), and one per peer
+// with the TCP round trip to it (bench/tcp_rtt.h); allreduce lines carry the
+// largest of those round trips and their time over it.
 #include <unistd.h>
 
 #include <cstdio>
@@ -16,6 +21,8 @@
 
 #include "bench/comm_bench.h"
 #include "bench/raw_allreduce.h"
+#include "bench/tcp_rtt.h"
+#include "bench_hosts.h"
 #include "comm/connect.h"
 #include "commands.h"
 #include "core/error.h"
@@ -27,14 +34,42 @@ namespace {
 
 struct CommArgs {
   std::string backend = "all";
-  int np = 2;
+  int np = 0;
   std::string sizes = "4K..256M";
   std::string ops = "allreduce";
   int iters = 0;
   double budget_s = 0.4;
   double timeout_s = 1800;
   bool worker = false;
+  int rtt_pings = 200;
+  BenchHosts hosts;
 };
+
+// Across hosts: one `hpctrain launch` per backend, on the user's hosts.
+int run_comm_across_hosts(const CommArgs& a, const std::vector<std::string>& backends) {
+  int worst = 0;
+  for (const auto& b : backends) {
+    std::vector<std::string> argv = a.hosts.launch_prefix(
+        a.np, b, {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}});
+    argv.insert(argv.end(), {self_executable(), "bench", "comm", "--worker", "--sizes", a.sizes,
+                             "--ops", a.ops, "--iters", std::to_string(a.iters), "--budget-s",
+                             std::to_string(a.budget_s), "--rtt-pings",
+                             std::to_string(a.rtt_pings)});
+    std::fflush(stdout);
+    auto r = run_subprocess(argv, {}, seconds_to_millis(a.timeout_s));
+    if (r.timed_out) {
+      throw_timeout("bench comm with backend " + b + " did not finish within " +
+                    std::to_string(a.timeout_s) + " s: " + join_command(argv));
+    }
+    if (r.signal != 0 || r.exit_code != 0) {
+      std::fprintf(stderr, "hpctrain: bench comm with backend %s failed (%s %d): %s\n", b.c_str(),
+                   r.signal ? "signal" : "exit code", r.signal ? r.signal : r.exit_code,
+                   join_command(argv).c_str());
+      worst = worst ? worst : (r.exit_code ? r.exit_code : 1);
+    }
+  }
+  return worst;
+}
 
 int run_comm_parent(const CommArgs& a) {
   std::vector<std::string> backends;
@@ -46,13 +81,23 @@ int run_comm_parent(const CommArgs& a) {
   }
   parse_byte_sizes(a.sizes);   // refuse bad input before starting anything
   bench::parse_ops(a.ops);
-  if (a.np < 1) throw_invalid_argument("--np must be at least 1");
+  if (a.np < 0) throw_invalid_argument("--np must be at least 1 (0: every slot of the hosts)");
+  if (a.hosts.any()) {
+    // Across hosts MPI needs an MPI launcher; Gloo runs under any.
+    const bool mpi_launcher = a.hosts.spawner == "mpirun" || a.hosts.spawner == "srun";
+    if (a.backend == "all") backends = mpi_launcher ? backends : std::vector<std::string>{"gloo"};
+    if (!mpi_launcher && a.backend == "mpi") {
+      throw_invalid_argument("bench comm --backend mpi across hosts needs --spawner mpirun or srun");
+    }
+    return run_comm_across_hosts(a, backends);
+  }
+  const int np = a.np == 0 ? 2 : a.np;
   int worst = 0;
   for (const auto& b : backends) {
     namespace fs = std::filesystem;
     std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-XXXXXX").string();
     if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
-    std::vector<std::string> argv = local_mpirun_prefix(a.np);
+    std::vector<std::string> argv = local_mpirun_prefix(np);
     argv.insert(argv.end(), {"-x", "HPCT_BACKEND", "-x", "HPCT_STORE_DIR", "-x", "HPCT_JOB_ID",
                              "-x", "OMP_NUM_THREADS", self_executable(), "bench", "comm", "--worker",
                              "--sizes", a.sizes, "--ops", a.ops, "--iters", std::to_string(a.iters),
@@ -88,7 +133,32 @@ int run_comm_worker(const CommArgs& a, const Config& config) {
   o.iters = a.iters;
   o.budget_s = a.budget_s;
   auto raw = bench::make_raw_allreduce(*world.comm);
-  bench::run_comm_bench(*world.comm, o, raw.get(), [](const nlohmann::json& j) {
+  // The round trip first, on idle links: what a small allreduce is held to.
+  comm::barrier(*world.comm);
+  double rtt_us = 0;
+  // Only across hosts: on one host the ranks share memory, not a link.
+  const bool across_hosts = world.info.cross_size > 1 || world.info.local_size < world.comm->size();
+  if (world.comm->size() > 1 && a.rtt_pings > 0 && across_hosts) {
+    for (const auto& t : bench::measure_tcp_round_trips(*world.comm, a.rtt_pings,
+                                                        seconds_to_millis(120))) {
+      rtt_us = std::max(rtt_us, t.median_us);
+      std::cout << nlohmann::json{{"bench", "comm"},
+                                  {"op", "tcp_round_trip"},
+                                  {"backend", world.comm->backend_name()},
+                                  {"peer_rank", t.peer_rank},
+                                  {"peer_address", t.address},
+                                  {"pings", a.rtt_pings},
+                                  {"rtt_us", t.median_us},
+                                  {"rtt_min_us", t.min_us}}
+                       .dump()
+                << std::endl;
+    }
+  }
+  bench::run_comm_bench(*world.comm, o, raw.get(), [rtt_us](nlohmann::json j) {
+    if (rtt_us > 0 && j.value("op", "") == "allreduce") {
+      j["tcp_rtt_us"] = rtt_us;
+      j["time_over_rtt"] = j["time_us"].get<double>() / rtt_us;
+    }
     std::cout << j.dump() << std::endl;
   });
   return 0;
@@ -100,7 +170,11 @@ void add_bench_comm_command(CLI::App& bench, Cli& cli) {
   auto a = std::make_shared<CommArgs>();
   auto* c = bench.add_subcommand("comm", "Collective timings per backend, next to the raw library call");
   c->add_option("--backend", a->backend, "mpi, gloo or all")->capture_default_str();
-  c->add_option("--np", a->np, "Ranks to start on this host")->capture_default_str();
+  c->add_option("--np", a->np, "Ranks to start (0: 2 on this host, or every slot of the hosts)")
+      ->capture_default_str();
+  c->add_option("--rtt-pings", a->rtt_pings, "TCP round trips timed to each peer across hosts (0: none)")
+      ->capture_default_str();
+  add_bench_host_options(c, &a->hosts);
   c->add_option("--sizes", a->sizes, "Bytes per rank: 4K..256M (x4 steps) or a list 1M,4M")
       ->capture_default_str();
   c->add_option("--ops", a->ops, "allreduce,broadcast,allgather,reduce_scatter,barrier or all")
@@ -112,7 +186,10 @@ void add_bench_comm_command(CLI::App& bench, Cli& cli) {
   c->add_option("--timeout-s", a->timeout_s, "Bound on each backend's whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");
   c->callback([&cli, a] {
-    cli.run = [&cli, a] { return a->worker ? run_comm_worker(*a, cli.config) : run_comm_parent(*a); };
+    cli.run = [&cli, a] {
+      return a->worker || running_inside_a_job() ? run_comm_worker(*a, cli.config)
+                                                 : run_comm_parent(*a);
+    };
   });
 }
 

@@ -12,6 +12,13 @@
 // OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set to --threads. Rank 0 writes
 // its result to a file in the run's temp directory; the parent prints it
 // (bench/train_bench.h lists its fields).
+//
+// With host options (-H, --hostfile, --spawner, -i, --ssh-option;
+// bench_hosts.h) the ranks start through `hpctrain launch` on those hosts
+// instead (Gloo unless the spawner is mpirun or srun). The run's temp
+// directory (pace page, step logs, result) must then be on a file system
+// every host sees: --tmp-dir, by default the system temp directory, which
+// suits hosts that share this one's file system (namespace hosts, NFS /tmp).
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +36,7 @@
 #include "bench/pacer.h"
 #include "bench/train_bench.h"
 #include "comm/connect.h"
+#include "bench_hosts.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/subprocess.h"
@@ -49,6 +57,12 @@ struct TrainArgs {
   bool contention = false;  // also run each np > 1 without gradient sync
   int phase_steps = 20;     // timed steps per job per turn (bench/pacer.h)
   bool worker = false;
+  BenchHosts hosts;
+  std::string tmp_dir;  // where each job's directory goes (shared by the hosts)
+  std::string peer;     // "ddp": also run PyTorch DDP on the same ranks and print the ratio
+  std::string ddp_script = HPCT_DDP_PEER_SCRIPT;
+  std::string python = "/usr/bin/python3";
+  int ddp_port = 0;     // 0: 29500 + pid % 1000
 };
 
 std::vector<int> parse_np_list(const std::string& list) {
@@ -149,20 +163,34 @@ struct Job {
 
 void prepare(const TrainArgs& a, const Config& config, Job* job) {
   namespace fs = std::filesystem;
-  std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-XXXXXX").string();
+  const fs::path base = a.tmp_dir.empty() ? fs::temp_directory_path() : fs::path(a.tmp_dir);
+  std::string tmpl = (base / "hpctrain-bench-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
   job->dir = tmpl;
-  job->argv = local_mpirun_prefix(job->np);
-  job->env = {{"HPCT_BACKEND", a.backend},
-              {"HPCT_STORE_DIR", tmpl},
-              {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
-              {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}};
-  auto& argv = job->argv;
-  for (const auto& [k, v] : job->env) argv.insert(argv.end(), {"-x", k});
-  // Settings given in the environment or with --set reach every rank.
-  for (const auto& e : config.describe()) {
-    if (e.source != ConfigSource::kDefault) argv.insert(argv.end(), {"-x", e.env_name + "=" + e.value});
+  if (a.hosts.any()) {
+    // hpctrain launch brings its own store; the settings go as --env.
+    std::map<std::string, std::string> env = {{"OMP_NUM_THREADS", std::to_string(a.o.threads)},
+                                              {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}};
+    for (const auto& e : config.describe()) {
+      if (e.source != ConfigSource::kDefault) env[e.env_name] = e.value;
+    }
+    const bool mpi_launcher = a.hosts.spawner == "mpirun" || a.hosts.spawner == "srun";
+    job->argv = a.hosts.launch_prefix(job->np, mpi_launcher ? a.backend : "gloo", env);
+  } else {
+    job->argv = local_mpirun_prefix(job->np);
+    job->env = {{"HPCT_BACKEND", a.backend},
+                {"HPCT_STORE_DIR", tmpl},
+                {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
+                {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}};
+    for (const auto& [k, v] : job->env) job->argv.insert(job->argv.end(), {"-x", k});
+    // Settings given in the environment or with --set reach every rank.
+    for (const auto& e : config.describe()) {
+      if (e.source != ConfigSource::kDefault) {
+        job->argv.insert(job->argv.end(), {"-x", e.env_name + "=" + e.value});
+      }
+    }
   }
+  auto& argv = job->argv;
   argv.insert(argv.end(), {self_executable(), "bench", "train", "--worker", "--model", a.o.model,
                            "--steps", std::to_string(a.o.steps), "--batch", std::to_string(a.o.batch),
                            "--threads", std::to_string(a.o.threads), "--warmup",
@@ -283,6 +311,86 @@ nlohmann::json measure(const TrainArgs& a, const Job& job, std::vector<double>* 
   j["compute_ms_by_rank"] = compute_by_rank;
   j["timed_steps_per_rank"] = rank_count[0];
   return j;
+}
+
+// The first host of -H or --hostfile: where DDP's rank 0 (its store) runs.
+std::string first_host(const BenchHosts& h) {
+  std::string text = h.hosts;
+  if (text.empty() && !h.hostfile.empty()) {
+    std::ifstream in(h.hostfile);
+    std::string line;
+    while (std::getline(in, line)) {
+      const auto start = line.find_first_not_of(" \t");
+      if (start != std::string::npos && line[start] != '#') {
+        text = line.substr(start);
+        break;
+      }
+    }
+  }
+  const auto end = text.find_first_of(":, \t");
+  return text.substr(0, end);
+}
+
+// --peer ddp: PyTorch DDP (gloo) with the same model, batch, steps and
+// threads, started the same way (hpctrain launch on the same hosts, with
+// GLOO_SOCKET_IFNAME; or locally by bench/ddp_peer.py), after our runs; one
+// JSON line of its own and one summary line with the ratio.
+int run_ddp_peer(const TrainArgs& a, const std::vector<nlohmann::json>& ours) {
+  namespace fs = std::filesystem;
+  int worst = 0;
+  for (const auto& j : ours) {
+    const int np = j["np"].get<int>();
+    const fs::path base = a.tmp_dir.empty() ? fs::temp_directory_path() : fs::path(a.tmp_dir);
+    std::string dir = (base / "hpctrain-ddp-XXXXXX").string();
+    if (::mkdtemp(dir.data()) == nullptr) throw_io("mkdtemp " + dir, errno);
+    const std::string result = dir + "/result.json";
+    std::vector<std::string> argv;
+    const std::vector<std::string> common = {"--model", a.o.model, "--steps", std::to_string(a.o.steps),
+                                             "--batch", std::to_string(a.o.batch), "--threads",
+                                             std::to_string(a.o.threads), "--warmup",
+                                             std::to_string(a.o.warmup)};
+    if (a.hosts.any()) {
+      const int port = a.ddp_port > 0 ? a.ddp_port : 29500 + ::getpid() % 1000;
+      const std::string iface = a.hosts.network_interface.empty() ? "eth0" : a.hosts.network_interface;
+      argv = a.hosts.launch_prefix(np, "gloo",
+                                   {{"GLOO_SOCKET_IFNAME", iface},
+                                    {"MASTER_ADDR", first_host(a.hosts)},
+                                    {"MASTER_PORT", std::to_string(port)},
+                                    {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
+                                    {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}});
+      argv.insert(argv.end(), {a.python, a.ddp_script, "ddp-rank", "--result-file", result});
+    } else {
+      argv = {a.python, a.ddp_script, "ddp", "--np", std::to_string(np)};
+    }
+    argv.insert(argv.end(), common.begin(), common.end());
+    std::fflush(stdout);
+    auto r = run_subprocess(argv, {}, seconds_to_millis(a.timeout_s));
+    nlohmann::json d;
+    if (a.hosts.any()) {
+      std::ifstream in(result);
+      std::string line;
+      if (std::getline(in, line)) d = nlohmann::json::parse(line, nullptr, false);
+    }
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+    if (r.timed_out || r.signal != 0 || r.exit_code != 0 || (a.hosts.any() && !d.is_object())) {
+      std::fprintf(stderr, "hpctrain: bench train --peer ddp failed: %s\n", join_command(argv).c_str());
+      worst = worst ? worst : 1;
+      continue;
+    }
+    if (!a.hosts.any()) continue;  // ddp_peer.py printed its line; no file to read it back from
+    const double ours_sps = j["samples_per_s"].get<double>();
+    const double theirs = d["samples_per_s"].get<double>();
+    std::cout << nlohmann::json{{"bench", "train"},
+                                {"summary", a.o.model},
+                                {"np", np},
+                                {"hpctrain_samples_per_s", ours_sps},
+                                {"ddp_samples_per_s", theirs},
+                                {"ratio", theirs > 0 ? ours_sps / theirs : 0.0}}
+                     .dump()
+              << std::endl;
+  }
+  return worst;
 }
 
 // Every job is started once and parks before its first timed step; then, in
@@ -418,6 +526,7 @@ int run_parent(const TrainArgs& a, const Config& config) {
     write_plot(a.plot, lines);
     std::fprintf(stderr, "hpctrain: plot written to %s\n", a.plot.c_str());
   }
+  if (a.peer == "ddp") return run_ddp_peer(a, lines);
   return 0;
 }
 
@@ -471,6 +580,18 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   c->add_flag("--no-overlap", a->no_overlap, "Allreduce all gradients in step(), not during backward (default: HPCT_OVERLAP, auto)");
   c->add_option("--timeout-s", a->timeout_s, "Bound on the whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");
+  add_bench_host_options(c, &a->hosts);
+  c->add_option("--peer", a->peer,
+                "ddp: then run PyTorch DDP (gloo) on the same hosts, same model and steps, and "
+                "print the ratio")
+      ->check(CLI::IsMember({"", "ddp"}));
+  c->add_option("--ddp-script", a->ddp_script, "bench/ddp_peer.py, as every host sees it")
+      ->capture_default_str();
+  c->add_option("--python", a->python, "Python with torch, on every host")->capture_default_str();
+  c->add_option("--ddp-port", a->ddp_port, "DDP's store port on the first host (0: 29500 + pid % 1000)");
+  c->add_option("--tmp-dir", a->tmp_dir,
+                "Directory for each job's pace page, step logs and result; across hosts it must be "
+                "shared by every host (default: the system temp directory)");
   c->add_option("--result-file", a->result_file, "Internal: where rank 0 writes its result")->group("");
   c->add_option("--pace-file", a->o.pace_file, "Internal: the pacing page of this job")->group("");
   c->add_option("--step-log", a->o.step_log, "Internal: per-step timings, one file per rank")->group("");

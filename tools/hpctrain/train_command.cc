@@ -88,7 +88,7 @@ void add_train_command(CLI::App& app, Cli& cli) {
   c->add_option("--optimizer", o->optimizer, "sgd or adam")->capture_default_str();
   c->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
   c->add_option("--weight-decay", o->weight_decay, "Weight decay")->capture_default_str();
-  c->add_option("--compression", o->compression, "Gradient compression: none, fp16 or bf16 (default HPCT_COMPRESSION)");
+  c->add_option("--compression", o->compression, "Gradient compression: none, fp16, bf16 or auto (default HPCT_COMPRESSION, auto)");
   c->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
   c->add_option("--data-threads", o->data_threads, "Decode threads per rank")->capture_default_str();
   c->add_option("--checkpoint-dir", o->checkpoint_dir, "Where rank 0 writes checkpoints");

@@ -1,0 +1,35 @@
+// x86 vector kernels for the 16-bit float dtypes, behind reduce.h.
+//
+// Each kernel gives the same bits as the portable code in reduce.cc and
+// types.cc (tested bit for bit in reduce_test.cc): F16C converts with round
+// to nearest even and NaNs are made quiet the portable way; bfloat16 rounds
+// with the same integer arithmetic, eight lanes at a time (AVX2). The caller
+// checks the CPU first (available()) and keeps the portable path for
+// other CPUs. Pure functions, thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "comm/types.h"
+
+namespace hpct::comm::simd {
+
+// True when this CPU has AVX2 and F16C (every kernel below needs both).
+bool available();
+
+// out[i] = round16(float(a[i]) op float(b[i])); kAvg reduces as kSum.
+void reduce_half(std::uint16_t* out, const std::uint16_t* a, const std::uint16_t* b, size_t n,
+                 ReduceOp op);
+void reduce_bf16(std::uint16_t* out, const std::uint16_t* a, const std::uint16_t* b, size_t n,
+                 ReduceOp op);
+// p[i] = round16(float(p[i]) / divisor)
+void divide_half(std::uint16_t* p, size_t n, float divisor);
+void divide_bf16(std::uint16_t* p, size_t n, float divisor);
+// Casts: dst = round16(src), and dst = float(src) * scale.
+void floats_to_half(const float* src, std::uint16_t* dst, size_t n);
+void floats_to_bf16(const float* src, std::uint16_t* dst, size_t n);
+void half_to_floats(const std::uint16_t* src, float* dst, size_t n, float scale);
+void bf16_to_floats(const std::uint16_t* src, float* dst, size_t n, float scale);
+
+}  // namespace hpct::comm::simd

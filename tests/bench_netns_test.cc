@@ -1,0 +1,132 @@
+// `hpctrain bench comm` across 2 hosts made of network namespaces (label
+// netns; the cluster is the CTest fixture bench_netns, 2 hosts): started with
+// the launcher's host options, and as ranks of a job hpctrain launch started.
+// Checks the fields a user reads, not the speed (speed is for benchmarks).
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "launch_test_util.h"
+
+namespace {
+
+using namespace launch_test;
+const std::string H = HPCT_BINARY;  // hpctrain
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    v.push_back(nlohmann::json::parse(line));
+  }
+  return v;
+}
+
+class BenchNetns : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = HPCT_BENCH_NETNS_DIR;
+    if (!slurp(dir_ + "/skip").empty()) GTEST_SKIP() << "network namespaces unavailable: " << slurp(dir_ + "/skip");
+    env_ = read_env_file(dir_ + "/env");
+    ASSERT_FALSE(env_["NETNS_HOSTS"].empty()) << "netns cluster not up (" << dir_ << "/env missing)";
+    std::istringstream in(env_["NETNS_HOSTS"]);
+    std::string h;
+    while (in >> h) hosts_.push_back(h);
+    ASSERT_EQ(hosts_.size(), 2u);
+    hosts_opt_ = " -H " + hosts_[0] + ":1," + hosts_[1] + ":1 -i " + env_["NETNS_KEY"] +
+                 " --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null ";
+  }
+
+  // The allreduce lines and the round-trip lines of one run, checked as a
+  // user reads them: one rank per host, every size, bus bandwidth, the raw
+  // library call beside ours, the TCP round trip between the hosts.
+  void check_comm_output(const std::string& out) {
+    auto lines = json_lines(out);
+    int rtt = 0, sizes = 0;
+    for (const auto& j : lines) {
+      ASSERT_EQ(j.value("bench", ""), "comm") << j.dump();
+      if (j["op"] == "tcp_round_trip") {
+        ++rtt;
+        EXPECT_EQ(j["peer_rank"], 1);
+        EXPECT_EQ(j["peer_address"].get<std::string>().rfind(hosts_[1] + ":", 0), 0u) << j.dump();
+        EXPECT_GT(j["rtt_us"].get<double>(), 0.0);
+        EXPECT_LE(j["rtt_min_us"].get<double>(), j["rtt_us"].get<double>());
+        continue;
+      }
+      ASSERT_EQ(j["op"], "allreduce") << j.dump();
+      ++sizes;
+      EXPECT_EQ(j["np"], 2);
+      EXPECT_EQ(j["backend"], "gloo");
+      EXPECT_EQ(j["algorithm"], "ring") << "hosts made of namespaces must not share memory";
+      const double t = j["time_us"].get<double>();
+      const double bytes = j["bytes"].get<double>();
+      EXPECT_GT(t, 0.0);
+      // nccl-tests' bus bandwidth of an allreduce: bytes * 2(n-1)/n / time.
+      EXPECT_NEAR(j["busbw_GBps"].get<double>(), bytes * 2 * (2 - 1) / 2 / (t * 1e-6) / 1e9,
+                  1e-6 * j["busbw_GBps"].get<double>() + 1e-12);
+      EXPECT_EQ(j["raw_call"], "gloo::allreduce");
+      EXPECT_GT(j["raw_time_us"].get<double>(), 0.0);
+      EXPECT_GT(j["tcp_rtt_us"].get<double>(), 0.0);
+      EXPECT_NEAR(j["time_over_rtt"].get<double>(), t / j["tcp_rtt_us"].get<double>(), 1e-6 * t);
+    }
+    EXPECT_EQ(rtt, 1) << out;
+    EXPECT_EQ(sizes, 2) << out;
+  }
+
+  std::string dir_, hosts_opt_;
+  std::map<std::string, std::string> env_;
+  std::vector<std::string> hosts_;
+};
+
+TEST_F(BenchNetns, CommWithHostOptionsReportsSizesBusBandwidthRawCallAndRoundTrip) {
+  Outcome r = run(H + " bench comm" + hosts_opt_ + "--sizes 4K,1M --budget-s 0.1", 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  check_comm_output(r.out);
+}
+
+TEST_F(BenchNetns, CommInsideAJobStartedByLaunch) {
+  Outcome r = run(H + " launch --prefix none" + hosts_opt_ + "-- " + H +
+                  " bench comm --sizes 4K,1M --budget-s 0.1", 120);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  check_comm_output(r.out);
+}
+
+TEST_F(BenchNetns, CommRefusesMpiAcrossHostsWithoutAnMpiLauncher) {
+  Outcome r = run(H + " bench comm --backend mpi" + hosts_opt_ + "--sizes 4K", 60);
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("--spawner mpirun or srun"), std::string::npos) << r.out;
+}
+
+TEST_F(BenchNetns, TrainWithHostOptionsAndTheDdpPeerOnTheSameHosts) {
+  Outcome r = run(H + " bench train --model cnn --np 2 --steps 6 --phase-steps 3 --warmup 2" + hosts_opt_ +
+                      "--peer ddp 2>&1", 170);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json ours, ddp, summary;
+  for (const auto& j : json_lines(r.out)) {
+    if (j.contains("summary")) summary = j;
+    else if (j.value("impl", "") == "pytorch-ddp") ddp = j;
+    else if (j.value("impl", "") == "hpctrain") ours = j;
+  }
+  ASSERT_TRUE(ours.is_object() && ddp.is_object() && summary.is_object()) << r.out;
+  EXPECT_EQ(ours["np"], 2);
+  EXPECT_EQ(ours["backend"], "gloo");
+  EXPECT_EQ(ours["model"], "cnn");
+  EXPECT_GT(ours["samples_per_s"].get<double>(), 0.0);
+  EXPECT_EQ(ours["compression"], "auto");
+  // Across hosts auto measured at least the CNN's large class, the same verdict on both ranks.
+  ASSERT_FALSE(ours["compression_auto"].empty()) << ours.dump();
+  for (const auto& d : ours["compression_auto"]) {
+    EXPECT_TRUE(d["choice"] == "none" || d["choice"] == "fp16") << d.dump();
+    EXPECT_GT(d["float32_ms"].get<double>(), 0.0);
+  }
+  EXPECT_EQ(ddp["np"], 2);
+  EXPECT_EQ(ddp["model"], "cnn");
+  EXPECT_EQ(ddp["steps"], 6);
+  EXPECT_NEAR(summary["ratio"].get<double>(),
+              ours["samples_per_s"].get<double>() / ddp["samples_per_s"].get<double>(), 1e-9);
+}
+
+}  // namespace
