@@ -28,8 +28,15 @@ case "$cmd" in
     if [[ -s "$dir/pid" ]] && kill -0 "$(cat "$dir/pid")" 2> /dev/null; then
       die "a proxy started with $dir runs already (pid $(cat "$dir/pid")): fix: package-proxy.sh stop $dir"
     fi
+    # Debian requests go to this machine's own Debian mirror (its apt sources), not to
+    # whatever /etc/apt-cacher-ng/backends_debian says (empty on some machines: every
+    # request then fails with 503).
+    mirror=${HPCT_DEBIAN_MIRROR:-$(apt-cache policy 2> /dev/null |
+      awk '/ bookworm\/main / && $2 ~ /^https?:/ { print $2; exit }')}
+    mirror=${mirror:-http://deb.debian.org/debian}
     setsid apt-cacher-ng -c /etc/apt-cacher-ng ForeGround=1 "BindAddress=$addr" "Port=$port" \
       "CacheDir=$cache" "LogDir=$dir/log" "SocketPath=$dir/socket" "PidFile=$dir/acng.pid" \
+      "Remap-debrep=file:deb_mirror*.gz /debian ; ${mirror%/}/" \
       > "$dir/log/stdout" 2>&1 < /dev/null &
     pid=$!
     echo "$pid" > "$dir/pid"
