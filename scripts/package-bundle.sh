@@ -61,14 +61,20 @@ wanted=($base "${extra[@]}")
 tmp=$(mktemp -d /tmp/hpct-bundle.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 if [[ -z "$have" ]]; then
-  bare="$(bash "$src/scripts/bare-root.sh" --path 2> /dev/null || true)/var/lib/dpkg/status"
-  if [[ -f "$bare" ]]; then
-    have=$bare
+  bare=""
+  [[ -f "$src/scripts/bare-root.sh" ]] && bare=$(bash "$src/scripts/bare-root.sh" --path 2> /dev/null || true)
+  if [[ -n "$bare" && -f "$bare/var/lib/dpkg/status" ]]; then
+    have=$bare/var/lib/dpkg/status
   else
-    # Debian's required packages, at this machine's versions, as a status file.
-    mapfile -t required < <(dpkg-query -W -f='${Package} ${Priority}\n' | awk '$2 == "required" { print $1 }')
-    dpkg-query -W -f='Package: ${Package}\nStatus: install ok installed\nPriority: ${Priority}\nArchitecture: ${Architecture}\nVersion: ${Version}\nProvides: ${Provides}\nDepends: ${Depends}\nPre-Depends: ${Pre-Depends}\n\n' \
-      "${required[@]}" | grep -v ': $' > "$tmp/status"
+    # Debian's required packages and what they depend on, as installed on this
+    # machine, as a status file.
+    mapfile -t required < <(dpkg-query -W -f='${Package} ${Priority} ${db:Status-Status}\n' |
+      awk '$2 == "required" && $3 == "installed" { print $1 }')
+    mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+      --no-breaks --no-replaces --no-enhances "${required[@]}" 2> /dev/null | grep -v '^ ' | grep -v '^<' | sort -u)
+    { dpkg-query -W -f='${db:Status-Status} Package: ${Package}\nStatus: install ok installed\nPriority: ${Priority}\nArchitecture: ${Architecture}\nMulti-Arch: ${Multi-Arch}\nVersion: ${Version}\nProvides: ${Provides}\nDepends: ${Depends}\nPre-Depends: ${Pre-Depends}\n\n' \
+      "${closure[@]}" 2> /dev/null || true; } | awk '/^installed Package: / { sub(/^installed /, ""); ok = 1 } /^[a-z-]+ Package: / && !/^installed / { ok = 0 } ok' |
+      grep -v ': $' > "$tmp/status"
     have=$tmp/status
   fi
 fi
