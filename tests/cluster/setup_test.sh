@@ -6,8 +6,8 @@
 #      with doctor passing every check; the installed hpctrain is this build;
 #      as alice on the first host, launch runs rank-check on 3 hosts and a
 #      3-rank train of the cnn on shards in /shared
-#   3  (same run: --slurm) sinfo shows 3 idle nodes and an sbatch job whose
-#      srun runs hpctrain train on the 3 nodes completes
+#   3  (same run: --slurm) sinfo shows 3 idle nodes and an sbatch job completes
+#      in which srun runs hpctrain train on the 3 nodes (and so does launch --spawner srun)
 #   2  a second run changes nothing
 #   5  --dry-run shows the drift (a 127.0.1.1 line put back on one host) and
 #      changes nothing (checksums of the managed files on every host)
@@ -149,9 +149,15 @@ as_alice "cat > /shared/train.sbatch" <<'EOF' || fail "cannot write the batch sc
 set -e
 echo "nodes: $SLURM_JOB_NODELIST"
 srun --nodes=3 --ntasks=3 hostname | sort
-hpctrain launch --spawner srun -np 3 --env OMP_NUM_THREADS=1 --env OPENBLAS_NUM_THREADS=1 -- \
-  hpctrain train --model cnn --data '/shared/shards/test-{000000..000003}.tar' --batch 32 --max-steps 20 \
-  --threads 1 --log-every 10
+# Ranks started by srun itself meet through a file store in the shared directory.
+export HPCT_STORE_DIR=/shared/.store-$SLURM_JOB_ID HPCT_BACKEND=gloo OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+mkdir -p "$HPCT_STORE_DIR"
+srun --nodes=3 --ntasks=3 hpctrain train --model cnn --data '/shared/shards/test-{000000..000003}.tar' \
+  --batch 32 --max-steps 20 --threads 1 --log-every 10
+unset HPCT_STORE_DIR
+# And through hpctrain launch, whose srun spawner starts them and serves their store.
+hpctrain launch --spawner srun -np 3 -- hpctrain train --model cnn \
+  --data '/shared/shards/test-{000000..000003}.tar' --batch 32 --max-steps 20 --threads 1 --log-every 10
 EOF
 t0=$(now)
 job=$(as_alice "cd /shared && sbatch --parsable train.sbatch" 2>&1)
@@ -163,12 +169,12 @@ if [[ "$job" =~ ^[0-9]+$ ]]; then
     [[ "$job_state" == PENDING || "$job_state" == RUNNING || "$job_state" == CONFIGURING || -z "$job_state" ]] || break
     sleep 1
   done
-  echo "[ measured ] sbatch job (srun on 3 nodes, 20 train steps): $(secs "$t0" "$(now)") s, $job_state"
+  echo "[ measured ] sbatch job (srun on 3 nodes, 2 trains of 20 steps): $(secs "$t0" "$(now)") s, $job_state"
   joblog=$(as_alice cat "/shared/slurm-$job.out" 2>&1)
   [[ "$job_state" == COMPLETED ]] || { echo "$joblog" | tail -20; fail "the batch job $job ended $job_state, not COMPLETED"; }
   [[ "$(grep -c '^h[123]$' <<< "$joblog")" -eq 3 ]] || { echo "$joblog" | head; fail "srun in the batch job did not run on h1, h2 and h3"; }
-  grep '"type":"summary"' <<< "$joblog" | tail -n 1 | grep -q '"np":3' ||
-    { echo "$joblog" | tail -20; fail "the batch job's train has no 3-rank summary"; }
+  [[ "$(grep '"type":"summary"' <<< "$joblog" | grep -c '"np":3')" -eq 2 ]] ||
+    { echo "$joblog" | tail -20; fail "the batch job's two trains (srun, launch --spawner srun) do not both end with a 3-rank summary"; }
 else
   fail "sbatch did not take the job: $job"
 fi
