@@ -5,7 +5,7 @@ JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build test test-unit demo clean format
+.PHONY: all deps configure build test test-unit demo clean format package
 
 all: build
 
@@ -26,6 +26,10 @@ test: build
 # Only the fast in-process tests.
 test-unit: build
 	cd $(BUILD) && ctest --output-on-failure -L unit $(CTEST_FLAGS)
+
+# The Debian package: $(BUILD)/hpctrain_<version>_amd64.deb (docs/cluster.md).
+package: build
+	cmake --build $(BUILD) --target hpctrain-deb
 
 demo: build
 	bash scripts/demo.sh $(BUILD)

@@ -193,6 +193,8 @@ mount --make-rprivate /
 mount -t overlay overlay -o "lowerdir=$lower,upperdir=$d/upper,workdir=$d/work" "$m"
 mount -t proc proc "$m/proc"
 mount -t sysfs sysfs "$m/sys"
+# A VM has its cgroup file system mounted (slurmd will not start without one).
+if [ -d /sys/fs/cgroup ]; then mount --rbind /sys/fs/cgroup "$m/sys/fs/cgroup"; fi
 mount --rbind /dev "$m/dev"
 mount -t tmpfs -o mode=1777,size=256m tmpfs "$m/dev/shm"
 mount -t tmpfs -o mode=755,size=64m tmpfs "$m/run"

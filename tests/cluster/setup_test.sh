@@ -2,9 +2,12 @@
 # hpctrain cluster setup on 3 bare hosts (scripts/netns-cluster.sh --bare:
 # each its own Debian root, sshd and root's key only, no mirror), brought up
 # once and walked through the issue's acceptance points in sequence:
-#   1  setup --user alice --shared-dir /shared --packages bundle:DIR ends with
-#      doctor passing every check; as alice on the first host, launch runs
-#      rank-check on 3 hosts and a 3-rank train of the cnn on shards in /shared
+#   1  setup --user alice --shared-dir /shared --packages bundle:DIR --slurm ends
+#      with doctor passing every check; the installed hpctrain is this build;
+#      as alice on the first host, launch runs rank-check on 3 hosts and a
+#      3-rank train of the cnn on shards in /shared
+#   3  (same run: --slurm) sinfo shows 3 idle nodes and an sbatch job completes
+#      in which srun runs hpctrain train on the 3 nodes (and so does launch --spawner srun)
 #   2  a second run changes nothing
 #   5  --dry-run shows the drift (a 127.0.1.1 line put back on one host) and
 #      changes nothing (checksums of the managed files on every host)
@@ -64,7 +67,7 @@ if [[ -z "$deb" ]]; then
   deb=$(find "$build" -maxdepth 1 -name 'hpctrain_*_amd64.deb' -printf '%T@ %p\n' | sort -rn | head -n 1 | cut -d' ' -f2-)
 fi
 [[ -f "$deb" ]] || die "no $build/hpctrain_*_amd64.deb after the package target"
-bash "$bundle_script" "$work/bundle" --deb "$deb" sshfs > "$work/bundle.log" 2>&1 ||
+bash "$bundle_script" "$work/bundle" --deb "$deb" --slurm sshfs > "$work/bundle.log" 2>&1 ||
   { cat "$work/bundle.log"; die "package-bundle.sh failed"; }
 echo "[ measured ] package + bundle: $(secs "$t0" "$(now)") s ($(tail -n 1 "$work/bundle.log"))"
 
@@ -77,6 +80,8 @@ read -r h1 h2 h3 <<< "$NETNS_HOSTS"
 echo "[ measured ] 3 bare hosts up: $(secs "$t0" "$(now)") s"
 printf '%s slots=1\n' "$h1" "$h2" "$h3" > "$work/hosts"
 on 2 grep -q '^127.0.1.1' /etc/hosts || die "bare host 2 has no 127.0.1.1 line to fix (netns-cluster.sh changed?)"
+# Slurm is set up in the first run already (one run less: the test must fit CI's time);
+# the dry run and the run with faults go without it.
 setup() {
   timeout 900 "$hpctrain" cluster setup --hostfile "$1" -i "$NETNS_KEY" --user alice --shared-dir /shared \
     --packages "bundle:$work/bundle" "${@:2}"
@@ -85,7 +90,7 @@ changed_steps() { python3 -c 'import json,sys; print(sum(h.get("changed", 0) for
 
 # --- 1: setup from bare hosts, doctor passes ---
 t0=$(now)
-setup "$work/hosts" > "$work/setup1.log" 2>&1
+setup "$work/hosts" --slurm > "$work/setup1.log" 2>&1
 rc=$?
 took=$(secs "$t0" "$(now)")
 echo "[ measured ] cluster setup of 3 bare hosts (bundle copied, packages installed): $took s, exit $rc"
@@ -100,6 +105,12 @@ done
 [[ $(tr ' ' '\n' <<< "$uids" | sort -u | grep -c .) -eq 1 ]] || fail "alice's ids differ between hosts:$uids"
 on 3 grep -q "HPCT_NETWORK_INTERFACE=eth0" /etc/profile.d/hpctrain.sh || fail "profile on host 3 names no interface"
 ls "$state"/known_hosts "$state"/id_ed25519 > /dev/null || fail "no cluster key or known_hosts in $state"
+# The package installed everywhere is this build (acceptance 7 through setup).
+want=$("$hpctrain" --version)
+for i in 1 2 3; do
+  got=$(on "$i" hpctrain --version 2>&1)
+  [[ "$got" == "$want" ]] || fail "hpctrain --version on host $i: '$got', this build: '$want'"
+done
 
 as_alice() { timeout 180 ssh -F "$state/ssh_config" "$h1" "$@"; }
 t0=$(now)
@@ -125,9 +136,52 @@ if ! grep -q '"np":3' <<< "$summary" || ! grep -q '"steps":50' <<< "$summary"; t
   echo "$out" | tail -10; fail "train's summary is not 50 steps on 3 ranks"
 fi
 
+# --- 3: Slurm (set up by the first run): 3 idle nodes, a batch job on all of them ---
+nodes=$(as_alice sinfo --noheader --format "'%D %T'" 2>&1)
+[[ "$nodes" == "3 idle" ]] || fail "sinfo on host 1 shows '$nodes', want '3 idle'"
+[[ "$(on 1 md5sum /etc/munge/munge.key | cut -c1-32)" == "$(md5sum < "$state/munge.key" | cut -c1-32)" ]] ||
+  fail "host 1's munge key is not the one setup made for this cluster ($state/munge.key)"
+# A login shell (-l) reads /etc/profile.d/hpctrain.sh: the ranks use the cluster's interface.
+# shellcheck disable=SC2016
+as_alice "cat > /shared/train.sbatch" <<'EOF' || fail "cannot write the batch script into /shared"
+#!/bin/bash -l
+#SBATCH --nodes=3 --ntasks-per-node=1 --time=5 --output=/shared/slurm-%j.out
+set -e
+echo "nodes: $SLURM_JOB_NODELIST"
+srun --nodes=3 --ntasks=3 hostname | sort
+# Ranks started by srun itself meet through a file store in the shared directory.
+export HPCT_STORE_DIR=/shared/.store-$SLURM_JOB_ID HPCT_BACKEND=gloo OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+mkdir -p "$HPCT_STORE_DIR"
+srun --nodes=3 --ntasks=3 hpctrain train --model cnn --data '/shared/shards/test-{000000..000003}.tar' \
+  --batch 32 --max-steps 20 --threads 1 --log-every 10
+unset HPCT_STORE_DIR
+# And through hpctrain launch, whose srun spawner starts them and serves their store.
+hpctrain launch --spawner srun -np 3 -- hpctrain train --model cnn \
+  --data '/shared/shards/test-{000000..000003}.tar' --batch 32 --max-steps 20 --threads 1 --log-every 10
+EOF
+t0=$(now)
+job=$(as_alice "cd /shared && sbatch --parsable train.sbatch" 2>&1)
+if [[ "$job" =~ ^[0-9]+$ ]]; then
+  # Bounded: 180 s (sbatch --wait polls slowly; scontrol answers at once).
+  job_state=""
+  for _ in $(seq 180); do
+    job_state=$(as_alice scontrol -o show job "$job" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2)
+    [[ "$job_state" == PENDING || "$job_state" == RUNNING || "$job_state" == CONFIGURING || -z "$job_state" ]] || break
+    sleep 1
+  done
+  echo "[ measured ] sbatch job (srun on 3 nodes, 2 trains of 20 steps): $(secs "$t0" "$(now)") s, $job_state"
+  joblog=$(as_alice cat "/shared/slurm-$job.out" 2>&1)
+  [[ "$job_state" == COMPLETED ]] || { echo "$joblog" | tail -20; fail "the batch job $job ended $job_state, not COMPLETED"; }
+  [[ "$(grep -c '^h[123]$' <<< "$joblog")" -eq 3 ]] || { echo "$joblog" | head; fail "srun in the batch job did not run on h1, h2 and h3"; }
+  [[ "$(grep '"type":"summary"' <<< "$joblog" | grep -c '"np":3')" -eq 2 ]] ||
+    { echo "$joblog" | tail -20; fail "the batch job's two trains (srun, launch --spawner srun) do not both end with a 3-rank summary"; }
+else
+  fail "sbatch did not take the job: $job"
+fi
+
 # --- 2: a second run changes nothing ---
 t0=$(now)
-setup "$work/hosts" > "$work/setup2.log" 2>&1
+setup "$work/hosts" --slurm > "$work/setup2.log" 2>&1
 rc=$?
 took=$(secs "$t0" "$(now)")
 echo "[ measured ] second setup run (nothing to change, doctor included): $took s, exit $rc"

@@ -1,0 +1,62 @@
+# hpctrain as a Debian package (docs/cluster.md): what `make install` puts
+# where, and the .deb that `cluster setup` installs on every host.
+#
+#   /usr/lib/hpctrain/hpctrain, hpctrain-torch   the two executables, side by side
+#                                                (hpctrain execs its sibling)
+#   /usr/bin/hpctrain                            a symlink to the first
+#   /usr/share/hpctrain/ansible                  the playbooks (cluster setup finds them there)
+#   /usr/share/hpctrain/scripts                  package-bundle.sh, package-proxy.sh
+#   /usr/share/doc/hpctrain                      README.md and docs/*.md
+#
+# `cmake --build BUILD --target hpctrain-deb` (or `make package`) writes
+# BUILD/hpctrain_<version>_amd64.deb. The version carries the git description
+# that `hpctrain --version` prints, so a rebuilt tree is a newer package and
+# setup reinstalls it. Depends: from dpkg-shlibdeps over both executables,
+# plus the programs hpctrain runs (mpirun, ssh) and OpenBLAS.
+
+set(HPCT_LIBDIR lib/hpctrain)
+install(TARGETS hpctrain hpctrain-torch RUNTIME DESTINATION ${HPCT_LIBDIR})
+file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/packaging)
+file(CREATE_LINK ../${HPCT_LIBDIR}/hpctrain ${CMAKE_BINARY_DIR}/packaging/hpctrain SYMBOLIC)
+install(FILES ${CMAKE_BINARY_DIR}/packaging/hpctrain DESTINATION bin)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/deploy/ansible/ DESTINATION share/hpctrain/ansible
+        PATTERN "__pycache__" EXCLUDE PATTERN "*.pyc" EXCLUDE PATTERN "*.retry" EXCLUDE)
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/scripts/package-bundle.sh ${PROJECT_SOURCE_DIR}/scripts/package-proxy.sh
+        DESTINATION share/hpctrain/scripts)
+install(FILES ${PROJECT_SOURCE_DIR}/README.md DESTINATION share/doc/hpctrain)
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/docs/ DESTINATION share/doc/hpctrain FILES_MATCHING PATTERN "*.md")
+
+# A Debian version from the git description: 0.1.0+git15bb2b9, 0.1.0+git15bb2b9.dirty.
+string(REGEX REPLACE "[^A-Za-z0-9.+~]" "." HPCT_DEB_GIT "${HPCT_GIT_DESCRIBE}")
+set(HPCT_DEB_VERSION "${PROJECT_VERSION}+git${HPCT_DEB_GIT}")
+
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME hpctrain)
+set(CPACK_PACKAGE_VERSION ${HPCT_DEB_VERSION})
+set(CPACK_PACKAGE_CONTACT "hpctrain maintainers <hpctrain@localhost>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY "distributed deep-learning training from one machine to a cluster")
+set(CPACK_PACKAGE_DESCRIPTION
+    "hpctrain launches, feeds and synchronises training ranks over MPI or Gloo, checks clusters (doctor) and makes them (cluster setup, with Ansible).")
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)
+set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR})
+set(CPACK_OUTPUT_CONFIG_FILE ${CMAKE_BINARY_DIR}/CPackConfig.cmake)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # hpctrain_<version>_amd64.deb
+set(CPACK_DEBIAN_PACKAGE_VERSION ${HPCT_DEB_VERSION})
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# What hpctrain runs rather than links: mpirun (the mpirun spawner, MPI
+# ranks), ssh (the ssh spawner, doctor), OpenBLAS (libtorch's BLAS; the
+# reference BLAS that libblas.so.3 would otherwise pick is 5-20x slower).
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "openmpi-bin, openssh-client, libopenblas0-pthread")
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "ansible-core, python3")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "sshfs, slurm-client, apt-cacher-ng")
+include(CPack)
+
+add_custom_target(hpctrain-deb
+  COMMAND ${CMAKE_CPACK_COMMAND} -G DEB --config ${CMAKE_BINARY_DIR}/CPackConfig.cmake
+  WORKING_DIRECTORY ${CMAKE_BINARY_DIR}
+  DEPENDS hpctrain hpctrain-torch
+  COMMENT "hpctrain_${HPCT_DEB_VERSION}_amd64.deb"
+  VERBATIM)

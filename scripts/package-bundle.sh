@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# A bundle of .deb files for hosts that reach no package mirror: hpctrain's
+# own .deb plus every package it and the cluster's base software need that a
+# minimal Debian 12 root lacks, with a Packages index, so that a host can use
+# the folder as an apt source:
+#
+#   deb [trusted=yes] file:/path/to/bundle ./
+#
+# `hpctrain cluster setup --packages bundle:DIR` copies it to every host and
+# installs from it (docs/cluster.md).
+#
+#   scripts/package-bundle.sh DIR --deb hpctrain_VERSION_amd64.deb [--slurm] [--have STATUS] [PACKAGE...]
+#
+#   --deb FILE     hpctrain's package (cmake --build BUILD --target hpctrain-deb)
+#   --slurm        add what `cluster setup --slurm` installs (munge, slurmd, slurmctld, slurm-client)
+#   --have STATUS  a dpkg status file of what the hosts already have (default:
+#                  the bare test root's, scripts/bare-root.sh, when it exists;
+#                  else only Debian's required packages are taken as present)
+#   PACKAGE...     more packages (e.g. sshfs for --shared-type sshfs)
+#
+# Always added: the playbooks' base packages (hpct_base_packages in
+# deploy/ansible/roles/packages/defaults/main.yml). Which versions is decided
+# by this machine's apt (its sources and lists, which should be Debian 12's, as
+# the hosts'). Downloaded .deb files are kept in /var/cache/hpctrain/bundle-debs
+# (HPCT_BUNDLE_CACHE) and taken from /var/cache/apt/archives when there, so a
+# second bundle fetches nothing. The last line printed is a one-line summary.
+set -euo pipefail
+
+src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+usage() { echo "usage: $0 DIR --deb FILE [--slurm] [--have STATUS] [PACKAGE...]" >&2; exit 2; }
+die() { echo "package-bundle: $*" >&2; exit 1; }
+
+dir=${1:-}
+[[ -n "$dir" && "$dir" != -* ]] || usage
+shift
+deb="" have="" extra=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --deb) deb=${2:?--deb needs a file}; shift 2 ;;
+    --slurm) extra+=(munge slurmd slurmctld slurm-client); shift ;;
+    --have) have=${2:?--have needs a dpkg status file}; shift 2 ;;
+    -*) usage ;;
+    *) extra+=("$1"); shift ;;
+  esac
+done
+[[ -f "$deb" ]] || die "no hpctrain package '$deb': fix: build it with make package (or cmake --build BUILD --target hpctrain-deb) and give it with --deb"
+deb=$(cd "$(dirname "$deb")" && pwd)/$(basename "$deb")
+for tool in apt-get apt-ftparchive dpkg-deb; do
+  command -v "$tool" > /dev/null || die "$tool is missing: fix: apt-get install apt-utils dpkg-dev (scripts/install-deps.sh)"
+done
+
+# The base packages, from the one place the playbooks declare them.
+defaults=$src/deploy/ansible/roles/packages/defaults/main.yml
+[[ -f "$defaults" ]] || defaults=/usr/share/hpctrain/ansible/roles/packages/defaults/main.yml
+base=$(sed -n 's/^hpct_base_packages: *\[\(.*\)\]/\1/p' "$defaults" | tr -d ' ' | tr ',' ' ')
+[[ -n "$base" ]] || die "no hpct_base_packages line in $defaults"
+# shellcheck disable=SC2206
+wanted=($base "${extra[@]}")
+
+# What the hosts have: a status file to resolve against.
+tmp=$(mktemp -d /tmp/hpct-bundle.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+if [[ -z "$have" ]]; then
+  bare=""
+  [[ -f "$src/scripts/bare-root.sh" ]] && bare=$(bash "$src/scripts/bare-root.sh" --path 2> /dev/null || true)
+  if [[ -n "$bare" && -f "$bare/var/lib/dpkg/status" ]]; then
+    have=$bare/var/lib/dpkg/status
+  else
+    # Debian's required packages and what they depend on, as installed on this
+    # machine, as a status file.
+    mapfile -t required < <(dpkg-query -W -f='${Package} ${Priority} ${db:Status-Status}\n' |
+      awk '$2 == "required" && $3 == "installed" { print $1 }')
+    mapfile -t closure < <(apt-cache depends --recurse --no-recommends --no-suggests --no-conflicts \
+      --no-breaks --no-replaces --no-enhances "${required[@]}" 2> /dev/null | grep -v '^ ' | grep -v '^<' | sort -u)
+    { dpkg-query -W -f='${db:Status-Status} Package: ${Package}\nStatus: install ok installed\nPriority: ${Priority}\nArchitecture: ${Architecture}\nMulti-Arch: ${Multi-Arch}\nVersion: ${Version}\nProvides: ${Provides}\nDepends: ${Depends}\nPre-Depends: ${Pre-Depends}\n\n' \
+      "${closure[@]}" 2> /dev/null || true; } | awk '/^installed Package: / { sub(/^installed /, ""); ok = 1 } /^[a-z-]+ Package: / && !/^installed / { ok = 0 } ok' |
+      grep -v ': $' > "$tmp/status"
+    have=$tmp/status
+  fi
+fi
+[[ -f "$have" ]] || die "no dpkg status file '$have'"
+
+# What apt would install on such a host: hpctrain's .deb and the wanted packages.
+apt_have=(-o "Dir::State::status=$have" -o "Dir::State::extended_states=$tmp/extended_states"
+          -o APT::Install-Recommends=false -o Debug::NoLocking=true)
+if ! apt-get -s -q "${apt_have[@]}" install "$deb" "${wanted[@]}" > "$tmp/plan" 2> "$tmp/plan.err"; then
+  cat "$tmp/plan" "$tmp/plan.err" >&2
+  die "apt cannot resolve hpctrain's dependencies here: fix: apt-get update, or check the Depends of $deb"
+fi
+# "Inst NAME [OLD VERSION] (VERSION SOURCES [ARCH])": upgrades of what the hosts have come too.
+awk '$1 == "Inst" && $2 != "hpctrain" {
+       for (i = 3; i <= NF; i++) if ($i ~ /^\(/) { v = substr($i, 2); break }
+       a = $NF; gsub(/[\[\]()]/, "", a); print $2, v, a }' "$tmp/plan" > "$tmp/list"
+
+cache=${HPCT_BUNDLE_CACHE:-/var/cache/hpctrain/bundle-debs}
+mkdir -p "$cache"
+exec 9> "$cache/.lock"
+flock -w 600 9 || die "another package-bundle.sh holds $cache/.lock for 10 minutes"
+fetch=()
+while read -r pkg ver arch; do
+  f="${pkg}_${ver//:/%3a}_${arch}.deb"
+  [[ -s "$cache/$f" ]] && continue
+  if [[ -s "/var/cache/apt/archives/$f" ]]; then cp "/var/cache/apt/archives/$f" "$cache/$f"; continue; fi
+  fetch+=("$pkg=$ver")
+done < "$tmp/list"
+if [[ ${#fetch[@]} -gt 0 ]]; then
+  echo "package-bundle: downloading ${#fetch[@]} package(s) into $cache"
+  (cd "$cache" && apt-get -q -o APT::Sandbox::User=root download "${fetch[@]}") ||
+    die "apt-get download failed: fix: apt-get update (this machine must reach its mirror)"
+fi
+flock -u 9
+
+# The bundle: a folder of exactly these files and their index.
+if [[ -d "$dir" ]] && [[ -n "$(ls -A "$dir")" ]] && [[ ! -f "$dir/Packages" ]]; then
+  die "$dir exists and is not a bundle (no Packages index): fix: give a new or empty folder"
+fi
+mkdir -p "$dir"
+rm -f "$dir"/*.deb "$dir/Packages" "$dir/Packages.gz"
+while read -r pkg ver arch; do
+  f="${pkg}_${ver//:/%3a}_${arch}.deb"
+  ln "$cache/$f" "$dir/$f" 2> /dev/null || cp "$cache/$f" "$dir/$f"
+done < "$tmp/list"
+cp "$deb" "$dir/"
+(cd "$dir" && apt-ftparchive packages . > Packages 2> "$tmp/ftparchive.err") ||
+  { cat "$tmp/ftparchive.err" >&2; die "apt-ftparchive failed in $dir"; }
+n=$(grep -c '^Package: ' "$dir/Packages")
+echo "bundle $dir: $n packages, $(du -sm "$dir" | cut -f1) MB, hpctrain $(dpkg-deb --field "$deb" Version)"
