@@ -13,7 +13,8 @@
 #      changes nothing (checksums of the managed files on every host)
 #   4  faults in one run: an unreachable host and a uid taken on another are
 #      each named with a fix, bounded in time; the 127.0.1.1 line is fixed,
-#      not failed; the other hosts finish
+#      not failed; the other hosts finish. Then a key the hosts refuse, and a
+#      package proxy no host reaches: each named per host with its fix
 # Wall times are printed as "[ measured ]" lines.
 #
 #   tests/cluster/setup_test.sh BUILD_DIR
@@ -226,6 +227,41 @@ grep -qE "^ *[0-9.]+s +$h2 +changed +hosts:" "$work/faults.log" || fail "fixing 
 awk -v t="$took" 'BEGIN { exit !(t < 300) }' || fail "the run with faults took $took s (bound: 300 s)"
 if [[ $failures -ne 0 ]]; then
   echo "--- faults.log"; cat "$work/faults.log"
+fi
+
+# --- 4, continued: a key the hosts refuse, and a package proxy no host reaches ---
+# Each is named per host with its fix, within a bound, and nothing is changed.
+# Host 3 gets its ids back first, so the runs below fail only for what they test; each
+# run has a state folder of its own (no ssh connection of an earlier run is reused).
+on 3 sh -c "userdel squatter && usermod -u $uid alice && groupmod -g $uid alice" || fail "cannot undo the uid fault"
+ssh-keygen -q -t ed25519 -N '' -f "$work/wrong_key" || fail "cannot make a second key"
+t0=$(now)
+timeout 300 "$hpctrain" cluster setup --hostfile "$work/hosts" -i "$work/wrong_key" --user alice \
+  --shared-dir /shared --packages "bundle:$work/bundle" --state-dir "$work/state-key" > "$work/key.log" 2>&1
+rc=$?
+took=$(secs "$t0" "$(now)")
+echo "[ measured ] run with a refused key: $took s, exit $rc"
+[[ $rc -ne 0 ]] || fail "the run with a refused key exited 0"
+for h in "$h1" "$h2" "$h3"; do
+  grep -q "the key was refused by root@$h" "$work/key.log" || fail "the refused key is not named for $h"
+  grep -q "ssh-copy-id -i $work/wrong_key.pub root@$h" "$work/key.log" || fail "no ssh-copy-id fix line for $h"
+done
+awk -v t="$took" 'BEGIN { exit !(t < 120) }' || fail "the run with a refused key took $took s (bound: 120 s)"
+t0=$(now)
+timeout 300 "$hpctrain" cluster setup --hostfile "$work/hosts" -i "$NETNS_KEY" --user alice \
+  --shared-dir /shared --packages "proxy:http://$NETNS_HEAD:9" --deb "$deb" --state-dir "$work/state-proxy" > "$work/proxy.log" 2>&1
+rc=$?
+took=$(secs "$t0" "$(now)")
+echo "[ measured ] run with an unreachable package proxy: $took s, exit $rc"
+[[ $rc -ne 0 ]] || fail "the run with an unreachable package proxy exited 0"
+for h in "$h1" "$h2" "$h3"; do
+  grep -q "$h cannot reach the package proxy http://$NETNS_HEAD:9" "$work/proxy.log" ||
+    fail "the unreachable package proxy is not named for $h"
+done
+grep -q "fix: start it on the head (scripts/package-proxy.sh start)" "$work/proxy.log" || fail "no fix line for the package proxy"
+awk -v t="$took" 'BEGIN { exit !(t < 120) }' || fail "the run with an unreachable proxy took $took s (bound: 120 s)"
+if [[ $failures -ne 0 ]]; then
+  echo "--- key.log"; cat "$work/key.log"; echo "--- proxy.log"; cat "$work/proxy.log"
 fi
 
 echo "--- first setup's output"; cat "$work/setup1.log"
