@@ -67,6 +67,8 @@ struct TrainOptions {
   std::int64_t max_steps = 0;         // stop after this many steps in total (0: no limit)
   int log_every = 50;                 // steps between metrics lines
   bool progress = false;              // progress bar on rank 0's stdout
+  std::string sync;                   // allreduce, ps, ps-async; empty: HPCT_SYNC (docs/ps.md)
+  int staleness = -1;                 // ps-async bound; -1: HPCT_PS_STALENESS
 };
 
 // Blocks for the whole run. Returns the summary (on every rank): final

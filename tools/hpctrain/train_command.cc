@@ -80,6 +80,10 @@ void add_train_command(CLI::App& app, Cli& cli) {
   c->add_option("--max-steps", o->max_steps, "Stop after this many steps in total (0: no limit)")
       ->capture_default_str();
   c->add_option("--log-every", o->log_every, "Steps between metrics lines")->capture_default_str();
+  c->add_option("--sync", o->sync,
+                "allreduce, ps or ps-async (parameter servers: launch --servers K; default HPCT_SYNC)");
+  c->add_option("--staleness", o->staleness,
+                "ps-async: steps a worker may run ahead of the slowest (default HPCT_PS_STALENESS)");
   auto progress = std::make_shared<std::string>("auto");
   c->add_option("--progress", *progress, "auto (bar when stdout is a terminal), bar or lines")
       ->capture_default_str();
