@@ -56,11 +56,11 @@ class PsCli : public ::testing::Test {
   static void TearDownTestSuite() { fs::remove_all(dir_); }
 
   // 2 workers (and `servers` servers), the cnn, 7500 training samples.
-  static std::string train(int servers, const std::string& extra) {
+  static std::string train(int servers, const std::string& extra, int epochs = 1) {
     std::string launch = "launch -np 2 --env PS_CLI_TEST_MARK=" + dir_;
     if (servers > 0) launch += " --servers " + std::to_string(servers);
     return launch + " -- " + HPCT_BINARY + " train --model cnn --data '" + dir_ +
-           "/fm-{000000..000002}.tar' --val " + dir_ + "/fm-000003.tar --epochs 1 --batch 32 --lr 0.05 " +
+           "/fm-{000000..000002}.tar' --val " + dir_ + "/fm-000003.tar --epochs " + std::to_string(epochs) + " --batch 32 --lr 0.05 " +
            "--threads 1 --seed 7 --log-every 10 --progress lines " + extra;
   }
 
@@ -95,7 +95,8 @@ class PsCli : public ::testing::Test {
   // Runs args (a launch command line) in the background; once ready()
   // holds, SIGKILLs the job's process with the environment vars.
   static CliRun run_and_kill(const std::string& args, const std::vector<std::string>& vars,
-                             const std::function<bool()>& ready, double* kill_to_end_s, bool* killed) {
+                             const std::function<bool()>& ready, double* kill_to_end_s, bool* killed,
+                             int signal = SIGKILL) {
     CliRun result;
     std::atomic<bool> done{false};
     std::thread t([&] {
@@ -110,7 +111,7 @@ class PsCli : public ::testing::Test {
       if (*killed || !ready()) continue;
       pid_t pid = find_job_process(vars);
       if (pid <= 0) continue;
-      ::kill(pid, SIGKILL);
+      ::kill(pid, signal);
       killed_at = Clock::now();
       *killed = true;
     }
@@ -162,7 +163,7 @@ TEST_F(PsCli, KilledServerFailsTheJobNamedAndBounded) {
   bool killed = false;
   // HPCT_TIMEOUT_S bounds the workers' own wait; the launcher sees the
   // server die first and stops the job.
-  std::string args = train(1, "--sync ps --max-steps 100000 --epochs 50");
+  std::string args = train(1, "--sync ps", 50);
   args = std::regex_replace(args, std::regex("^launch "), "launch --output-dir " + out.string() + " ");
   CliRun r = run_and_kill("--set HPCT_TIMEOUT_S=20 " + args, {"HPCT_PS_ROLE=server", "HPCT_PS_SERVER_RANK=0"},
                           [&] { return slurp(out / "rank.0" / "stdout").find("step 10 ") != std::string::npos; },
@@ -171,6 +172,24 @@ TEST_F(PsCli, KilledServerFailsTheJobNamedAndBounded) {
   EXPECT_NE(r.exit_code, 0) << r.out;
   EXPECT_LT(took, 20.0) << r.out;
   EXPECT_TRUE(std::regex_search(r.out, std::regex("parameter server 0 on host [^ ]+ was killed by signal 9")))
+      << r.out;
+}
+
+TEST_F(PsCli, FrozenServerTimesOutOnTheWorkersNamingIt) {
+  // SIGSTOP: the launcher sees nothing die; the workers' own bound
+  // (HPCT_TIMEOUT_S=5) must end the step, naming the server and its host.
+  fs::path out = fs::path(dir_) / "freeze-server";
+  double took = 0;
+  bool stopped = false;
+  std::string args = train(1, "--sync ps", 50);
+  args = std::regex_replace(args, std::regex("^launch "), "launch --output-dir " + out.string() + " ");
+  CliRun r = run_and_kill("--set HPCT_TIMEOUT_S=5 " + args, {"HPCT_PS_ROLE=server", "HPCT_PS_SERVER_RANK=0"},
+                          [&] { return slurp(out / "rank.0" / "stdout").find("step 10 ") != std::string::npos; },
+                          &took, &stopped, SIGSTOP);
+  ASSERT_TRUE(stopped) << r.out;
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_LT(took, 5.0 + 15.0) << r.out;  // the timeout, then the launcher's stop (grace 3 s)
+  EXPECT_TRUE(std::regex_search(r.out, std::regex("parameter server 0 on [^ ]+ \\([0-9.]+:[0-9]+\\) moved no byte")))
       << r.out;
 }
 
@@ -202,7 +221,7 @@ TEST_F(PsCli, KilledAsyncWorkerFailsTheJobNamedWithoutHang) {
   fs::path out = fs::path(dir_) / "kill-worker";
   double took = 0;
   bool killed = false;
-  std::string args = train(2, "--sync ps-async --staleness 2 --max-steps 100000 --epochs 50");
+  std::string args = train(2, "--sync ps-async --staleness 2", 50);
   args = std::regex_replace(args, std::regex("^launch "), "launch --output-dir " + out.string() + " ");
   CliRun r = run_and_kill("--set HPCT_TIMEOUT_S=20 " + args, {"HPCT_PS_ROLE=worker", "HPCT_RANK=1"},
                           [&] { return slurp(out / "rank.0" / "stdout").find("step 10 ") != std::string::npos; },
