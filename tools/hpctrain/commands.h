@@ -62,6 +62,7 @@ void add_bench_engine_command(CLI::App& bench, Cli& cli);
 void add_bench_train_command(CLI::App& bench, Cli& cli);
 void add_bench_data_command(CLI::App& bench, Cli& cli);
 void add_bench_launch_command(CLI::App& bench, Cli& cli);
+void add_bench_ps_command(CLI::App& bench, Cli& cli);
 
 // Prints the effective configuration as a table (or JSON lines).
 void print_config(const Config& config, bool json);

@@ -28,6 +28,9 @@ int main(int argc, char** argv) {
                         "JPEG decode vs libjpeg-turbo, and loader thread scaling",
                         kTorchExecutable);
   add_bench_launch_command(bench, state);
+  add_forwarded_command(bench, state, "ps",
+                        "Gradient exchange of a gradient-heavy step: allreduce vs parameter servers",
+                        kTorchExecutable);
   add_data_command(app, state);
   add_launch_command(app, state);
   add_doctor_command(app, state);
