@@ -90,7 +90,9 @@ namespace hpct {
   X(std::int64_t, ps_piece_bytes, "HPCT_PS_PIECE_BYTES", 4 << 20,                               \
     "ps: gradients are cut into pieces of at most this many bytes, spread over the servers")   \
   X(bool, ps_frame_mac, "HPCT_PS_FRAME_MAC", false,                                             \
-    "ps: every parameter-server frame carries an HMAC (off: authenticated once at connect)")
+    "ps: every parameter-server frame carries an HMAC (off: authenticated once at connect)")   \
+  X(std::int64_t, ps_push_window, "HPCT_PS_PUSH_WINDOW", 0,                                     \
+    "ps: pieces a worker has pushed and not yet got back, in order (0: one per server; -1: all)")
 
 // Variables that describe the job rather than tune it: set by hpctrain launch
 // for every rank, read by discover_world() (core/world.h), never by hand.

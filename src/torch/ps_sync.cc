@@ -44,6 +44,7 @@ PsSync::PsSync(Context& ctx, ps::Mode mode, int staleness, const std::vector<std
   o.mode = mode;
   o.staleness = staleness;
   o.piece_bytes = static_cast<std::uint64_t>(config.ps_piece_bytes);
+  o.push_window = static_cast<int>(config.ps_push_window);
   o.timeout = timeout;
   o.connect_timeout = timeout;
   client_ = std::make_unique<ps::Client>(o);
