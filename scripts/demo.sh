@@ -20,10 +20,10 @@ rm -rf "$build/demo-checkpoints" "$build/demo-metrics.jsonl"
 echo "demo: training cnn on 2 ranks, $epochs epochs, batch 64 per rank (global 128)"
 start=$(date +%s)
 OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 \
-"$bin" launch -np 2 --env OMP_NUM_THREADS=1 --env OPENBLAS_NUM_THREADS=1 -- \
+"$bin" launch -np 2 --env OMP_NUM_THREADS=1 --env OPENBLAS_NUM_THREADS=1 ${DEMO_LAUNCH_ARGS:-} -- \
   "$bin" train --model cnn --data "$data/train-{000000..000005}.tar" --val "$data/test-000000.tar" \
     --epochs "$epochs" --batch 64 --lr 0.1 --warmup-epochs 0.3 --optimizer sgd --momentum 0.9 \
     --threads 1 --seed 1 --log-every 100 --progress lines \
-    --checkpoint-dir "$build/demo-checkpoints" --metrics "$build/demo-metrics.jsonl" \
+    --checkpoint-dir "$build/demo-checkpoints" --metrics "$build/demo-metrics.jsonl" ${DEMO_TRAIN_ARGS:-} \
   | tee "$build/demo-train.log"
 echo "demo: wall time $(( $(date +%s) - start )) s; metrics in $build/demo-metrics.jsonl"

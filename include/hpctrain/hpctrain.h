@@ -82,6 +82,13 @@ struct DistributedOptions {
   // where there is no idle core for the allreduce to overlap on; on
   // otherwise).
   std::optional<bool> overlap;
+  // How gradients meet (docs/ps.md): allreduce; ps (parameter servers sum
+  // them, lockstep, the same result as allreduce within rounding); ps-async
+  // (the servers hold the parameters and apply each worker's update; a worker
+  // runs at most `staleness` steps ahead of the slowest). ps modes need
+  // `hpctrain launch --servers K`. Empty: HPCT_SYNC.
+  std::string sync;
+  int staleness = -1;  // ps-async; -1: HPCT_PS_STALENESS
 };
 
 // Wraps any torch::optim::Optimizer (which keeps doing the update): step()
@@ -113,6 +120,14 @@ class DistributedOptimizer {
   torch::optim::Optimizer& optimizer();
   // Whether gradients are allreduced during backward (DistributedOptions::overlap resolved).
   bool overlaps() const;
+  // allreduce, ps or ps-async (DistributedOptions::sync resolved).
+  const std::string& sync_mode() const;
+  // Call when this rank has no more batches in an epoch. ps modes: waits
+  // until every worker has finished the epoch (so ranks with fewer batches
+  // than others finish instead of hanging); ps-async: the parameters become
+  // the servers' at that moment, the same on every rank (what a checkpoint
+  // saves). allreduce: does nothing (ranks must step equally often).
+  void end_epoch();
 
   struct Impl;
 

@@ -82,14 +82,26 @@ namespace hpct {
     "Engine: rank 0 writes a Chrome-trace JSON of every tensor's phases to this file")         \
   X(std::string, compression, "HPCT_COMPRESSION", "auto",                                       \
     "Engine: wire type of float32 allreduces: none, fp16, bf16, or auto (fp16 only where the "  \
-    "job measured it faster: never in shared memory; docs/engine.md)")
+    "job measured it faster: never in shared memory; docs/engine.md)")  \
+  X(std::string, sync, "HPCT_SYNC", "allreduce",                                                \
+    "DistributedOptimizer: allreduce, ps (parameter servers sum gradients, lockstep) or "       \
+    "ps-async (servers hold the parameters, bounded staleness); ps modes need launch --servers") \
+  X(std::int64_t, ps_staleness, "HPCT_PS_STALENESS", 2,                                         \
+    "ps-async: steps a worker may complete ahead of the slowest (0: lockstep; docs/ps.md)")    \
+  X(std::int64_t, ps_piece_bytes, "HPCT_PS_PIECE_BYTES", 4 << 20,                               \
+    "ps: gradients are cut into pieces of at most this many bytes, spread over the servers")   \
+  X(bool, ps_frame_mac, "HPCT_PS_FRAME_MAC", false,                                             \
+    "ps: every parameter-server frame carries an HMAC (off: authenticated once at connect)")   \
+  X(std::int64_t, ps_push_window, "HPCT_PS_PUSH_WINDOW", 0,                                     \
+    "ps: pieces a worker has pushed and not yet got back, in order (0: one per server; -1: all)")
 
 // Variables that describe the job rather than tune it: set by hpctrain launch
 // for every rank, read by discover_world() (core/world.h), never by hand.
 #define HPCT_JOB_VARIABLES(X)                                                         \
   X("HPCT_RANK") X("HPCT_SIZE") X("HPCT_LOCAL_RANK") X("HPCT_LOCAL_SIZE")             \
   X("HPCT_CROSS_RANK") X("HPCT_CROSS_SIZE") X("HPCT_HOSTNAME") X("HPCT_RESTART")      \
-  X("HPCT_JOB_ID")
+  X("HPCT_JOB_ID")                                                                    \
+  X("HPCT_PS_ROLE") X("HPCT_PS_SERVERS") X("HPCT_PS_SERVER_RANK") X("HPCT_PS_WORKERS")
 
 // The source of a value, as `hpctrain config` prints it.
 enum class ConfigSource { kDefault, kEnv, kFlag };

@@ -143,12 +143,30 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   }
   JobLayout layout;
   layout.ranks = place_ranks(hosts, np);
+  if (o.servers < 0) throw_invalid_argument("--servers must be 0 or more");
+  if (o.servers == 0 && !o.server_hosts.empty()) {
+    throw_invalid_argument("--server-hosts needs --servers K");
+  }
+  if (o.servers > 0) {
+    if (spawner == "mpirun" || spawner == "srun") {
+      throw_invalid_argument("--servers runs with the local and ssh spawners only (mpirun and srun "
+                             "start one program for every rank); drop --spawner " + spawner);
+    }
+    auto servers = place_servers(layout.ranks, o.server_hosts, o.servers);
+    layout.ranks.insert(layout.ranks.end(), servers.begin(), servers.end());
+  }
   const LocalIdentity self = LocalIdentity::current();
   std::vector<std::string> remote_hosts;
-  for (const auto& h : used_hosts(layout.ranks)) {
-    bool local = is_local_host(h.name, self);
-    if (!local) remote_hosts.push_back(h.name);
-    for (int i = 0; i < h.slots; ++i) layout.rank_is_local.push_back(local);
+  {
+    std::map<std::string, bool> local_by_host;
+    for (const auto& r : layout.ranks) {
+      auto it = local_by_host.find(r.host);
+      if (it == local_by_host.end()) {
+        it = local_by_host.emplace(r.host, is_local_host(r.host, self)).first;
+        if (!it->second) remote_hosts.push_back(r.host);
+      }
+      layout.rank_is_local.push_back(it->second);
+    }
   }
   if (spawner == "auto") spawner = remote_hosts.empty() ? "local" : "ssh";
   if (o.backend == "mpi" && (spawner == "local" || spawner == "ssh")) {
@@ -208,6 +226,8 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
 
   RankSpec spec;
   spec.size = np;
+  spec.servers = o.servers;
+  if (o.servers > 0) spec.server_argv = {layout.wrapper, "ps-server"};
   if (spawner != "srun") spec.placement = layout.ranks;
   spec.argv = o.argv;
   spec.cwd = std::filesystem::current_path().string();

@@ -36,6 +36,11 @@ struct LaunchOptions {
   std::vector<std::string> spawner_args;  // appended to mpirun's or srun's command line
   std::string mpirun = "mpirun";
   std::string srun = "srun";
+  // Parameter servers (docs/ps.md): K processes of `hpctrain ps-server`
+  // beside the workers, on server_hosts (in turn) or spread over the
+  // workers' hosts. Local and ssh spawners only.
+  int servers = 0;
+  std::vector<std::string> server_hosts;
 };
 
 // Runs the job to its end and returns the launcher's exit code: 0, the

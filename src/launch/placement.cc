@@ -1,5 +1,7 @@
 #include "launch/placement.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace hpct::launch {
@@ -45,6 +47,40 @@ std::vector<HostEntry> used_hosts(const std::vector<RankPlacement>& ranks) {
       out.push_back(e);
     }
     ++out.back().slots;
+  }
+  return out;
+}
+
+}  // namespace hpct::launch
+
+namespace hpct::launch {
+
+std::vector<RankPlacement> place_servers(const std::vector<RankPlacement>& workers,
+                                         const std::vector<std::string>& server_hosts, int servers) {
+  if (servers < 0) throw_invalid_argument("--servers " + std::to_string(servers) + ": must be 0 or more");
+  std::vector<std::string> hosts = server_hosts;
+  if (hosts.empty()) {
+    for (const auto& h : used_hosts(workers)) hosts.push_back(h.name);
+  }
+  if (servers > 0 && hosts.empty()) throw_invalid_argument("--servers: no host to place them on");
+  std::vector<RankPlacement> out;
+  std::vector<std::string> cross_hosts;
+  for (int s = 0; s < servers; ++s) {
+    RankPlacement p;
+    p.rank = static_cast<int>(workers.size()) + s;
+    p.host = hosts[static_cast<size_t>(s) % hosts.size()];
+    auto it = std::find(cross_hosts.begin(), cross_hosts.end(), p.host);
+    p.cross_rank = static_cast<int>(it - cross_hosts.begin());
+    if (it == cross_hosts.end()) cross_hosts.push_back(p.host);
+    for (const auto& q : out) {
+      if (q.host == p.host) ++p.local_rank;
+    }
+    out.push_back(p);
+  }
+  for (auto& p : out) {
+    p.cross_size = static_cast<int>(cross_hosts.size());
+    p.local_size = static_cast<int>(std::count_if(out.begin(), out.end(),
+                                                  [&](const RankPlacement& q) { return q.host == p.host; }));
   }
   return out;
 }

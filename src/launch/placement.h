@@ -28,3 +28,16 @@ std::vector<RankPlacement> place_ranks(const std::vector<HostEntry>& hosts, int 
 std::vector<HostEntry> used_hosts(const std::vector<RankPlacement>& ranks);
 
 }  // namespace hpct::launch
+
+namespace hpct::launch {
+
+// Where the K parameter servers of a job run (launch --servers K): server s
+// on server_hosts[s % size] when hosts are given, else on the workers'
+// hosts in turn (server s on the s-th host that got ranks, wrapping). Their
+// entries continue the workers' numbering (rank = workers + s); local_rank
+// and local_size count the servers on each host, cross_rank the host among
+// the servers' hosts. K < 0 raises InvalidArgument.
+std::vector<RankPlacement> place_servers(const std::vector<RankPlacement>& workers,
+                                         const std::vector<std::string>& server_hosts, int servers);
+
+}  // namespace hpct::launch

@@ -25,6 +25,10 @@ std::string encode_spec(const RankSpec& s) {
   j["job_id"] = s.job_id;
   j["restart"] = s.restart;
   j["grace_s"] = s.grace_s;
+  if (s.servers > 0) {
+    j["servers"] = s.servers;
+    j["server_argv"] = s.server_argv;
+  }
   return j.dump();
 }
 
@@ -53,12 +57,16 @@ RankSpec decode_spec(const std::string& line) {
     s.job_id = j.at("job_id").get<std::string>();
     s.restart = j.at("restart").get<int>();
     s.grace_s = j.at("grace_s").get<double>();
+    s.servers = j.value("servers", 0);
+    if (s.servers > 0) s.server_argv = j.at("server_argv").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
     throw_invalid_argument(std::string("the launcher's rank spec is malformed (") + e.what() +
                            "); are launcher and ranks the same hpctrain version?");
   }
   if (s.argv.empty()) throw_invalid_argument("the launcher's rank spec names no program");
-  if (s.size < 1 || s.rank >= s.size || (!s.placement.empty() && static_cast<int>(s.placement.size()) != s.size)) {
+  if (s.size < 1 || s.servers < 0 || s.rank >= s.size + s.servers ||
+      (!s.placement.empty() && static_cast<int>(s.placement.size()) != s.size + s.servers) ||
+      (s.servers > 0 && s.server_argv.empty())) {
     throw_invalid_argument("the launcher's rank spec has an inconsistent rank/size/placement");
   }
   return s;

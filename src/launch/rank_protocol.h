@@ -52,7 +52,14 @@ inline constexpr size_t kMaxSpecBytes = 4u << 20;
 
 struct RankSpec {
   int rank = -1;                        // -1: read from mpirun's or srun's environment
-  int size = 1;
+  int size = 1;                         // the workers (HPCT_SIZE)
+  // Parameter servers (launch --servers K): processes size..size+K-1 of the
+  // job, placed like ranks (placement has size+K entries), running
+  // server_argv with HPCT_PS_ROLE=server instead of argv. Each process with
+  // servers in its job gets the secret line twice on HPCT_SECRET_FD: one for
+  // the job store (hpct::init), one for the parameter-server connections.
+  int servers = 0;
+  std::vector<std::string> server_argv;
   std::vector<RankPlacement> placement;  // by rank; empty: from srun's environment
   std::vector<std::string> argv;         // the user's program, looked up in PATH
   std::string cwd;                       // empty: stay where the spawner started us

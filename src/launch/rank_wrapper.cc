@@ -107,8 +107,20 @@ RankPlacement my_placement(const RankSpec& spec, const Env& env, int* rank_out) 
 std::map<std::string, std::string> program_env(const RankSpec& spec, const RankPlacement& p,
                                                const Env& env, int secret_fd) {
   std::map<std::string, std::string> e = spec.env;
-  e["HPCT_RANK"] = std::to_string(p.rank);
-  e["HPCT_SIZE"] = std::to_string(spec.size);
+  const bool server = p.rank >= spec.size;
+  if (spec.servers > 0) {
+    // Workers learn the servers' addresses from the job store (ps/server/<s>).
+    e["HPCT_PS_ROLE"] = server ? "server" : "worker";
+    e["HPCT_PS_SERVERS"] = std::to_string(spec.servers);
+    e["HPCT_PS_WORKERS"] = std::to_string(spec.size);
+    if (server) {
+      e["HPCT_PS_SERVER_RANK"] = std::to_string(p.rank - spec.size);
+      // A server only sums and copies: one thread, never libtorch's pool.
+      e["OMP_NUM_THREADS"] = "1";
+    }
+  }
+  e["HPCT_RANK"] = std::to_string(server ? p.rank - spec.size : p.rank);
+  e["HPCT_SIZE"] = std::to_string(server ? spec.servers : spec.size);
   e["HPCT_LOCAL_RANK"] = std::to_string(p.local_rank);
   e["HPCT_LOCAL_SIZE"] = std::to_string(p.local_size);
   e["HPCT_CROSS_RANK"] = std::to_string(p.cross_rank);
@@ -142,7 +154,7 @@ class Wrapper {
   int run(const std::map<std::string, std::string>& env, int secret_fd, int signal_fd,
           bool watch_stdin) {
     ChildOptions o;
-    o.argv = spec_.argv;
+    o.argv = rank_ >= spec_.size ? spec_.server_argv : spec_.argv;
     o.env = env;
     o.cwd = spec_.cwd;
     o.pipe_stdin = false;
@@ -281,6 +293,7 @@ int run_rank_wrapper(const RankWrapperOptions& options) {
     int p[2];
     if (::pipe2(p, O_CLOEXEC) != 0) throw_io("pipe", errno);
     std::string s = spec.secret + "\n";
+    if (spec.servers > 0) s += s;  // one line for the store, one for the parameter servers
     (void)!::write(p[1], s.data(), s.size());  // 65 bytes: fits any pipe buffer
     ::close(p[1]);
     secret_fd = p[0];

@@ -66,7 +66,12 @@ Supervisor::Supervisor(std::vector<ProcessPlan> plans, RankSpec base_spec, Outpu
       logger_(std::move(logger)) {}
 
 AttemptResult Supervisor::run(int restart) {
-  const int size = base_spec_.size;
+  // Parameter servers (launch --servers) are processes size..size+K-1.
+  const int size = base_spec_.size + base_spec_.servers;
+  auto name = [this](int r) {
+    return r >= base_spec_.size ? "parameter server " + std::to_string(r - base_spec_.size)
+                                : "rank " + std::to_string(r);
+  };
   std::vector<Proc> procs(plans_.size());
   std::vector<RankState> ranks(static_cast<size_t>(size));
   AttemptResult result;
@@ -160,10 +165,10 @@ AttemptResult Supervisor::run(int restart) {
         r.end = parse_rank_end(rec->payload);
         if (!r.end.ok() && !stopping) {
           failure_at = SteadyClock::now();
-          fail(rec->rank, "rank " + std::to_string(rec->rank) + " on host " + output_.host(rec->rank) +
+          fail(rec->rank, name(rec->rank) + " on host " + output_.host(rec->rank) +
                               " " + r.end.describe(),
                r.end.launcher_exit_code(), output_.stderr_tail(rec->rank),
-               "rank " + std::to_string(rec->rank) + "'s stderr");
+               name(rec->rank) + "'s stderr");
         }
         break;
     }
@@ -230,7 +235,7 @@ AttemptResult Supervisor::run(int restart) {
                             : p.plan.group          ? p.plan.via
                                                     : "its wrapper process";
           failure_at = SteadyClock::now();
-          fail(r, "rank " + std::to_string(r) + " on host " + output_.host(r) +
+          fail(r, name(r) + " on host " + output_.host(r) +
                       (s.started ? " was lost: " : " did not start: ") + who + " " +
                       describe_status(p.status),
                error_exit_code(ErrorCode::kPeerFailure), p.tail, who);
@@ -254,7 +259,7 @@ AttemptResult Supervisor::run(int restart) {
         if (ranks[static_cast<size_t>(r)].started) continue;
         if (first < 0) first = r;
         if (!missing.empty()) missing += ", ";
-        missing += "rank " + std::to_string(r) + " on host " + output_.host(r);
+        missing += name(r) + " on host " + output_.host(r);
       }
       if (first >= 0) {
         failure_at = SteadyClock::now();

@@ -127,6 +127,12 @@ Client::~Client() {
 
 template <typename LandFn>
 void Client::run_until(std::vector<int> remaining, LandFn&& land, const std::string& what) {
+  run_until(std::move(remaining), std::forward<LandFn>(land), what, [] {});
+}
+
+template <typename LandFn, typename FeedFn>
+void Client::run_until(std::vector<int> remaining, LandFn&& land, const std::string& what,
+                       FeedFn&& feed) {
   const size_t n = links_.size();
   std::vector<SteadyClock::time_point> last(n, SteadyClock::now());
   std::vector<pollfd> fds(n);
@@ -148,6 +154,7 @@ void Client::run_until(std::vector<int> remaining, LandFn&& land, const std::str
     }
   };
   while (true) {
+    feed();
     bool busy = false;
     for (size_t s = 0; s < n; ++s) {
       short ev = 0;
@@ -272,15 +279,26 @@ int Client::exchange(const std::vector<const void*>& in, const std::vector<void*
   }
   ++steps_;
   std::vector<int> remaining(links_.size(), 0);
-  for (const auto& p : pieces_) {
-    const auto& t = tensors_[static_cast<size_t>(p.tensor)];
-    FrameHeader h = make_header(Kind::kPush, p.id, p.bytes);
-    h.dtype = static_cast<std::uint8_t>(t.dtype);
-    h.step = steps_;
-    links_[static_cast<size_t>(p.server)]->queue(
-        h, static_cast<const char*>(in[static_cast<size_t>(p.tensor)]) + p.offset_bytes);
-    ++remaining[static_cast<size_t>(p.server)];
-  }
+  for (const auto& p : pieces_) ++remaining[static_cast<size_t>(p.server)];
+  // Pushes go out in piece order, at most window pieces pushed and not yet
+  // answered: queued all at once, the pieces to every server share this
+  // worker's link and all finish late together, so the sums come back after
+  // the pushes instead of during them.
+  const size_t window = options_.push_window > 0    ? static_cast<size_t>(options_.push_window)
+                        : options_.push_window == 0 ? links_.size()
+                                                    : pieces_.size();
+  size_t next = 0, answered = 0;
+  auto feed = [&] {
+    while (next < pieces_.size() && next - answered < window) {
+      const auto& p = pieces_[next++];
+      const auto& t = tensors_[static_cast<size_t>(p.tensor)];
+      FrameHeader h = make_header(Kind::kPush, p.id, p.bytes);
+      h.dtype = static_cast<std::uint8_t>(t.dtype);
+      h.step = steps_;
+      links_[static_cast<size_t>(p.server)]->queue(
+          h, static_cast<const char*>(in[static_cast<size_t>(p.tensor)]) + p.offset_bytes);
+    }
+  };
   // in and out may alias: a piece's reply lands only after its push is sent
   // (the server answers after reading all of it), and pieces do not overlap.
   last_count_ = 0;
@@ -294,9 +312,10 @@ int Client::exchange(const std::vector<const void*>& in, const std::vector<void*
                              ") in step " + std::to_string(steps_));
         }
         const PieceInfo& p = pieces_[h.piece];
+        ++answered;  // its payload lands in out, after its push left
         return Landing{static_cast<char*>(out[static_cast<size_t>(p.tensor)]) + p.offset_bytes};
       },
-      "parameter-server step " + std::to_string(steps_));
+      "parameter-server step " + std::to_string(steps_), feed);
   return mode_ == Mode::kSync ? last_count_ : 1;
 }
 

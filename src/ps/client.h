@@ -37,6 +37,9 @@ struct ClientOptions {
   Mode mode = Mode::kSync;
   int staleness = 0;  // async: S, how many steps a worker may complete ahead of the slowest
   std::uint64_t piece_bytes = 4 << 20;
+  // Pieces pushed and not yet answered at once, in piece order (0: one per
+  // server; -1: every piece at once). HPCT_PS_PUSH_WINDOW; docs/ps.md.
+  int push_window = 0;
   Millis timeout{300000};          // no progress from a server with work pending
   Millis connect_timeout{30000};   // servers that start later than workers are normal
   std::uint64_t max_payload = std::uint64_t{1} << 31;
@@ -113,8 +116,11 @@ class Client {
   };
   // Runs the poll loop until every server's expected frames arrived.
   // land(server, header) places a payload; what names the operation.
+  // feed() runs before every poll and may queue more frames.
   template <typename LandFn>
   void run_until(std::vector<int> remaining, LandFn&& land, const std::string& what);
+  template <typename LandFn, typename FeedFn>
+  void run_until(std::vector<int> remaining, LandFn&& land, const std::string& what, FeedFn&& feed);
   std::string server_name(int s) const;
 
   ClientOptions options_;

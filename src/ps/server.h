@@ -25,9 +25,11 @@
 //     get Error naming the tensor, the part and both workers' shapes, sent
 //     to every worker; the server then fails.
 //  3. Steps, sync mode. A worker pushes each piece (Push: piece, its step,
-//     the gradient bytes) and waits for Reply frames; it queues every push
-//     at once and reads replies while it still writes, so both directions
-//     of every connection stay busy. The server reads each push straight into
+//     the gradient bytes) and waits for Reply frames; it pushes in piece
+//     order with at most HPCT_PS_PUSH_WINDOW pieces unanswered (one per
+//     server by default) and reads replies while it still writes, so both
+//     directions of every connection stay busy and early sums come back
+//     while later pieces go out. The server reads each push straight into
 //     that worker's slot for the piece; when every active worker's slot is
 //     full it sums the slots in worker-rank order (the same bits for every
 //     worker and every run: sync PS matches allreduce's sum within rounding

@@ -26,6 +26,8 @@
 
 #include "engine/engine.h"
 #include "torch/context.h"
+#include "ps/job.h"
+#include "torch/ps_sync.h"
 
 namespace hpct {
 namespace {
@@ -79,10 +81,19 @@ struct DistributedOptimizer::Impl {
   bool laid_out = false;
   torch::Tensor flat;
   bool overlap = true;  // options.overlap, resolved
+  std::string sync;     // options.sync, resolved
+  std::unique_ptr<PsSync> ps;  // ps and ps-async modes (made once the parameters are known)
 
   Impl(Context& c, torch::optim::Optimizer& o, DistributedOptions opts)
       : ctx(c), optimizer(o), options(std::move(opts)) {
-    overlap = options.overlap ? *options.overlap : overlap_from_config(ctx);
+    sync = options.sync.empty() ? ctx.config().sync : options.sync;
+    if (sync != "allreduce" && sync != "ps" && sync != "ps-async") {
+      throw_invalid_argument("sync mode " + sync + " (--sync or HPCT_SYNC): choose allreduce, ps or ps-async");
+    }
+    if (options.staleness < 0) options.staleness = static_cast<int>(ctx.config().ps_staleness);
+    // The parameter servers take every gradient in step(), pipelined piece
+    // by piece; the engine's hooks stay out of it.
+    overlap = sync == "allreduce" && (options.overlap ? *options.overlap : overlap_from_config(ctx));
     if (!options.compression.empty()) compression = engine::parse_compression(options.compression);
     if (options.backward_passes_per_step < 1) {
       throw_invalid_argument("backward_passes_per_step must be at least 1");
@@ -112,6 +123,10 @@ struct DistributedOptimizer::Impl {
   }
 
   void synchronize() {
+    if (ps) {
+      if (ps->mode() == ps::Mode::kSync) ps->exchange_gradients(options.average);
+      return;  // async: the worker's own gradient feeds its own optimizer step
+    }
     std::unique_lock<std::mutex> lk(mu);
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!params[i].submitted) submit(params[i], i);
@@ -204,6 +219,16 @@ DistributedOptimizer::DistributedOptimizer(
     p.tensor = item.value();
     impl_->params.push_back(std::move(p));
   }
+  if (impl_->sync != "allreduce") {
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> tensors;
+    for (const auto& p : impl_->params) {
+      names.push_back(p.name);
+      tensors.push_back(p.tensor);
+    }
+    impl_->ps = std::make_unique<PsSync>(ctx, ps::parse_sync_mode(impl_->sync), impl_->options.staleness,
+                                         names, tensors);
+  }
   for (std::size_t i = 0; i < impl_->params.size(); ++i) {
     auto& p = impl_->params[i];
     p.accumulator = torch::autograd::impl::grad_accumulator(p.tensor);
@@ -232,8 +257,17 @@ void DistributedOptimizer::step() {
   // nothing: its zeros are what the other ranks wait for.
   if (!impl_->user_synchronized) impl_->synchronize();
   impl_->user_synchronized = false;
+  const bool async = impl_->ps && impl_->ps->mode() == ps::Mode::kAsync;
+  if (async) impl_->ps->before_step();
   impl_->optimizer.step();
+  if (async) impl_->ps->after_step();
 }
+
+void DistributedOptimizer::end_epoch() {
+  if (impl_->ps) impl_->ps->end_epoch();
+}
+
+const std::string& DistributedOptimizer::sync_mode() const { return impl_->sync; }
 
 void DistributedOptimizer::zero_grad() { impl_->optimizer.zero_grad(); }
 

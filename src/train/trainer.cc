@@ -410,6 +410,8 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   broadcast_parameters(ctx, *model);
   DistributedOptions dopts;
   dopts.compression = o.compression;
+  dopts.sync = o.sync;
+  dopts.staleness = o.staleness;
   DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
 
   MetricsFile metrics(lead ? o.metrics : "");
@@ -570,6 +572,9 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
       }
       break;
     }
+    // Parameter servers: every worker waits for the others to finish the
+    // epoch; ps-async: every worker now holds the servers' parameters.
+    opt.end_epoch();
     double epoch_seconds = seconds_since(epoch_start);
     train_seconds += epoch_seconds;
     trained_samples += epoch_samples;

@@ -75,6 +75,8 @@ struct TrainOptions {
   // the step they stop at (a signal reaches them at different times); the
   // summary then says "stopped_by_signal": true. Needs checkpoint_dir.
   const std::atomic<bool>* stop_requested = nullptr;
+  std::string sync;                   // allreduce, ps, ps-async; empty: HPCT_SYNC (docs/ps.md)
+  int staleness = -1;                 // ps-async bound; -1: HPCT_PS_STALENESS
 };
 
 // Blocks for the whole run. Returns the summary (on every rank): final

@@ -52,6 +52,7 @@ void add_doctor_command(CLI::App& app, Cli& cli);      // and the hidden doctor 
 void add_rank_check_command(CLI::App& app, Cli& cli);  // hidden test program
 void add_train_command(CLI::App& app, Cli& cli);
 void add_cluster_command(CLI::App& app, Cli& cli);    // setup, status
+void add_ps_server_command(CLI::App& app, Cli& cli);  // hidden: launch --servers starts it
 // -np -> --np before parsing (CLI11 takes one letter after a single dash).
 void rewrite_single_dash_options(int argc, char** argv);
 
@@ -61,6 +62,7 @@ void add_bench_engine_command(CLI::App& bench, Cli& cli);
 void add_bench_train_command(CLI::App& bench, Cli& cli);
 void add_bench_data_command(CLI::App& bench, Cli& cli);
 void add_bench_launch_command(CLI::App& bench, Cli& cli);
+void add_bench_ps_command(CLI::App& bench, Cli& cli);
 
 // Prints the effective configuration as a table (or JSON lines).
 void print_config(const Config& config, bool json);

@@ -46,6 +46,13 @@ void add_launch_command(CLI::App& app, Cli& cli) {
   c->add_option("--spawner-arg", a->o.spawner_args,
                 "Extra argument for mpirun or srun, e.g. --spawner-arg=--overcommit (repeatable)")
       ->allow_extra_args(false);
+  c->add_option("--servers", a->o.servers,
+                "Also start K parameter servers (hpctrain ps-server) for --sync ps|ps-async (docs/ps.md)")
+      ->capture_default_str();
+  c->add_option("--server-hosts", a->o.server_hosts,
+                "Hosts for the parameter servers, in turn (default: the workers' hosts)")
+      ->delimiter(',')
+      ->allow_extra_args(false);
   // After "--" everything is the program's, options included.
   c->add_option("command", a->o.argv, "-- PROGRAM ARGS...")->required();
   c->footer("Usage: hpctrain launch -np N [options] -- PROGRAM ARGS...");

@@ -28,11 +28,15 @@ int main(int argc, char** argv) {
                         "JPEG decode vs libjpeg-turbo, and loader thread scaling",
                         kTorchExecutable);
   add_bench_launch_command(bench, state);
+  add_forwarded_command(bench, state, "ps",
+                        "Gradient exchange of a gradient-heavy step: allreduce vs parameter servers",
+                        kTorchExecutable);
   add_data_command(app, state);
   add_launch_command(app, state);
   add_doctor_command(app, state);
   add_cluster_command(app, state);
   add_rank_check_command(app, state);
+  add_ps_server_command(app, state);
   add_forwarded_command(app, state, "train",
                         "Train a model on WebDataset shards across the job's ranks",
                         kTorchExecutable);

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   add_bench_engine_command(bench, state);
   add_bench_train_command(bench, state);
   add_bench_data_command(bench, state);
+  add_bench_ps_command(bench, state);
   add_train_command(app, state);
   return run_cli(app, state, argc, argv);
 }

@@ -107,6 +107,10 @@ void add_train_command(CLI::App& app, Cli& cli) {
   c->add_flag("--checkpoint-on-signal", *on_signal,
               "On SIGUSR1 or SIGTERM (Slurm's warning before a time limit, scontrol requeue, preemption): "
               "checkpoint at the next step and exit 75");
+  c->add_option("--sync", o->sync,
+                "allreduce, ps or ps-async (parameter servers: launch --servers K; default HPCT_SYNC)");
+  c->add_option("--staleness", o->staleness,
+                "ps-async: steps a worker may run ahead of the slowest (default HPCT_PS_STALENESS)");
   auto progress = std::make_shared<std::string>("auto");
   c->add_option("--progress", *progress, "auto (bar when stdout is a terminal), bar or lines")
       ->capture_default_str();
