@@ -1,10 +1,6 @@
 #include "runtime.h"
 
-#include <ATen/Parallel.h>
-#include <sched.h>
-
 #include <algorithm>
-#include <thread>
 
 #include "comm/tensor.h"
 #include "core/error.h"
@@ -34,17 +30,7 @@ int Runtime::local_rank() const { return ctx_ ? ctx_->local_rank() : 0; }
 int Runtime::local_size() const { return ctx_ ? ctx_->local_size() : 1; }
 Context& Runtime::context() { return live(); }
 
-bool Runtime::overlap_default() const {
-  const std::string& v = ctx_->config().overlap;
-  if (v == "on") return true;
-  if (v == "off") return false;
-  if (v != "auto") throw_invalid_argument("HPCT_OVERLAP=" + v + ": expected on, off or auto");
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (::sched_getaffinity(0, sizeof set, &set) == 0) cores = std::max(1, CPU_COUNT(&set));
-  return ctx_->local_size() * at::get_num_threads() < cores;
-}
+bool Runtime::overlap_default() const { return overlap_from_config(*ctx_); }
 
 Operation Runtime::allreduce(const torch::Tensor& t, const std::string& name,
                              const std::string& op, const std::string& compression) {

@@ -31,4 +31,10 @@ std::unique_ptr<Context> make_context(comm::Communicator& comm, const Config& co
 // naming `what` otherwise). The TensorRef keeps the tensor alive.
 engine::TensorRef tensor_ref(const torch::Tensor& t, const std::string& what);
 
+// HPCT_OVERLAP resolved for this rank (on, off, or auto: overlap only when
+// this host's ranks times their intra-op threads leave a core idle). The one
+// rule for DistributedOptimizer and the Python frontend; InvalidArgument on
+// any other value.
+bool overlap_from_config(const Context& ctx);
+
 }  // namespace hpct

@@ -39,6 +39,8 @@ int usable_cores() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
+}  // namespace
+
 // HPCT_OVERLAP. auto: an allreduce needs CPU too (shared-memory copies, the
 // engine and MPI threads, the TCP stack); when this host's ranks already
 // keep every core busy with backward, starting allreduces during backward
@@ -54,8 +56,6 @@ bool overlap_from_config(const Context& ctx) {
   }
   return ctx.local_size() * at::get_num_threads() < usable_cores();
 }
-
-}  // namespace
 
 struct DistributedOptimizer::Impl {
   struct Param {

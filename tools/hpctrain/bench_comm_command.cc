@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <iostream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -46,6 +47,24 @@ struct CommArgs {
 };
 
 // Across hosts: one `hpctrain launch` per backend, on the user's hosts.
+// Runs one backend's benchmark job and waits for it (bounded by timeout_s:
+// Timeout naming the command). Returns 0, or the job's exit code (1 for a
+// signal) after one line on stderr naming the backend and the command.
+int run_backend_job(const std::string& backend, const std::vector<std::string>& argv,
+                    const std::map<std::string, std::string>& env, double timeout_s) {
+  std::fflush(stdout);
+  auto r = run_subprocess(argv, env, seconds_to_millis(timeout_s));
+  if (r.timed_out) {
+    throw_timeout("bench comm with backend " + backend + " did not finish within " +
+                  std::to_string(timeout_s) + " s: " + join_command(argv));
+  }
+  if (r.signal == 0 && r.exit_code == 0) return 0;
+  std::fprintf(stderr, "hpctrain: bench comm with backend %s failed (%s %d): %s\n", backend.c_str(),
+               r.signal ? "signal" : "exit code", r.signal ? r.signal : r.exit_code,
+               join_command(argv).c_str());
+  return r.exit_code ? r.exit_code : 1;
+}
+
 int run_comm_across_hosts(const CommArgs& a, const std::vector<std::string>& backends) {
   int worst = 0;
   for (const auto& b : backends) {
@@ -55,18 +74,8 @@ int run_comm_across_hosts(const CommArgs& a, const std::vector<std::string>& bac
                              "--ops", a.ops, "--iters", std::to_string(a.iters), "--budget-s",
                              std::to_string(a.budget_s), "--rtt-pings",
                              std::to_string(a.rtt_pings)});
-    std::fflush(stdout);
-    auto r = run_subprocess(argv, {}, seconds_to_millis(a.timeout_s));
-    if (r.timed_out) {
-      throw_timeout("bench comm with backend " + b + " did not finish within " +
-                    std::to_string(a.timeout_s) + " s: " + join_command(argv));
-    }
-    if (r.signal != 0 || r.exit_code != 0) {
-      std::fprintf(stderr, "hpctrain: bench comm with backend %s failed (%s %d): %s\n", b.c_str(),
-                   r.signal ? "signal" : "exit code", r.signal ? r.signal : r.exit_code,
-                   join_command(argv).c_str());
-      worst = worst ? worst : (r.exit_code ? r.exit_code : 1);
-    }
+    const int code = run_backend_job(b, argv, {}, a.timeout_s);
+    worst = worst ? worst : code;
   }
   return worst;
 }
@@ -106,20 +115,17 @@ int run_comm_parent(const CommArgs& a) {
                                               {"HPCT_STORE_DIR", tmpl},
                                               {"HPCT_JOB_ID", "bench-" + std::to_string(::getpid())},
                                               {"OMP_NUM_THREADS", "1"}};
-    std::fflush(stdout);
-    auto r = run_subprocess(argv, env, seconds_to_millis(a.timeout_s));
+    int code;
+    try {
+      code = run_backend_job(b, argv, env, a.timeout_s);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove_all(tmpl, ec);
+      throw;
+    }
     std::error_code ec;
     fs::remove_all(tmpl, ec);
-    if (r.timed_out) {
-      throw_timeout("bench comm with backend " + b + " did not finish within " +
-                    std::to_string(a.timeout_s) + " s: " + join_command(argv));
-    }
-    if (r.signal != 0 || r.exit_code != 0) {
-      std::fprintf(stderr, "hpctrain: bench comm with backend %s failed (%s %d): %s\n", b.c_str(),
-                   r.signal ? "signal" : "exit code", r.signal ? r.signal : r.exit_code,
-                   join_command(argv).c_str());
-      worst = worst ? worst : (r.exit_code ? r.exit_code : 1);
-    }
+    worst = worst ? worst : code;
   }
   return worst;
 }
