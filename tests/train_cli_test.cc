@@ -84,6 +84,15 @@ TEST_F(TrainCli, TwoRanksEndIdenticalAndResumeIsBitExact) {
   ASSERT_EQ(resumed.exit_code, 0) << resumed.out;
   EXPECT_EQ(resumed.summary["resumed_from_step"], 20) << resumed.out;
   EXPECT_EQ(resumed.summary["params_crc32c"], full.summary["params_crc32c"]) << resumed.out;
+
+  // A job requeued after its last checkpoint (step 40 of --max-steps 40)
+  // resumes, trains no further step and reports the same parameters.
+  CliRun again = run(train("a", "--max-steps 40 --checkpoint-every 20 --resume auto"));
+  ASSERT_EQ(again.exit_code, 0) << again.out;
+  EXPECT_EQ(again.summary["resumed_from_step"], 40) << again.out;
+  EXPECT_EQ(again.summary["steps"], 40) << again.out;
+  EXPECT_NE(again.out.find("nothing left to train"), std::string::npos) << again.out;
+  EXPECT_EQ(again.summary["params_crc32c"], full.summary["params_crc32c"]) << again.out;
 }
 
 // The pid of the `hpctrain train` process of `rank` whose command line

@@ -80,6 +80,27 @@ std::string EngineProcessGroup::next_name(const char* op) {
   return prefix_ + op + "/" + std::to_string(seq_++);
 }
 
+std::string EngineProcessGroup::stable_name(const std::string& op, const at::Tensor& t, const std::string& detail) {
+  std::string signature = prefix_ + op + "/" + std::string(c10::toString(t.scalar_type())) + "/" + detail + "/" +
+                          std::to_string(t.numel());
+  std::uint64_t n = signature_count_[signature]++;
+  std::string name = signature + "/" + std::to_string(n % kNameSlots);
+  auto it = name_holder_.find(name);
+  if (it != name_holder_.end()) {
+    if (!it->second.poll()) {
+      try {
+        it->second.wait();
+      } catch (...) {
+        // Its own Work reports the error; this name is free either way.
+      }
+    }
+    name_holder_.erase(it);
+  }
+  return name;
+}
+
+void EngineProcessGroup::hold(const Operation& op) { name_holder_[op.name()] = op.handle(); }
+
 c10::intrusive_ptr<c10d::Work> EngineProcessGroup::enqueue(c10d::OpType type,
                                                            std::vector<at::Tensor> outputs,
                                                            std::vector<Operation> ops,
@@ -130,7 +151,9 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allreduce(std::vector<at::Ten
     check_cpu(t, "allreduce");
     at::Tensor send = t.is_contiguous() ? t : t.contiguous();
     if (!send.is_same(t)) copies.emplace_back(t, send);
-    ops.push_back(runtime_->allreduce(send, next_name("allreduce"), op, ""));
+    std::lock_guard<std::mutex> lk(submit_mu_);
+    ops.push_back(runtime_->allreduce(send, stable_name("allreduce", send, op), op, ""));
+    hold(ops.back());
   }
   std::function<void()> after;
   if (!copies.empty()) {
@@ -157,7 +180,10 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::broadcast(std::vector<at::Ten
     check_cpu(t, "broadcast");
     at::Tensor send = t.is_contiguous() ? t : t.contiguous();
     if (!send.is_same(t)) copies.emplace_back(t, send);
-    ops.push_back(runtime_->broadcast(send, next_name("broadcast"), static_cast<int>(opts.rootRank)));
+    std::lock_guard<std::mutex> lk(submit_mu_);
+    ops.push_back(runtime_->broadcast(send, stable_name("broadcast", send, std::to_string(opts.rootRank)),
+                                      static_cast<int>(opts.rootRank)));
+    hold(ops.back());
   }
   std::function<void()> after;
   if (!copies.empty()) {
@@ -185,6 +211,7 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allgather(
     }
     // The engine gathers rows; a flat view makes every rank's tensor one block.
     at::Tensor flat = inputs[i].contiguous().reshape({1, -1});
+    std::lock_guard<std::mutex> lk(submit_mu_);
     ops.push_back(runtime_->allgather(flat, next_name("allgather")));
   }
   std::vector<at::Tensor> flat_outputs;
@@ -204,7 +231,11 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::_allgather_base(at::Tensor& o
                                                                    const c10d::AllgatherOptions& /*opts*/) {
   check_cpu(input, "_allgather_base");
   at::Tensor flat = input.contiguous().reshape({1, -1});
-  std::vector<Operation> ops{runtime_->allgather(flat, next_name("allgather"))};
+  std::vector<Operation> ops;
+  {
+    std::lock_guard<std::mutex> lk(submit_mu_);
+    ops.push_back(runtime_->allgather(flat, next_name("allgather")));
+  }
   auto after = [ops, output]() mutable {
     at::Tensor all = ops[0].wait();
     output.copy_(all.view(output.sizes()));
@@ -214,7 +245,12 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::_allgather_base(at::Tensor& o
 
 c10::intrusive_ptr<c10d::Work> EngineProcessGroup::barrier(const c10d::BarrierOptions& /*opts*/) {
   at::Tensor token = at::zeros({1}, at::kFloat);
-  std::vector<Operation> ops{runtime_->allreduce(token, next_name("barrier"), "sum", "none")};
+  std::vector<Operation> ops;
+  {
+    std::lock_guard<std::mutex> lk(submit_mu_);
+    ops.push_back(runtime_->allreduce(token, stable_name("barrier", token, "sum"), "sum", "none"));
+    hold(ops.back());
+  }
   return enqueue(c10d::OpType::BARRIER, {}, std::move(ops), nullptr);
 }
 

@@ -3,11 +3,17 @@
 // buckets go through the same negotiation, shared memory and compression as
 // the C++ DistributedOptimizer.
 //
-// Each collective is submitted at once under a name made of the group's
-// index and sequence number ("pg0/allreduce/17"): every rank creates groups
-// and issues a group's
-// collectives in the same order (torch.distributed requires it), so the n-th
-// call has the same name everywhere. The call returns a Work at once; a
+// Each collective is submitted at once under a name that every rank derives
+// alike: every rank creates groups and issues a group's collectives in the
+// same order (torch.distributed requires it). Allreduce, broadcast and
+// barrier names are stable from step to step, so the engine's response cache
+// (keyed by name) lets DDP's buckets skip negotiation after the first step:
+// "pg0/allreduce/float/sum/1048576/3" is the 3rd (mod kNameSlots) allreduce of
+// that signature. Before a slot's name is reused, the operation that last
+// held it is waited for (the engine refuses a name still pending); that
+// operation was issued earlier by every rank, so the wait ends. Allgather,
+// whose shapes may differ across ranks, keeps a fresh name per call
+// ("pg0/allgather/17"). The call returns a Work at once; a
 // completion thread waits for the engine's handles in submission order,
 // copies results that do not land in place (allgather, non-contiguous
 // tensors) and completes the Work's Future, which is what DDP's reducer
@@ -33,6 +39,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime.h"
@@ -91,6 +98,11 @@ class EngineProcessGroup : public c10d::ProcessGroup {
   };
 
   std::string next_name(const char* op);
+  // The stable name for the next collective `op` on t (see the file comment);
+  // waits for the operation that last held it. Call under submit_mu_.
+  std::string stable_name(const std::string& op, const at::Tensor& t, const std::string& detail);
+  // Remembers which operation holds its name now. Call under submit_mu_.
+  void hold(const Operation& op);
   c10::intrusive_ptr<c10d::Work> enqueue(c10d::OpType type, std::vector<at::Tensor> outputs,
                                          std::vector<Operation> ops, std::function<void()> after);
   void complete_loop();
@@ -98,6 +110,11 @@ class EngineProcessGroup : public c10d::ProcessGroup {
   std::shared_ptr<Runtime> runtime_;
   const std::string prefix_;  // "pg<index>/"
   std::atomic<std::uint64_t> seq_{0};
+  static constexpr std::uint64_t kNameSlots = 16;
+  // Names and submission in one order on every rank, whatever thread calls.
+  std::mutex submit_mu_;
+  std::unordered_map<std::string, std::uint64_t> signature_count_;  // GUARDED_BY(submit_mu_)
+  std::unordered_map<std::string, engine::Handle> name_holder_;     // GUARDED_BY(submit_mu_)
   std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Pending> queue_;  // GUARDED_BY(mu_)

@@ -32,6 +32,8 @@ class Operation {
   // raises the operation's hpct::Error. Returns the written tensor.
   torch::Tensor wait() const;
   const std::string& name() const { return handle_.name(); }
+  // The engine's handle alone (keeps no tensor alive).
+  const engine::Handle& handle() const { return handle_; }
 
  private:
   engine::Handle handle_;

@@ -454,7 +454,14 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
     model->train();
   };
 
-  bool stop = false;
+  // Resumed at or past --max-steps (a job requeued after its last
+  // checkpoint): there is nothing left to train, only to report.
+  bool stop = o.max_steps > 0 && step >= o.max_steps;
+  const bool finished_before = stop || first_epoch >= o.epochs;
+  if (stop && lead) {
+    log.info("train", "already at step " + std::to_string(step) + " of --max-steps " + std::to_string(o.max_steps) +
+                          "; nothing left to train");
+  }
   bool signalled = false;  // every rank agreed to stop on a signal
   for (std::int64_t epoch = first_epoch; epoch < o.epochs && !stop; ++epoch) {
     loader.start_epoch(epoch);
@@ -603,7 +610,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
     save(epoch, !stop);
   }
 
-  if (first_epoch >= o.epochs) evaluate();  // resumed after the last epoch: report the model as saved
+  if (finished_before) evaluate();  // resumed after the last step: report the model as saved
   average_buffers(ctx, *model);
   auto crcs = torch::zeros({ctx.size()}, torch::kDouble);
   crcs[ctx.rank()] = static_cast<double>(model_checksum(*model));

@@ -41,9 +41,14 @@ start=$SECONDS
 say() { echo "[$((SECONDS - start)) s] $*"; }
 
 hpctrain data pack --from fashion-mnist --split test -q --max-count 2500 -o "$tmp/fmnist/fm-%06d.tar"
-export SHARED="$tmp" MODEL=cnn BATCH=32 SEED=7 EPOCHS=1 CKPT_EVERY=1000
+# 600 steps over 4 epochs of 156: each run lasts seconds, not the ~1.5 s of
+# one epoch, so a requeue sent 50 steps into a run lands well before its end
+# even when the poll below is late (a requeue after the last step found the
+# job done: the check of "stopped twice" failed in CI when runs were short).
+total_steps=600
+export SHARED="$tmp" MODEL=cnn BATCH=32 SEED=7 EPOCHS=4 CKPT_EVERY=1000
 export DATA="$tmp/fmnist/fm-{000000..000003}.tar"
-export TRAIN_ARGS="--log-every 10 --max-steps 150 --lr 0.05"
+export TRAIN_ARGS="--log-every 10 --max-steps $total_steps --lr 0.05"
 
 submit() {  # NAME -> job id; 2 ranks on the one local node
   local id
@@ -98,11 +103,12 @@ say "A done: crc $(crc a), steps $(field a steps)"
 
 say "B: interrupted by USR1, then by scontrol requeue"
 b=$(submit b)
-wait_for "step 40 of B's first run" 120 run_reached b 0 40
+wait_for "step 100 of B's first run" 120 run_reached b 0 100
 scancel --signal=USR1 "$b"
 say "B: USR1 sent"
 release "$b" b 1
-wait_for "B's second run past 30 more steps" 120 run_reached b 1 80
+first_stop=$(grep -o 'stopped on a signal after step [0-9]*' "$tmp/b.out" | sed -n 1p | awk '{print $NF}')
+wait_for "B's second run 50 steps past step ${first_stop:-?}" 120 run_reached b 1 $((${first_stop:-100} + 50))
 scontrol requeue "$b"
 say "B: scontrol requeue"
 release "$b" b 2
@@ -111,7 +117,7 @@ say "B done: crc $(crc b), steps $(field b steps), resumed from step $(field b r
 
 fail=0
 check() { if eval "$2"; then echo "ok   $1"; else echo "FAIL $1"; fail=1; fi; }
-check "A ran 150 steps uninterrupted" '[ "$(field a steps)" = 150 ] && [ "$(field a resumed_from_step)" = -1 ]'
+check "A ran $total_steps steps uninterrupted" '[ "$(field a steps)" = $total_steps ] && [ "$(field a resumed_from_step)" = -1 ]'
 check "B stopped on a signal twice, each time after its checkpoint" \
   '[ "$(grep -c "stopped on a signal after step" "$tmp/b.out")" = 2 ]'
 check "B requeued itself after USR1" 'grep -q "stopped on a signal after a checkpoint; requeueing job $b" "$tmp/b.out"'
@@ -120,7 +126,7 @@ s1=$(grep -o 'stopped on a signal after step [0-9]*' "$tmp/b.out" | sed -n 1p | 
 s2=$(grep -o 'stopped on a signal after step [0-9]*' "$tmp/b.out" | sed -n 2p | awk '{print $NF}')
 check "each run resumed from the step the one before stopped at ($s1, $s2)" \
   'grep -q "resumed from .* (step $s1)" "$tmp/b.out" && [ "$(field b resumed_from_step)" = "$s2" ]'
-check "B ended at step 150 with A's parameters ($(crc a))" '[ "$(field b steps)" = 150 ] && [ "$(crc b)" = "$(crc a)" ]'
+check "B ended at step $total_steps with A's parameters ($(crc a))" '[ "$(field b steps)" = $total_steps ] && [ "$(crc b)" = "$(crc a)" ]'
 say "done"
 if [ $fail -ne 0 ]; then echo "--- b.out"; cat "$tmp/b.out"; fi
 exit $fail
