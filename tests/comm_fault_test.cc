@@ -1,6 +1,7 @@
 // Fault tests of the Gloo backend with real processes: the parent forks N
 // ranks that meet through a FileStore in a temporary directory and run a
-// stream of large allreduces; then it SIGKILLs or SIGSTOPs one of them and
+// stream of large allreduces (Gloo's ring) or of small ones (4 KiB: the
+// direct connections, comm/direct_mesh.h); then it SIGKILLs or SIGSTOPs one of them and
 // checks that every survivor fails with the right code, names the faulty
 // rank, and does so within twice the op timeout instead of hanging.
 //
@@ -37,7 +38,8 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr Millis kOpTimeout = 4000ms;
-constexpr size_t kElements = 1u << 20;  // 4 MiB of float32 per allreduce
+constexpr size_t kElements = 1u << 20;  // 4 MiB of float32 per allreduce: Gloo's ring
+constexpr size_t kSmallElements = 1024;  // 4 KiB: the direct connections
 
 void write_line(int fd, std::string line) {
   if (line.size() > 3000) line.resize(3000);  // stays below PIPE_BUF: one atomic write
@@ -47,7 +49,7 @@ void write_line(int fd, std::string line) {
 }
 
 // The body of one rank; never returns.
-[[noreturn]] void child_main(int rank, int size, const std::string& dir, int report_fd) {
+[[noreturn]] void child_main(int rank, int size, size_t elements, const std::string& dir, int report_fd) {
   int exit_code = 1;
   try {
     GlooOptions o;
@@ -57,7 +59,7 @@ void write_line(int fd, std::string line) {
     o.timeout = kOpTimeout;
     o.logger = Logger(LogLevel::kError, "all", rank, [](const std::string&) {});
     auto comm = GlooCommunicator::connect(o);
-    std::vector<float> data(kElements, 1.0f);
+    std::vector<float> data(elements, 1.0f);
     AllreduceOptions a;
     a.output = data.data();
     a.count = data.size();
@@ -98,7 +100,7 @@ struct Result {
 
 class ForkedWorld {
  public:
-  explicit ForkedWorld(int size) : size_(size) {
+  explicit ForkedWorld(int size, size_t elements = kElements) : size_(size) {
     char tmpl[] = "/tmp/hpct-comm-fault-XXXXXX";
     const char* d = ::mkdtemp(tmpl);
     if (d == nullptr) throw std::runtime_error("mkdtemp failed");
@@ -111,7 +113,7 @@ class ForkedWorld {
       if (pid < 0) throw std::runtime_error("fork failed");
       if (pid == 0) {
         ::close(fds[0]);
-        child_main(r, size, dir_, fds[1]);
+        child_main(r, size, elements, dir_, fds[1]);
       }
       pids_.push_back(pid);
     }
@@ -272,6 +274,32 @@ TEST(CommFaultTest, SigkillOfRankZeroInWorldOfThree) {
   world.kill_and_reap(victim);
   check_survivors(world, size, victim, "peer-failure");
   expect_exit_codes(world, size, victim, ErrorCode::kPeerFailure);
+}
+
+// Small allreduces take the direct connections: the same names and bounds.
+TEST(CommFaultTest, SigkillMidSmallStreamMakesSurvivorsNameTheDeadRank) {
+  const int size = 4, victim = 1;
+  ForkedWorld world(size, kSmallElements);
+  world.wait_all_ready();
+  ::usleep(300 * 1000);
+  world.fault(victim, SIGKILL);
+  world.wait_results(victim, 3 * kOpTimeout);
+  world.kill_and_reap(victim);
+  check_survivors(world, size, victim, "peer-failure");
+  expect_exit_codes(world, size, victim, ErrorCode::kPeerFailure);
+}
+
+// 3 ranks: the stopped rank is the one beyond the power of two's fold partner.
+TEST(CommFaultTest, SigstopMidSmallStreamMakesSurvivorsTimeOutNamingTheStoppedRank) {
+  const int size = 3, victim = 2;
+  ForkedWorld world(size, kSmallElements);
+  world.wait_all_ready();
+  ::usleep(300 * 1000);
+  world.fault(victim, SIGSTOP);
+  world.wait_results(victim, 3 * kOpTimeout);
+  check_survivors(world, size, victim, "timeout");
+  expect_exit_codes(world, size, victim, ErrorCode::kTimeout);
+  world.kill_and_reap(victim);
 }
 
 TEST(CommFaultTest, SigstopMakesSurvivorsTimeOutNamingTheStoppedRank) {

@@ -195,6 +195,11 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
   o.logger = log;
   o.shm = config.shm;
   o.shm_slot_bytes = static_cast<std::size_t>(config.shm_slot_bytes);
+  if (config.direct_allreduce_bytes < 0) {
+    throw_invalid_argument("HPCT_DIRECT_ALLREDUCE_BYTES must be 0 (off) or positive, got " +
+                           std::to_string(config.direct_allreduce_bytes));
+  }
+  o.direct_allreduce_bytes = static_cast<std::size_t>(config.direct_allreduce_bytes);
   if (!config.bind_address.empty()) {
     o.address = config.bind_address;
   } else if (!config.network_interface.empty()) {

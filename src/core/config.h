@@ -62,6 +62,10 @@ namespace hpct {
     "memory instead of MPI_Allreduce (3-5x faster here; docs/comm.md)")                         \
   X(std::int64_t, shm_slot_bytes, "HPCT_SHM_SLOT_BYTES", 4 << 20,                               \
     "MPI backend: each rank's shared-memory slot; an allreduce moves in equal pieces of at most half of it")  \
+  X(std::int64_t, direct_allreduce_bytes, "HPCT_DIRECT_ALLREDUCE_BYTES", 64 << 10,              \
+    "Gloo backend across hosts: allreduces of at most this many bytes (of any size with 2 "    \
+    "ranks) go over hpctrain's own TCP connections by recursive doubling, not Gloo's ring "     \
+    "(0: off; docs/comm.md)")                                                                   \
   X(std::int64_t, mmap_threshold, "HPCT_MMAP_THRESHOLD", 32 << 20,                              \
     "hpct::init: glibc keeps freed blocks up to this size for reuse (mallopt) instead of "      \
     "unmapping them, so a step's tensors are not faulted in again every step (0: glibc default)") \

@@ -188,6 +188,20 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(const GlooOptions& o
                       "comm", who + ": shared-memory allreduce is off, allreduces use Gloo: " + why));
     }
   }
+  // Every rank reaches the same verdict on shm (connect_shm agrees on it), so
+  // every rank (or none) makes the direct connections.
+  if (options.size > 1 && !comm->shm_ && options.direct_allreduce_bytes > 0) {
+    DirectMeshOptions d;
+    d.rank = options.rank;
+    d.size = options.size;
+    d.store = options.store;
+    d.ip = comm->peers_[options.rank].ip;
+    d.timeout = options.timeout;
+    comm->direct_ = DirectMesh::connect(d);
+    comm->options_.logger.debug("comm", who + ": allreduces of up to " +
+                                            std::to_string(options.direct_allreduce_bytes) +
+                                            " bytes go over direct connections");
+  }
   return comm;
 }
 
@@ -313,7 +327,8 @@ std::string GlooCommunicator::algorithm(OpKind op, size_t bytes) const {
   if (size_ == 1 || bytes == 0) return "local";
   switch (op) {
     case OpKind::kAllreduce:
-      return shm_ ? "shm:reduce-scatter+allgather" : "ring";
+      if (shm_) return "shm:reduce-scatter+allgather";
+      return takes_direct(bytes) ? "direct:recursive-doubling" : "ring";
     case OpKind::kBroadcast:
       return "binomial-tree";
     case OpKind::kAllgather:
@@ -333,6 +348,8 @@ void GlooCommunicator::run(const std::string& what, Millis timeout, int peer, Fn
   latch_.throw_if_failed();
   try {
     fn();
+  } catch (const DirectLinkError& e) {
+    fail(what, timeout, e.peer(), e.code(), e.what());
   } catch (const gloo::EnforceNotMet& e) {
     // Gloo asserts when ranks disagree on sizes (a peer sent more bytes than
     // this rank expects).
@@ -355,6 +372,7 @@ void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, E
 
   // failure_report.h, steps 2-5.
   publish_failure_report(*store_, own);
+  if (direct_) direct_->close();
   try {
     if (context_) context_->closeConnections();
   } catch (const std::exception&) {
@@ -408,6 +426,14 @@ void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
   if (shm_) {
     run_shm(o.count, o.dtype, o.timeout, [&](const Deadline& d) {
       shm_->allreduce(o.input == o.output ? nullptr : o.input, o.output, o.count, o.dtype, o.op, d);
+    });
+    return;
+  }
+  if (takes_direct(o.count * dtype_size(o.dtype))) {
+    run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
+      if (o.count == 0) return;
+      if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
+      direct_->allreduce(o.output, o.count, o.dtype, o.op, Deadline(o.timeout));
     });
     return;
   }

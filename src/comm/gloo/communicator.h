@@ -14,7 +14,8 @@
 //
 // Operations: allreduce (Gloo ring, our reduce_elements as the reduction so
 // every dtype reduces the same way on every backend; avg = sum then one
-// division), broadcast (Gloo's binomial tree), allgather and allgatherv
+// division; small ones, and all with 2 ranks, over hpctrain's own
+// connections instead, comm/direct_mesh.h), broadcast (Gloo's binomial tree), allgather and allgatherv
 // (Gloo ring), reduce_scatter (our ring over Gloo unbound buffers), barrier
 // (Gloo's dissemination barrier), send/recv (unbound buffers). Each passes
 // its timeout to every Gloo wait. Count 0 returns at once without touching
@@ -44,6 +45,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/direct_mesh.h"
 #include "comm/shm_allreduce.h"
 #include "comm/failure_latch.h"
 #include "core/clock.h"
@@ -77,6 +79,13 @@ struct GlooOptions {
   // instead of Gloo's TCP ring (HPCT_SHM; connect_world turns it on).
   bool shm = false;
   std::size_t shm_slot_bytes = 4 << 20;  // HPCT_SHM_SLOT_BYTES
+  // Without shared memory, allreduces of at most this many bytes go over a
+  // DirectMesh (comm/direct_mesh.h: recursive doubling on plain TCP
+  // connections made beside Gloo's), where Gloo's per-message cost
+  // dominates; with 2 ranks every size does (one exchange, the ring's bytes,
+  // no I/O thread). 0: every allreduce takes Gloo's ring.
+  // HPCT_DIRECT_ALLREDUCE_BYTES.
+  std::size_t direct_allreduce_bytes = 64 << 10;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -148,6 +157,10 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ShmAllreduce> shm_;
+  std::unique_ptr<DirectMesh> direct_;  // set by connect() when allreduces may take it
+  bool takes_direct(size_t bytes) const {
+    return direct_ != nullptr && (size_ == 2 || bytes <= options_.direct_allreduce_bytes);
+  }
   template <typename Fn>
   void run_shm(size_t count, DataType dtype, Millis timeout, Fn&& fn);  // set by connect() when options.shm and all ranks are local
   std::vector<PeerInfo> peers_;  // by rank; written once in connect()

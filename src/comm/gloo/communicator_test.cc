@@ -223,10 +223,17 @@ TEST(GlooCommunicatorTest, ConnectTimesOutNamingMissingRank) {
 
 TEST(GlooCommunicatorTest, AlgorithmNames) {
   run_world(2, 10s, [](GlooCommunicator& comm) {
-    EXPECT_EQ(comm.algorithm(OpKind::kAllreduce, 1024), "ring");
+    // 2 ranks: every size over the direct connections.
+    EXPECT_EQ(comm.algorithm(OpKind::kAllreduce, 1024), "direct:recursive-doubling");
+    EXPECT_EQ(comm.algorithm(OpKind::kAllreduce, 64 << 20), "direct:recursive-doubling");
     EXPECT_EQ(comm.algorithm(OpKind::kReduceScatter, 1024), "ring");
     EXPECT_EQ(comm.algorithm(OpKind::kAllreduce, 0), "local");
     EXPECT_STREQ(comm.backend_name(), "gloo");
+  });
+  // More ranks: up to direct_allreduce_bytes (64 KiB), then Gloo's ring.
+  run_world(3, 10s, [](GlooCommunicator& comm) {
+    EXPECT_EQ(comm.algorithm(OpKind::kAllreduce, 64 << 10), "direct:recursive-doubling");
+    EXPECT_EQ(comm.algorithm(OpKind::kAllreduce, (64 << 10) + 1), "ring");
   });
 }
 

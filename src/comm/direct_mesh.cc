@@ -1,0 +1,315 @@
+#include "comm/direct_mesh.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <random>
+#include <sstream>
+
+#include "comm/reduce.h"
+
+namespace hpct::comm {
+namespace {
+
+constexpr std::size_t kTokenChars = 32;
+constexpr std::size_t kHelloBytes = 4 + kTokenChars;
+
+std::string random_token() {
+  std::random_device rd;
+  static const char* hex = "0123456789abcdef";
+  std::string t;
+  while (t.size() < kTokenChars) {
+    std::uint32_t v = rd();
+    for (int i = 0; i < 8 && t.size() < kTokenChars; ++i, v >>= 4) t += hex[v & 15];
+  }
+  return t;
+}
+
+int poll_ms(const Deadline& d) {
+  auto left = d.remaining().count();
+  return static_cast<int>(std::min<long long>(left, 1 << 30));
+}
+
+// One numeric address (IPv4 or IPv6) and port, resolved without DNS.
+addrinfo* resolve(const std::string& ip, const std::string& port, bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
+  addrinfo* res = nullptr;
+  int rc = ::getaddrinfo(ip.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    throw Error(ErrorCode::kIo, "direct connections: '" + ip + "' is not a numeric address: " + gai_strerror(rc));
+  }
+  return res;
+}
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
+
+// Writes or reads all of buf on a non-blocking socket before the deadline;
+// false when the deadline passed or the peer closed/reset.
+bool write_all(int fd, const void* buf, std::size_t n, const Deadline& d) {
+  const auto* p = static_cast<const std::uint8_t*>(buf);
+  std::size_t done = 0;
+  while (done < n) {
+    ssize_t w = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
+    if (w > 0) {
+      done += static_cast<std::size_t>(w);
+      continue;
+    }
+    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    pollfd pfd{fd, POLLOUT, 0};
+    if (::poll(&pfd, 1, poll_ms(d)) == 0 || d.expired()) return false;
+  }
+  return true;
+}
+
+bool read_all(int fd, void* buf, std::size_t n, const Deadline& d) {
+  auto* p = static_cast<std::uint8_t*>(buf);
+  std::size_t done = 0;
+  while (done < n) {
+    ssize_t r = ::recv(fd, p + done, n - done, 0);
+    if (r > 0) {
+      done += static_cast<std::size_t>(r);
+      continue;
+    }
+    if (r == 0) return false;
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
+    pollfd pfd{fd, POLLIN, 0};
+    if (::poll(&pfd, 1, poll_ms(d)) == 0 || d.expired()) return false;
+  }
+  return true;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream os;
+  for (std::size_t i = 0; i < ranks.size(); ++i) os << (i ? ", " : "") << ranks[i];
+  return os.str();
+}
+
+}  // namespace
+
+DirectMesh::DirectMesh(const DirectMeshOptions& options) : options_(options), peers_(options.size) {}
+
+std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
+  const std::string who =
+      "direct connections on rank " + std::to_string(o.rank) + " of " + std::to_string(o.size);
+  if (!o.store) throw_invalid_argument(who + ": no store to meet the other ranks through");
+  std::unique_ptr<DirectMesh> mesh(new DirectMesh(o));
+  if (o.size == 1) return mesh;
+  const Deadline deadline(o.timeout);
+
+  // 1. Listen and publish.
+  addrinfo* local = resolve(o.ip, "0", true);
+  UniqueFd listener(::socket(local->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  int one = 1;
+  if (!listener.valid() || ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      ::bind(listener.get(), local->ai_addr, local->ai_addrlen) != 0 || ::listen(listener.get(), o.size) != 0) {
+    int err = errno;
+    ::freeaddrinfo(local);
+    throw Error(ErrorCode::kIo, who + ": cannot listen on " + o.ip + ": " + std::strerror(err));
+  }
+  ::freeaddrinfo(local);
+  sockaddr_storage bound{};
+  socklen_t len = sizeof bound;
+  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &len);
+  const int port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                      : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  if (o.rank == 0) o.store->set(o.key_prefix + "token", random_token());
+  o.store->set(o.key_prefix + "addr/" + std::to_string(o.rank), o.ip + " " + std::to_string(port));
+  const std::string token = o.store->get(o.key_prefix + "token", deadline.remaining());
+
+  // 2. Connect to every lower rank (their listen backlog holds us until they accept).
+  for (int p = 0; p < o.rank; ++p) {
+    std::istringstream is(o.store->get(o.key_prefix + "addr/" + std::to_string(p), deadline.remaining()));
+    std::string ip, port_text;
+    is >> ip >> port_text;
+    addrinfo* remote = resolve(ip, port_text, false);
+    UniqueFd fd(::socket(remote->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    set_nonblocking(fd.get());
+    int rc = ::connect(fd.get(), remote->ai_addr, remote->ai_addrlen);
+    ::freeaddrinfo(remote);
+    bool ok = rc == 0;
+    if (!ok && errno == EINPROGRESS) {
+      pollfd pfd{fd.get(), POLLOUT, 0};
+      int err = 0;
+      socklen_t elen = sizeof err;
+      ok = ::poll(&pfd, 1, poll_ms(deadline)) == 1 &&
+           ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err == 0;
+    }
+    std::uint8_t hello[kHelloBytes];
+    const std::uint32_t me = static_cast<std::uint32_t>(o.rank);
+    for (int i = 0; i < 4; ++i) hello[i] = static_cast<std::uint8_t>(me >> (8 * i));
+    std::memcpy(hello + 4, token.data(), kTokenChars);
+    if (!ok || !write_all(fd.get(), hello, sizeof hello, deadline)) {
+      throw Error(deadline.expired() ? ErrorCode::kTimeout : ErrorCode::kPeerFailure,
+                  who + ": cannot connect to rank " + std::to_string(p) + " at " + ip + " port " + port_text);
+    }
+    mesh->peers_[p] = std::move(fd);
+  }
+
+  // 3. Accept every higher rank; a connection without the token is dropped.
+  set_nonblocking(listener.get());
+  int expected = o.size - 1 - o.rank;
+  while (expected > 0) {
+    pollfd pfd{listener.get(), POLLIN, 0};
+    if (::poll(&pfd, 1, poll_ms(deadline)) <= 0 || deadline.expired()) {
+      std::vector<int> missing;
+      for (int p = o.rank + 1; p < o.size; ++p) {
+        if (!mesh->peers_[p].valid()) missing.push_back(p);
+      }
+      throw Error(ErrorCode::kTimeout, who + ": ranks [" + rank_list(missing) + "] did not connect within " +
+                                           std::to_string(o.timeout.count()) + " ms");
+    }
+    UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!fd.valid()) continue;
+    std::uint8_t hello[kHelloBytes];
+    const Deadline hello_deadline(std::min(deadline.remaining(), Millis(5000)));
+    if (!read_all(fd.get(), hello, sizeof hello, hello_deadline)) continue;
+    std::uint32_t from = 0;
+    for (int i = 0; i < 4; ++i) from |= static_cast<std::uint32_t>(hello[i]) << (8 * i);
+    if (std::memcmp(hello + 4, token.data(), kTokenChars) != 0 || from <= static_cast<std::uint32_t>(o.rank) ||
+        from >= static_cast<std::uint32_t>(o.size) || mesh->peers_[from].valid()) {
+      continue;  // not one of this job's ranks, or a duplicate: dropped
+    }
+    mesh->peers_[from] = std::move(fd);
+    --expected;
+  }
+  for (auto& fd : mesh->peers_) {
+    if (!fd.valid()) continue;
+    set_nonblocking(fd.get());
+    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  }
+  return mesh;
+}
+
+void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
+                          const Deadline& deadline, const Reduction* reduction) {
+  // Pieces of 256 KiB: small enough to reduce while the socket buffers fill.
+  const std::size_t element = reduction != nullptr ? dtype_size(reduction->dtype) : 1;
+  const std::size_t piece = std::max<std::size_t>(element, (std::size_t{256} << 10) / element * element);
+  std::size_t reduced = 0;
+  if (closed_) throw DirectLinkError(ErrorCode::kPeerFailure, peer, "direct connections closed after a failure");
+  const int fd = peers_[peer].get();
+  const auto* out = static_cast<const std::uint8_t*>(send);
+  auto* in = static_cast<std::uint8_t*>(recv);
+  std::size_t sent = 0, got = 0;
+  while (sent < send_bytes || got < recv_bytes || (reduction != nullptr && reduced < recv_bytes)) {
+    bool progress = false;
+    if (sent < send_bytes) {
+      ssize_t w = ::send(fd, out + sent, send_bytes - sent, MSG_NOSIGNAL);
+      if (w > 0) {
+        sent += static_cast<std::size_t>(w);
+        progress = true;
+      } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        throw DirectLinkError(ErrorCode::kPeerFailure, peer,
+                              std::string("send to rank ") + std::to_string(peer) + ": " + std::strerror(errno));
+      }
+    }
+    if (got < recv_bytes) {
+      ssize_t r = ::recv(fd, in + got, recv_bytes - got, 0);
+      if (r > 0) {
+        got += static_cast<std::size_t>(r);
+        progress = true;
+      } else if (r == 0) {
+        throw DirectLinkError(ErrorCode::kPeerFailure, peer,
+                              "connection closed by rank " + std::to_string(peer));
+      } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+        throw DirectLinkError(ErrorCode::kPeerFailure, peer,
+                              std::string("receive from rank ") + std::to_string(peer) + ": " + std::strerror(errno));
+      }
+    }
+    if (reduction != nullptr) {
+      const std::size_t ready = std::min(sent, got) / element * element;
+      if (ready > reduced && (ready - reduced >= piece || ready == recv_bytes)) {
+        auto* d = static_cast<std::uint8_t*>(reduction->data) + reduced;
+        const std::uint8_t* theirs = in + reduced;
+        const std::size_t n = (ready - reduced) / element;
+        if (reduction->peer_is_lower) {
+          reduce_elements(d, theirs, d, n, reduction->dtype, reduction->op);
+        } else {
+          reduce_elements(d, d, theirs, n, reduction->dtype, reduction->op);
+        }
+        reduced = ready;
+        progress = true;
+      }
+    }
+    if (progress || (sent == send_bytes && got == recv_bytes)) continue;
+    pollfd pfd{fd, static_cast<short>((sent < send_bytes ? POLLOUT : 0) | (got < recv_bytes ? POLLIN : 0)), 0};
+    int rc = ::poll(&pfd, 1, poll_ms(deadline));
+    if (rc == 0 || (rc < 0 && errno != EINTR) || deadline.expired()) {
+      throw DirectLinkError(ErrorCode::kTimeout, peer,
+                            "waited " + std::to_string(deadline.budget().count()) + " ms for rank " +
+                                std::to_string(peer) + " (sent " + std::to_string(sent) + " of " +
+                                std::to_string(send_bytes) + " bytes, received " + std::to_string(got) + " of " +
+                                std::to_string(recv_bytes) + ")");
+    }
+  }
+}
+
+void DirectMesh::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const Deadline& deadline) {
+  const int n = options_.size;
+  const int rank = options_.rank;
+  if (n == 1 || count == 0) return;
+  const std::size_t bytes = count * dtype_size(dtype);
+  if (scratch_.size() < bytes) scratch_.resize(bytes);
+  void* other = scratch_.data();
+  const ReduceOp combine = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  // f(lower rank's data, higher rank's data): the same bits on both partners.
+  auto reduce_with = [&](int peer) {
+    if (peer < rank) {
+      reduce_elements(data, other, data, count, dtype, combine);
+    } else {
+      reduce_elements(data, data, other, count, dtype, combine);
+    }
+  };
+
+  int p = 1;
+  while (p * 2 <= n) p *= 2;
+  const int rem = n - p;
+  int virtual_rank = -1;
+  if (rank < 2 * rem) {
+    if (rank % 2 == 0) {
+      exchange(rank + 1, data, bytes, nullptr, 0, deadline);
+    } else {
+      exchange(rank - 1, nullptr, 0, other, bytes, deadline);
+      reduce_with(rank - 1);
+      virtual_rank = rank / 2;
+    }
+  } else {
+    virtual_rank = rank - rem;
+  }
+  if (virtual_rank >= 0) {
+    for (int mask = 1; mask < p; mask <<= 1) {
+      const int partner_virtual = virtual_rank ^ mask;
+      const int peer = partner_virtual < rem ? partner_virtual * 2 + 1 : partner_virtual + rem;
+      const Reduction r{data, dtype, combine, peer < rank};
+      exchange(peer, data, bytes, other, bytes, deadline, &r);
+    }
+  }
+  if (rank < 2 * rem) {
+    if (rank % 2 == 0) {
+      exchange(rank + 1, nullptr, 0, data, bytes, deadline);
+    } else {
+      exchange(rank - 1, data, bytes, nullptr, 0, deadline);
+    }
+  }
+  if (op == ReduceOp::kAvg) finish_average(data, count, dtype, n);
+}
+
+void DirectMesh::close() {
+  closed_ = true;
+  for (auto& fd : peers_) {
+    if (fd.valid()) ::shutdown(fd.get(), SHUT_RDWR);
+  }
+}
+
+}  // namespace hpct::comm
