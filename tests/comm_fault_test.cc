@@ -38,7 +38,7 @@ namespace {
 using namespace std::chrono_literals;
 
 constexpr Millis kOpTimeout = 4000ms;
-constexpr size_t kElements = 1u << 20;  // 4 MiB of float32 per allreduce: Gloo's ring
+constexpr size_t kElements = 1u << 20;   // 4 MiB of float32 per allreduce: Gloo's ring
 constexpr size_t kSmallElements = 1024;  // 4 KiB: the direct connections
 
 void write_line(int fd, std::string line) {
@@ -49,7 +49,8 @@ void write_line(int fd, std::string line) {
 }
 
 // The body of one rank; never returns.
-[[noreturn]] void child_main(int rank, int size, size_t elements, const std::string& dir, int report_fd) {
+[[noreturn]] void child_main(int rank, int size, size_t elements, const std::string& dir,
+                             int report_fd) {
   int exit_code = 1;
   try {
     GlooOptions o;
@@ -252,9 +253,10 @@ void expect_exit_codes(ForkedWorld& world, int size, int victim, ErrorCode code)
   }
 }
 
-TEST(CommFaultTest, SigkillMidStreamMakesSurvivorsNameTheDeadRank) {
-  const int size = 4, victim = 1;
-  ForkedWorld world(size);
+// SIGKILL of `victim` in a stream of allreduces of `elements` floats: every
+// survivor raises PeerFailure naming it, within the bound.
+void sigkill_case(int size, int victim, size_t elements) {
+  ForkedWorld world(size, elements);
   world.wait_all_ready();
   ::usleep(300 * 1000);  // well inside the stream of allreduces
   world.fault(victim, SIGKILL);
@@ -264,47 +266,9 @@ TEST(CommFaultTest, SigkillMidStreamMakesSurvivorsNameTheDeadRank) {
   expect_exit_codes(world, size, victim, ErrorCode::kPeerFailure);
 }
 
-TEST(CommFaultTest, SigkillOfRankZeroInWorldOfThree) {
-  const int size = 3, victim = 0;
-  ForkedWorld world(size);
-  world.wait_all_ready();
-  ::usleep(300 * 1000);
-  world.fault(victim, SIGKILL);
-  world.wait_results(victim, 3 * kOpTimeout);
-  world.kill_and_reap(victim);
-  check_survivors(world, size, victim, "peer-failure");
-  expect_exit_codes(world, size, victim, ErrorCode::kPeerFailure);
-}
-
-// Small allreduces take the direct connections: the same names and bounds.
-TEST(CommFaultTest, SigkillMidSmallStreamMakesSurvivorsNameTheDeadRank) {
-  const int size = 4, victim = 1;
-  ForkedWorld world(size, kSmallElements);
-  world.wait_all_ready();
-  ::usleep(300 * 1000);
-  world.fault(victim, SIGKILL);
-  world.wait_results(victim, 3 * kOpTimeout);
-  world.kill_and_reap(victim);
-  check_survivors(world, size, victim, "peer-failure");
-  expect_exit_codes(world, size, victim, ErrorCode::kPeerFailure);
-}
-
-// 3 ranks: the stopped rank is the one beyond the power of two's fold partner.
-TEST(CommFaultTest, SigstopMidSmallStreamMakesSurvivorsTimeOutNamingTheStoppedRank) {
-  const int size = 3, victim = 2;
-  ForkedWorld world(size, kSmallElements);
-  world.wait_all_ready();
-  ::usleep(300 * 1000);
-  world.fault(victim, SIGSTOP);
-  world.wait_results(victim, 3 * kOpTimeout);
-  check_survivors(world, size, victim, "timeout");
-  expect_exit_codes(world, size, victim, ErrorCode::kTimeout);
-  world.kill_and_reap(victim);
-}
-
-TEST(CommFaultTest, SigstopMakesSurvivorsTimeOutNamingTheStoppedRank) {
-  const int size = 4, victim = 2;
-  ForkedWorld world(size);
+// SIGSTOP of `victim`: every survivor raises Timeout naming it.
+void sigstop_case(int size, int victim, size_t elements) {
+  ForkedWorld world(size, elements);
   world.wait_all_ready();
   ::usleep(300 * 1000);
   world.fault(victim, SIGSTOP);
@@ -312,6 +276,27 @@ TEST(CommFaultTest, SigstopMakesSurvivorsTimeOutNamingTheStoppedRank) {
   check_survivors(world, size, victim, "timeout");
   expect_exit_codes(world, size, victim, ErrorCode::kTimeout);
   world.kill_and_reap(victim);  // a stopped process still dies on SIGKILL
+}
+
+TEST(CommFaultTest, SigkillMidStreamMakesSurvivorsNameTheDeadRank) {
+  sigkill_case(4, 1, kElements);
+}
+
+TEST(CommFaultTest, SigkillOfRankZeroInWorldOfThree) { sigkill_case(3, 0, kElements); }
+
+TEST(CommFaultTest, SigstopMakesSurvivorsTimeOutNamingTheStoppedRank) {
+  sigstop_case(4, 2, kElements);
+}
+
+// Small allreduces take the direct connections: the same names and bounds.
+TEST(CommFaultTest, SigkillMidSmallStreamMakesSurvivorsNameTheDeadRank) {
+  sigkill_case(4, 1, kSmallElements);
+}
+
+// 3 ranks: the stopped rank is the one past the power of two, whose partner
+// also owes rank 0 the result (the fold).
+TEST(CommFaultTest, SigstopMidSmallStreamMakesSurvivorsTimeOutNamingTheStoppedRank) {
+  sigstop_case(3, 2, kSmallElements);
 }
 
 }  // namespace

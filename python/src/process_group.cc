@@ -1,7 +1,7 @@
 #include "process_group.h"
 
-#include <ATen/core/ivalue.h>
 #include <ATen/ATen.h>
+#include <ATen/core/ivalue.h>
 
 #include "core/error.h"
 
@@ -10,21 +10,27 @@ namespace {
 
 std::string op_name(const c10d::ReduceOp& op) {
   switch (static_cast<c10d::ReduceOp::RedOpType>(op)) {
-    case c10d::ReduceOp::SUM: return "sum";
-    case c10d::ReduceOp::AVG: return "avg";
-    case c10d::ReduceOp::MIN: return "min";
-    case c10d::ReduceOp::MAX: return "max";
-    case c10d::ReduceOp::PRODUCT: return "product";
+    case c10d::ReduceOp::SUM:
+      return "sum";
+    case c10d::ReduceOp::AVG:
+      return "avg";
+    case c10d::ReduceOp::MIN:
+      return "min";
+    case c10d::ReduceOp::MAX:
+      return "max";
+    case c10d::ReduceOp::PRODUCT:
+      return "product";
     default:
-      throw_invalid_argument("the hpctrain backend supports SUM, AVG, MIN, MAX and PRODUCT, not op " +
-                             std::to_string(static_cast<int>(static_cast<c10d::ReduceOp::RedOpType>(op))));
+      throw_invalid_argument(
+          "the hpctrain backend supports SUM, AVG, MIN, MAX and PRODUCT, not op " +
+          std::to_string(static_cast<int>(static_cast<c10d::ReduceOp::RedOpType>(op))));
   }
 }
 
 void check_cpu(const at::Tensor& t, const char* what) {
   if (!t.device().is_cpu()) {
-    throw_invalid_argument(std::string("hpctrain backend ") + what + ": tensor on " + t.device().str() +
-                           "; this build moves CPU tensors only");
+    throw_invalid_argument(std::string("hpctrain backend ") + what + ": tensor on " +
+                           t.device().str() + "; this build moves CPU tensors only");
   }
 }
 
@@ -33,7 +39,9 @@ void check_cpu(const at::Tensor& t, const char* what) {
 EngineWork::EngineWork(c10d::OpType type, std::vector<at::Tensor> outputs)
     : Work(-1, type),
       outputs_(std::move(outputs)),
-      future_(c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {}
+      future_(
+          c10::make_intrusive<c10::ivalue::Future>(c10::ListType::create(c10::TensorType::get()))) {
+}
 
 bool EngineWork::isCompleted() { return future_->completed(); }
 bool EngineWork::isSuccess() const { return future_->completed() && !future_->hasError(); }
@@ -41,7 +49,8 @@ std::exception_ptr EngineWork::exception() const {
   return future_->completed() && future_->hasError() ? future_->exception_ptr() : nullptr;
 }
 
-bool EngineWork::wait(std::chrono::milliseconds /*timeout: the engine's HPCT_TIMEOUT_S bounds it*/) {
+bool EngineWork::wait(
+    std::chrono::milliseconds /*timeout: the engine's HPCT_TIMEOUT_S bounds it*/) {
   future_->wait();
   if (future_->hasError()) std::rethrow_exception(future_->exception_ptr());
   return true;
@@ -55,14 +64,18 @@ void EngineWork::finish(std::exception_ptr error) {
   }
 }
 
-EngineProcessGroup::EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size, int index)
-    : ProcessGroup(rank, size), runtime_(std::move(runtime)), prefix_("pg" + std::to_string(index) + "/") {
+EngineProcessGroup::EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size,
+                                       int index)
+    : ProcessGroup(rank, size),
+      runtime_(std::move(runtime)),
+      prefix_("pg" + std::to_string(index) + "/") {
   if (rank != runtime_->rank() || size != runtime_->size()) {
-    throw_invalid_argument("init_process_group(\"hpctrain\") got rank " + std::to_string(rank) + " of " +
-                           std::to_string(size) + " but hpctrain's launcher made this process rank " +
-                           std::to_string(runtime_->rank()) + " of " + std::to_string(runtime_->size()) +
-                           "; leave rank and world_size unset (or RANK/WORLD_SIZE as the launcher set them); "
-                           "groups of a subset of the ranks are not supported by this backend");
+    throw_invalid_argument(
+        "init_process_group(\"hpctrain\") got rank " + std::to_string(rank) + " of " +
+        std::to_string(size) + " but hpctrain's launcher made this process rank " +
+        std::to_string(runtime_->rank()) + " of " + std::to_string(runtime_->size()) +
+        "; leave rank and world_size unset (or RANK/WORLD_SIZE as the launcher set them); "
+        "groups of a subset of the ranks are not supported by this backend");
   }
   completer_ = std::thread([this] { complete_loop(); });
 }
@@ -80,9 +93,10 @@ std::string EngineProcessGroup::next_name(const char* op) {
   return prefix_ + op + "/" + std::to_string(seq_++);
 }
 
-std::string EngineProcessGroup::stable_name(const std::string& op, const at::Tensor& t, const std::string& detail) {
-  std::string signature = prefix_ + op + "/" + std::string(c10::toString(t.scalar_type())) + "/" + detail + "/" +
-                          std::to_string(t.numel());
+std::string EngineProcessGroup::stable_name(const std::string& op, const at::Tensor& t,
+                                            const std::string& detail) {
+  std::string signature = prefix_ + op + "/" + std::string(c10::toString(t.scalar_type())) + "/" +
+                          detail + "/" + std::to_string(t.numel());
   std::uint64_t n = signature_count_[signature]++;
   std::string name = signature + "/" + std::to_string(n % kNameSlots);
   auto it = name_holder_.find(name);
@@ -181,7 +195,8 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::broadcast(std::vector<at::Ten
     at::Tensor send = t.is_contiguous() ? t : t.contiguous();
     if (!send.is_same(t)) copies.emplace_back(t, send);
     std::lock_guard<std::mutex> lk(submit_mu_);
-    ops.push_back(runtime_->broadcast(send, stable_name("broadcast", send, std::to_string(opts.rootRank)),
+    ops.push_back(runtime_->broadcast(send,
+                                      stable_name("broadcast", send, std::to_string(opts.rootRank)),
                                       static_cast<int>(opts.rootRank)));
     hold(ops.back());
   }
@@ -198,8 +213,8 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& /*opts*/) {
   if (inputs.size() != outputs.size()) {
-    throw_invalid_argument("hpctrain backend allgather: " + std::to_string(inputs.size()) + " inputs but " +
-                           std::to_string(outputs.size()) + " output lists");
+    throw_invalid_argument("hpctrain backend allgather: " + std::to_string(inputs.size()) +
+                           " inputs but " + std::to_string(outputs.size()) + " output lists");
   }
   std::vector<Operation> ops;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
@@ -227,8 +242,8 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allgather(
   return enqueue(c10d::OpType::ALLGATHER, flat_outputs, std::move(ops), std::move(after));
 }
 
-c10::intrusive_ptr<c10d::Work> EngineProcessGroup::_allgather_base(at::Tensor& output, at::Tensor& input,
-                                                                   const c10d::AllgatherOptions& /*opts*/) {
+c10::intrusive_ptr<c10d::Work> EngineProcessGroup::_allgather_base(
+    at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& /*opts*/) {
   check_cpu(input, "_allgather_base");
   at::Tensor flat = input.contiguous().reshape({1, -1});
   std::vector<Operation> ops;

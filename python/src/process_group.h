@@ -28,9 +28,6 @@
 // autograd); the completion thread is joined by the destructor.
 #pragma once
 
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
-
 #include <atomic>
 #include <condition_variable>
 #include <deque>
@@ -39,6 +36,8 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <unordered_map>
 #include <vector>
 

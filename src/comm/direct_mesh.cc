@@ -47,7 +47,8 @@ addrinfo* resolve(const std::string& ip, const std::string& port, bool passive) 
   addrinfo* res = nullptr;
   int rc = ::getaddrinfo(ip.c_str(), port.c_str(), &hints, &res);
   if (rc != 0 || res == nullptr) {
-    throw Error(ErrorCode::kIo, "direct connections: '" + ip + "' is not a numeric address: " + gai_strerror(rc));
+    throw Error(ErrorCode::kIo,
+                "direct connections: '" + ip + "' is not a numeric address: " + gai_strerror(rc));
   }
   return res;
 }
@@ -97,7 +98,8 @@ std::string rank_list(const std::vector<int>& ranks) {
 
 }  // namespace
 
-DirectMesh::DirectMesh(const DirectMeshOptions& options) : options_(options), peers_(options.size) {}
+DirectMesh::DirectMesh(const DirectMeshOptions& options)
+    : options_(options), peers_(options.size) {}
 
 std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
   const std::string who =
@@ -111,8 +113,10 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
   addrinfo* local = resolve(o.ip, "0", true);
   UniqueFd listener(::socket(local->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
   int one = 1;
-  if (!listener.valid() || ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-      ::bind(listener.get(), local->ai_addr, local->ai_addrlen) != 0 || ::listen(listener.get(), o.size) != 0) {
+  if (!listener.valid() ||
+      ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
+      ::bind(listener.get(), local->ai_addr, local->ai_addrlen) != 0 ||
+      ::listen(listener.get(), o.size) != 0) {
     int err = errno;
     ::freeaddrinfo(local);
     throw Error(ErrorCode::kIo, who + ": cannot listen on " + o.ip + ": " + std::strerror(err));
@@ -121,15 +125,17 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
   sockaddr_storage bound{};
   socklen_t len = sizeof bound;
   ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &len);
-  const int port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                      : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  const int port =
+      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   if (o.rank == 0) o.store->set(o.key_prefix + "token", random_token());
   o.store->set(o.key_prefix + "addr/" + std::to_string(o.rank), o.ip + " " + std::to_string(port));
   const std::string token = o.store->get(o.key_prefix + "token", deadline.remaining());
 
   // 2. Connect to every lower rank (their listen backlog holds us until they accept).
   for (int p = 0; p < o.rank; ++p) {
-    std::istringstream is(o.store->get(o.key_prefix + "addr/" + std::to_string(p), deadline.remaining()));
+    std::istringstream is(
+        o.store->get(o.key_prefix + "addr/" + std::to_string(p), deadline.remaining()));
     std::string ip, port_text;
     is >> ip >> port_text;
     addrinfo* remote = resolve(ip, port_text, false);
@@ -151,7 +157,8 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
     std::memcpy(hello + 4, token.data(), kTokenChars);
     if (!ok || !write_all(fd.get(), hello, sizeof hello, deadline)) {
       throw Error(deadline.expired() ? ErrorCode::kTimeout : ErrorCode::kPeerFailure,
-                  who + ": cannot connect to rank " + std::to_string(p) + " at " + ip + " port " + port_text);
+                  who + ": cannot connect to rank " + std::to_string(p) + " at " + ip + " port " +
+                      port_text);
     }
     mesh->peers_[p] = std::move(fd);
   }
@@ -166,7 +173,8 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
       for (int p = o.rank + 1; p < o.size; ++p) {
         if (!mesh->peers_[p].valid()) missing.push_back(p);
       }
-      throw Error(ErrorCode::kTimeout, who + ": ranks [" + rank_list(missing) + "] did not connect within " +
+      throw Error(ErrorCode::kTimeout, who + ": ranks [" + rank_list(missing) +
+                                           "] did not connect within " +
                                            std::to_string(o.timeout.count()) + " ms");
     }
     UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
@@ -176,8 +184,9 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
     if (!read_all(fd.get(), hello, sizeof hello, hello_deadline)) continue;
     std::uint32_t from = 0;
     for (int i = 0; i < 4; ++i) from |= static_cast<std::uint32_t>(hello[i]) << (8 * i);
-    if (std::memcmp(hello + 4, token.data(), kTokenChars) != 0 || from <= static_cast<std::uint32_t>(o.rank) ||
-        from >= static_cast<std::uint32_t>(o.size) || mesh->peers_[from].valid()) {
+    if (std::memcmp(hello + 4, token.data(), kTokenChars) != 0 ||
+        from <= static_cast<std::uint32_t>(o.rank) || from >= static_cast<std::uint32_t>(o.size) ||
+        mesh->peers_[from].valid()) {
       continue;  // not one of this job's ranks, or a duplicate: dropped
     }
     mesh->peers_[from] = std::move(fd);
@@ -191,13 +200,17 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
   return mesh;
 }
 
-void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
-                          const Deadline& deadline, const Reduction* reduction) {
+void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, void* recv,
+                          std::size_t recv_bytes, const Deadline& deadline,
+                          const Reduction* reduction) {
   // Pieces of 256 KiB: small enough to reduce while the socket buffers fill.
   const std::size_t element = reduction != nullptr ? dtype_size(reduction->dtype) : 1;
-  const std::size_t piece = std::max<std::size_t>(element, (std::size_t{256} << 10) / element * element);
+  const std::size_t piece =
+      std::max<std::size_t>(element, (std::size_t{256} << 10) / element * element);
   std::size_t reduced = 0;
-  if (closed_) throw DirectLinkError(ErrorCode::kPeerFailure, peer, "direct connections closed after a failure");
+  if (closed_)
+    throw DirectLinkError(ErrorCode::kPeerFailure, peer,
+                          "direct connections closed after a failure");
   const int fd = peers_[peer].get();
   const auto* out = static_cast<const std::uint8_t*>(send);
   auto* in = static_cast<std::uint8_t*>(recv);
@@ -210,8 +223,9 @@ void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, vo
         sent += static_cast<std::size_t>(w);
         progress = true;
       } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        throw DirectLinkError(ErrorCode::kPeerFailure, peer,
-                              std::string("send to rank ") + std::to_string(peer) + ": " + std::strerror(errno));
+        throw DirectLinkError(
+            ErrorCode::kPeerFailure, peer,
+            std::string("send to rank ") + std::to_string(peer) + ": " + std::strerror(errno));
       }
     }
     if (got < recv_bytes) {
@@ -223,8 +237,9 @@ void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, vo
         throw DirectLinkError(ErrorCode::kPeerFailure, peer,
                               "connection closed by rank " + std::to_string(peer));
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        throw DirectLinkError(ErrorCode::kPeerFailure, peer,
-                              std::string("receive from rank ") + std::to_string(peer) + ": " + std::strerror(errno));
+        throw DirectLinkError(
+            ErrorCode::kPeerFailure, peer,
+            std::string("receive from rank ") + std::to_string(peer) + ": " + std::strerror(errno));
       }
     }
     if (reduction != nullptr) {
@@ -243,19 +258,23 @@ void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, vo
       }
     }
     if (progress || (sent == send_bytes && got == recv_bytes)) continue;
-    pollfd pfd{fd, static_cast<short>((sent < send_bytes ? POLLOUT : 0) | (got < recv_bytes ? POLLIN : 0)), 0};
+    pollfd pfd{
+        fd, static_cast<short>((sent < send_bytes ? POLLOUT : 0) | (got < recv_bytes ? POLLIN : 0)),
+        0};
     int rc = ::poll(&pfd, 1, poll_ms(deadline));
     if (rc == 0 || (rc < 0 && errno != EINTR) || deadline.expired()) {
       throw DirectLinkError(ErrorCode::kTimeout, peer,
-                            "waited " + std::to_string(deadline.budget().count()) + " ms for rank " +
-                                std::to_string(peer) + " (sent " + std::to_string(sent) + " of " +
-                                std::to_string(send_bytes) + " bytes, received " + std::to_string(got) + " of " +
+                            "waited " + std::to_string(deadline.budget().count()) +
+                                " ms for rank " + std::to_string(peer) + " (sent " +
+                                std::to_string(sent) + " of " + std::to_string(send_bytes) +
+                                " bytes, received " + std::to_string(got) + " of " +
                                 std::to_string(recv_bytes) + ")");
     }
   }
 }
 
-void DirectMesh::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const Deadline& deadline) {
+void DirectMesh::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                           const Deadline& deadline) {
   const int n = options_.size;
   const int rank = options_.rank;
   if (n == 1 || count == 0) return;

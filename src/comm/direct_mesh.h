@@ -27,9 +27,9 @@
 //   doubling: for mask 1, 2, ... < p the remaining ranks exchange their
 //             whole buffer with the partner (virtual rank xor mask) and
 //             reduce, piece by piece as the bytes arrive (a piece is
-//             reduced in place once it has also been sent). Each step reduces as f(lower rank's data, higher
-//             rank's data), so both partners compute the same bits and every
-//             rank ends with identical results (also for min/max with NaN).
+//             reduced in place once it has also been sent). Each step reduces as f(lower rank's
+//             data, higher rank's data), so both partners compute the same bits and every rank ends
+//             with identical results (also for min/max with NaN).
 //   fold out: each odd r < 2*rem sends the result back to r-1.
 //   avg: a sum, then one division (finish_average), as the other paths.
 //
@@ -96,7 +96,8 @@ class DirectMesh {
 
   // In place on data (count elements of dtype); every rank passes the same
   // count, dtype and op. Raises DirectLinkError (see the file comment).
-  void allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op, const Deadline& deadline);
+  void allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                 const Deadline& deadline);
 
   // Shuts every connection down: peers blocked on this rank see the
   // connection close at once. Later operations raise.
@@ -116,8 +117,9 @@ class DirectMesh {
   // both at once (either may be 0). With `reduction` (send == data, recv ==
   // scratch, equal sizes), each piece is reduced into data once it is both
   // sent and received, so the reduction overlaps the transfer.
-  void exchange(int peer, const void* send, std::size_t send_bytes, void* recv, std::size_t recv_bytes,
-                const Deadline& deadline, const Reduction* reduction = nullptr);
+  void exchange(int peer, const void* send, std::size_t send_bytes, void* recv,
+                std::size_t recv_bytes, const Deadline& deadline,
+                const Reduction* reduction = nullptr);
 
   const DirectMeshOptions options_;
   std::vector<UniqueFd> peers_;  // by rank; invalid for this rank

@@ -27,20 +27,23 @@ namespace {
 
 using namespace std::chrono_literals;
 
-std::vector<std::unique_ptr<DirectMesh>> connect_all(int size, const std::shared_ptr<store::Store>& store,
-                                                     Millis timeout = 10s) {
+DirectMeshOptions options(int rank, int size, const std::shared_ptr<store::Store>& store,
+                          Millis timeout = 10s) {
+  DirectMeshOptions o;
+  o.rank = rank;
+  o.size = size;
+  o.store = store;
+  o.ip = "127.0.0.1";
+  o.timeout = timeout;
+  return o;
+}
+
+std::vector<std::unique_ptr<DirectMesh>> connect_all(int size,
+                                                     const std::shared_ptr<store::Store>& store) {
   std::vector<std::unique_ptr<DirectMesh>> meshes(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] {
-      DirectMeshOptions o;
-      o.rank = r;
-      o.size = size;
-      o.store = store;
-      o.ip = "127.0.0.1";
-      o.timeout = timeout;
-      meshes[r] = DirectMesh::connect(o);
-    });
+    threads.emplace_back([&, r] { meshes[r] = DirectMesh::connect(options(r, size, store)); });
   }
   for (auto& t : threads) t.join();
   return meshes;
@@ -57,12 +60,15 @@ TEST(DirectMesh, SumsOverOneToFiveRanks) {
     auto meshes = connect_all(size, std::make_shared<store::MemoryStore>());
     std::vector<std::vector<std::int64_t>> data(size, std::vector<std::int64_t>(1001));
     on_every_rank(size, [&](int r) {
-      for (std::size_t i = 0; i < data[r].size(); ++i) data[r][i] = (r + 1) * 1000 + static_cast<std::int64_t>(i);
-      meshes[r]->allreduce(data[r].data(), data[r].size(), DataType::kInt64, ReduceOp::kSum, Deadline(10s));
+      for (std::size_t i = 0; i < data[r].size(); ++i)
+        data[r][i] = (r + 1) * 1000 + static_cast<std::int64_t>(i);
+      meshes[r]->allreduce(data[r].data(), data[r].size(), DataType::kInt64, ReduceOp::kSum,
+                           Deadline(10s));
     });
     for (int r = 0; r < size; ++r) {
       for (std::size_t i = 0; i < data[r].size(); ++i) {
-        const std::int64_t want = 1000 * size * (size + 1) / 2 + size * static_cast<std::int64_t>(i);
+        const std::int64_t want =
+            1000 * size * (size + 1) / 2 + size * static_cast<std::int64_t>(i);
         ASSERT_EQ(data[r][i], want) << "size " << size << " rank " << r << " element " << i;
       }
     }
@@ -76,7 +82,8 @@ TEST(DirectMesh, MinMaxWithNanGiveTheSameBitsOnEveryRank) {
     std::vector<std::vector<float>> data(size, std::vector<float>(64));
     on_every_rank(size, [&](int r) {
       for (std::size_t i = 0; i < 64; ++i) {
-        data[r][i] = (i + r) % 4 == 0 ? std::numeric_limits<float>::quiet_NaN() : 0.1f * static_cast<float>(i * (r + 1));
+        data[r][i] = (i + r) % 4 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                      : 0.1f * static_cast<float>(i * (r + 1));
       }
       meshes[r]->allreduce(data[r].data(), 64, DataType::kFloat32, op, Deadline(10s));
     });
@@ -90,15 +97,7 @@ TEST(DirectMesh, MinMaxWithNanGiveTheSameBitsOnEveryRank) {
 TEST(DirectMesh, AStrangerWithoutTheTokenIsDropped) {
   auto store = std::make_shared<store::MemoryStore>();
   std::unique_ptr<DirectMesh> rank0, rank1;
-  std::thread t0([&] {
-    DirectMeshOptions o;
-    o.rank = 0;
-    o.size = 2;
-    o.store = store;
-    o.ip = "127.0.0.1";
-    o.timeout = 10s;
-    rank0 = DirectMesh::connect(o);
-  });
+  std::thread t0([&] { rank0 = DirectMesh::connect(options(0, 2, store)); });
   // The stranger knows rank 0's address but not the token.
   std::istringstream is(store->get("hpct/direct/addr/0", 10s));
   std::string ip;
@@ -113,19 +112,12 @@ TEST(DirectMesh, AStrangerWithoutTheTokenIsDropped) {
   char hello[36] = {1, 0, 0, 0};
   std::memset(hello + 4, 'x', 32);
   ASSERT_EQ(::send(s, hello, sizeof hello, 0), 36);
-  std::thread t1([&] {
-    DirectMeshOptions o;
-    o.rank = 1;
-    o.size = 2;
-    o.store = store;
-    o.ip = "127.0.0.1";
-    o.timeout = 10s;
-    rank1 = DirectMesh::connect(o);
-  });
+  std::thread t1([&] { rank1 = DirectMesh::connect(options(1, 2, store)); });
   t0.join();
   t1.join();
   std::int32_t x0 = 5, x1 = 7;
-  std::thread r0([&] { rank0->allreduce(&x0, 1, DataType::kInt32, ReduceOp::kSum, Deadline(10s)); });
+  std::thread r0(
+      [&] { rank0->allreduce(&x0, 1, DataType::kInt32, ReduceOp::kSum, Deadline(10s)); });
   rank1->allreduce(&x1, 1, DataType::kInt32, ReduceOp::kSum, Deadline(10s));
   r0.join();
   EXPECT_EQ(x0, 12);
@@ -169,14 +161,8 @@ TEST(DirectMesh, RankThatNeverConnectsIsNamed) {
   auto store = std::make_shared<store::MemoryStore>();
   std::string message;
   std::thread t([&] {
-    DirectMeshOptions o;
-    o.rank = 0;
-    o.size = 3;  // ranks 1 and 2 never come
-    o.store = store;
-    o.ip = "127.0.0.1";
-    o.timeout = 500ms;
     try {
-      DirectMesh::connect(o);
+      DirectMesh::connect(options(0, 3, store, 500ms));  // ranks 1 and 2 never come
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), ErrorCode::kTimeout);
       message = e.what();
