@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <map>
 #include <sstream>
 
 #include "launch_test_util.h"
@@ -128,6 +129,42 @@ TEST_F(BenchNetns, TrainWithHostOptionsAndTheDdpPeerOnTheSameHosts) {
   EXPECT_EQ(ddp["steps"], 6);
   EXPECT_NEAR(summary["ratio"].get<double>(),
               ours["samples_per_s"].get<double>() / ddp["samples_per_s"].get<double>(), 1e-9);
+}
+
+// 2 hosts x 2 ranks: large allreduces go hierarchically (shared memory in
+// each host, our own connections across), small ones flat over our own
+// connections; a short training job ends with the same parameters on all 4.
+TEST_F(BenchNetns, TwoRanksOnEachOfTwoHostsGoHierarchicalAndTrainIdentically) {
+  const std::string two_each = " -H " + hosts_[0] + ":2," + hosts_[1] + ":2 -i " + env_["NETNS_KEY"] +
+                               " --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null ";
+  Outcome comm = run(H + " launch --prefix none" + two_each + "-- " + H + " bench comm --sizes 4K,1M --budget-s 0.1", 120);
+  ASSERT_EQ(comm.exit_code, 0) << comm.out;
+  std::map<double, std::string> algorithm;
+  for (const auto& j : json_lines(comm.out)) {
+    if (j.value("op", "") != "allreduce") continue;
+    EXPECT_EQ(j["np"], 4) << j.dump();
+    algorithm[j["bytes"].get<double>()] = j["algorithm"].get<std::string>();
+  }
+  EXPECT_EQ(algorithm[4096], "direct:recursive-doubling") << comm.out;
+  EXPECT_EQ(algorithm[1 << 20], "hier:shm+direct+shm") << comm.out;
+
+  const std::string shards = dir_ + "/hier-shards";
+  Outcome pack = run(H + " data pack --from fashion-mnist --split test -q --max-count 1000 -o '" + shards +
+                         "/fm-%06d.tar'", 120);
+  ASSERT_EQ(pack.exit_code, 0) << pack.out;
+  Outcome train = run(H + " launch --prefix none" + two_each + "-- " + H + " train --model cnn --data '" + shards +
+                          "/fm-{000000..000003}.tar' --batch 16 --max-steps 20 --threads 1 --seed 3 --log-every 10 "
+                          "--progress lines 2>&1",
+                      170);
+  ASSERT_EQ(train.exit_code, 0) << train.out;
+  nlohmann::json summary;
+  for (const auto& j : json_lines(train.out)) {
+    if (j.value("type", "") == "summary") summary = j;
+  }
+  ASSERT_TRUE(summary.is_object()) << train.out;
+  EXPECT_EQ(summary["np"], 4);
+  EXPECT_EQ(summary["steps"], 20);
+  EXPECT_TRUE(summary["params_identical_across_ranks"].get<bool>()) << train.out;
 }
 
 }  // namespace

@@ -200,6 +200,7 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
                            std::to_string(config.direct_allreduce_bytes));
   }
   o.direct_allreduce_bytes = static_cast<std::size_t>(config.direct_allreduce_bytes);
+  o.hierarchical = config.shm;  // shared memory within each host
   if (!config.bind_address.empty()) {
     o.address = config.bind_address;
   } else if (!config.network_interface.empty()) {

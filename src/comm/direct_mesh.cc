@@ -209,7 +209,7 @@ void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, vo
       std::max<std::size_t>(element, (std::size_t{256} << 10) / element * element);
   std::size_t reduced = 0;
   if (closed_)
-    throw DirectLinkError(ErrorCode::kPeerFailure, peer,
+    throw DirectLinkError(ErrorCode::kPeerFailure, world(peer),
                           "direct connections closed after a failure");
   const int fd = peers_[peer].get();
   const auto* out = static_cast<const std::uint8_t*>(send);
@@ -225,7 +225,7 @@ void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, vo
       } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         throw DirectLinkError(
             ErrorCode::kPeerFailure, peer,
-            std::string("send to rank ") + std::to_string(peer) + ": " + std::strerror(errno));
+            std::string("send to rank ") + std::to_string(world(peer)) + ": " + std::strerror(errno));
       }
     }
     if (got < recv_bytes) {
@@ -234,12 +234,12 @@ void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, vo
         got += static_cast<std::size_t>(r);
         progress = true;
       } else if (r == 0) {
-        throw DirectLinkError(ErrorCode::kPeerFailure, peer,
-                              "connection closed by rank " + std::to_string(peer));
+        throw DirectLinkError(ErrorCode::kPeerFailure, world(peer),
+                              "connection closed by rank " + std::to_string(world(peer)));
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         throw DirectLinkError(
             ErrorCode::kPeerFailure, peer,
-            std::string("receive from rank ") + std::to_string(peer) + ": " + std::strerror(errno));
+            std::string("receive from rank ") + std::to_string(world(peer)) + ": " + std::strerror(errno));
       }
     }
     if (reduction != nullptr) {
@@ -263,9 +263,9 @@ void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, vo
         0};
     int rc = ::poll(&pfd, 1, poll_ms(deadline));
     if (rc == 0 || (rc < 0 && errno != EINTR) || deadline.expired()) {
-      throw DirectLinkError(ErrorCode::kTimeout, peer,
+      throw DirectLinkError(ErrorCode::kTimeout, world(peer),
                             "waited " + std::to_string(deadline.budget().count()) +
-                                " ms for rank " + std::to_string(peer) + " (sent " +
+                                " ms for rank " + std::to_string(world(peer)) + " (sent " +
                                 std::to_string(sent) + " of " + std::to_string(send_bytes) +
                                 " bytes, received " + std::to_string(got) + " of " +
                                 std::to_string(recv_bytes) + ")");

@@ -82,6 +82,9 @@ struct DirectMeshOptions {
   std::string ip;                       // the address this rank listens on (Gloo's)
   Millis timeout{30000};                // for connecting
   std::string key_prefix = "hpct/direct/";
+  // A mesh of some of the world's ranks: the world rank of each mesh rank,
+  // for messages and DirectLinkError::peer() (empty: the same numbers).
+  std::vector<int> world_ranks;
 };
 
 class DirectMesh {
@@ -104,6 +107,9 @@ class DirectMesh {
   void close();
 
  private:
+  int world(int peer) const {
+    return options_.world_ranks.empty() ? peer : options_.world_ranks[static_cast<size_t>(peer)];
+  }
   explicit DirectMesh(const DirectMeshOptions& options);
   // What exchange() reduces as the bytes come in: data[i] = f(lower rank's,
   // higher rank's) for every element both sent and received.

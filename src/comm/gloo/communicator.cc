@@ -188,6 +188,7 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(const GlooOptions& o
                       "comm", who + ": shared-memory allreduce is off, allreduces use Gloo: " + why));
     }
   }
+  if (options.size > 2 && !comm->shm_ && options.hierarchical) comm->connect_hierarchy();
   // Every rank reaches the same verdict on shm (connect_shm agrees on it), so
   // every rank (or none) makes the direct connections.
   if (options.size > 1 && !comm->shm_ && options.direct_allreduce_bytes > 0) {
@@ -328,6 +329,7 @@ std::string GlooCommunicator::algorithm(OpKind op, size_t bytes) const {
   switch (op) {
     case OpKind::kAllreduce:
       if (shm_) return "shm:reduce-scatter+allgather";
+      if (takes_hierarchy(bytes, ReduceOp::kSum)) return "hier:shm+direct+shm";
       return takes_direct(bytes) ? "direct:recursive-doubling" : "ring";
     case OpKind::kBroadcast:
       return "binomial-tree";
@@ -373,6 +375,7 @@ void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, E
   // failure_report.h, steps 2-5.
   publish_failure_report(*store_, own);
   if (direct_) direct_->close();
+  if (hier_) hier_->across->close();
   try {
     if (context_) context_->closeConnections();
   } catch (const std::exception&) {
@@ -429,6 +432,10 @@ void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
     });
     return;
   }
+  if (takes_hierarchy(o.count * dtype_size(o.dtype), o.op)) {
+    hierarchical_allreduce(o);
+    return;
+  }
   if (takes_direct(o.count * dtype_size(o.dtype))) {
     run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
       if (o.count == 0) return;
@@ -460,6 +467,116 @@ void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
       gloo::allreduce(g);
     } else if (o.input != o.output) {
       std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
+    }
+    if (o.op == ReduceOp::kAvg) finish_average(o.output, o.count, o.dtype, size_);
+  });
+}
+
+void GlooCommunicator::connect_hierarchy() {
+  const std::int64_t mine = options_.host_identity != 0 ? options_.host_identity : host_identity();
+  const std::vector<std::int64_t> ids = allgather_value(*this, mine);
+  std::vector<std::int64_t> hosts;  // in order of first appearance
+  std::vector<int> on_host;
+  int local_rank = -1;
+  for (int r = 0; r < size_; ++r) {
+    auto it = std::find(hosts.begin(), hosts.end(), ids[r]);
+    if (it == hosts.end()) {
+      hosts.push_back(ids[r]);
+      on_host.push_back(0);
+      it = hosts.end() - 1;
+    }
+    const auto h = static_cast<size_t>(it - hosts.begin());
+    if (r == rank_) local_rank = on_host[h];
+    ++on_host[h];
+  }
+  const int host_count = static_cast<int>(hosts.size());
+  const int local_size = on_host[0];
+  const bool uniform = std::all_of(on_host.begin(), on_host.end(), [&](int n) { return n == local_size; });
+  // Every rank saw the same ids, so every rank decides alike.
+  if (host_count < 2 || local_size < 2 || !uniform) return;
+  const int host_index = static_cast<int>(std::find(hosts.begin(), hosts.end(), mine) - hosts.begin());
+  auto h = std::make_unique<Hierarchy>();
+  h->local_rank = local_rank;
+  h->local_size = local_size;
+  const std::string key = "hpct/hier/shm/" + std::to_string(host_index);
+  std::string reason;
+  try {
+    if (local_rank == 0) {
+      h->host = ShmAllreduce::create(local_size, options_.shm_slot_bytes);
+      store_->set(key, h->host->name());
+    } else {
+      h->host = ShmAllreduce::open(store_->get(key, options_.timeout), local_rank, local_size,
+                                   options_.shm_slot_bytes);
+    }
+  } catch (const Error& e) {
+    reason = e.what();
+    h->host.reset();
+  }
+  std::int32_t ok = h->host ? 1 : 0;
+  AllreduceOptions a;
+  a.output = &ok;
+  a.count = 1;
+  a.dtype = DataType::kInt32;
+  a.op = ReduceOp::kMin;
+  comm::allreduce(*this, a);
+  if (h->host && local_rank == 0) h->host->unlink();
+  if (ok == 0) {
+    options_.logger.warn("comm", "hierarchical allreduce is off, allreduces stay flat: " +
+                                     (reason.empty() ? std::string("a rank could not map its host's segment") : reason));
+    return;
+  }
+  const std::vector<std::int64_t> pids = allgather_value(*this, ::getpid());
+  std::vector<pid_t> local_pids;
+  for (int r = 0; r < size_; ++r) {
+    if (ids[r] == mine) local_pids.push_back(static_cast<pid_t>(pids[r]));
+  }
+  h->host->set_pids(local_pids);
+  DirectMeshOptions d;
+  d.rank = host_index;
+  d.size = host_count;
+  d.store = store_;
+  d.ip = peers_[rank_].ip;
+  d.timeout = options_.timeout;
+  d.key_prefix = "hpct/hier/across/" + std::to_string(local_rank) + "/";
+  for (int host = 0; host < host_count; ++host) {  // local rank l of each host, by world rank
+    for (int r = 0, seen = 0; r < size_; ++r) {
+      if (ids[r] == hosts[static_cast<size_t>(host)] && seen++ == local_rank) d.world_ranks.push_back(r);
+    }
+  }
+  h->across = DirectMesh::connect(d);
+  options_.logger.debug("comm", "hierarchical allreduce: " + std::to_string(host_count) + " hosts x " +
+                                    std::to_string(local_size) + " ranks, local rank " +
+                                    std::to_string(local_rank));
+  hier_ = std::move(h);
+}
+
+void GlooCommunicator::hierarchical_allreduce(const AllreduceOptions& o) {
+  run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
+    const size_t es = dtype_size(o.dtype);
+    if (o.input != o.output) std::memmove(o.output, o.input, o.count * es);
+    const Deadline d(o.timeout);
+    auto* out = static_cast<std::uint8_t*>(o.output);
+    const size_t l = static_cast<size_t>(hier_->local_rank);
+    const size_t parts = static_cast<size_t>(hier_->local_size);
+    const size_t begin = o.count * l / parts;
+    const size_t end = o.count * (l + 1) / parts;
+    try {
+      hier_->host->allreduce(nullptr, out, o.count, o.dtype, ReduceOp::kSum, d);
+    } catch (const Error& e) {
+      if (e.code() == ErrorCode::kInvalidArgument) throw;
+      latch_.fail(Error(e.code(), describe_op("allreduce", o.count, o.dtype) + " on rank " +
+                                      std::to_string(rank_) + " (gloo, host " + host_ + ", within the host): " +
+                                      e.what()));
+    }
+    hier_->across->allreduce(out + begin * es, end - begin, o.dtype, ReduceOp::kSum, d);
+    std::memset(out, 0, begin * es);
+    std::memset(out + end * es, 0, (o.count - end) * es);
+    try {
+      hier_->host->allreduce(nullptr, out, o.count, o.dtype, ReduceOp::kSum, d);
+    } catch (const Error& e) {
+      latch_.fail(Error(e.code(), describe_op("allreduce", o.count, o.dtype) + " on rank " +
+                                      std::to_string(rank_) + " (gloo, host " + host_ + ", within the host): " +
+                                      e.what()));
     }
     if (o.op == ReduceOp::kAvg) finish_average(o.output, o.count, o.dtype, size_);
   });

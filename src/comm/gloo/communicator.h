@@ -12,6 +12,17 @@
 // Use a fresh store, or a PrefixStore, per communicator: keys are never
 // deleted and a second world in the same namespace would read stale ones.
 //
+// Hierarchical allreduce (GlooOptions::hierarchical; several hosts with the
+// same number L > 1 of ranks each, sum or avg above direct_allreduce_bytes):
+//   1. the L ranks of a host allreduce the whole buffer in shared memory;
+//   2. local rank l allreduces slice l of it (L equal slices) with the
+//      local rank l of every other host, over a DirectMesh of those ranks;
+//   3. each rank zeroes all but its slice and the host allreduces again in
+//      shared memory: every slice comes back from its owner (x + 0 is x).
+// Each host moves 1/L of the bytes per cross-host connection instead of one
+// rank's whole ring share; every rank ends with the same bits. Min, max and
+// product, and small messages, take the flat paths below.
+//
 // Operations: allreduce (Gloo ring, our reduce_elements as the reduction so
 // every dtype reduces the same way on every backend; avg = sum then one
 // division; small ones, and all with 2 ranks, over hpctrain's own
@@ -86,6 +97,13 @@ struct GlooOptions {
   // no I/O thread). 0: every allreduce takes Gloo's ring.
   // HPCT_DIRECT_ALLREDUCE_BYTES.
   std::size_t direct_allreduce_bytes = 64 << 10;
+  // Several ranks on each of several hosts (the same number on each): sum and
+  // avg allreduces above direct_allreduce_bytes go hierarchically (see
+  // GlooCommunicator). connect_world sets it from HPCT_SHM.
+  bool hierarchical = false;
+  // Tests: this rank's host as the hierarchy sees it (0: the real one,
+  // comm/shm_allreduce.h host_identity()), so threads can play hosts.
+  std::int64_t host_identity = 0;
 };
 
 class GlooCommunicator final : public Communicator {
@@ -158,6 +176,19 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> context_;
   std::unique_ptr<ShmAllreduce> shm_;
   std::unique_ptr<DirectMesh> direct_;  // set by connect() when allreduces may take it
+  struct Hierarchy {
+    int local_rank = 0;
+    int local_size = 1;
+    std::unique_ptr<ShmAllreduce> host;   // this host's ranks
+    std::unique_ptr<DirectMesh> across;   // local rank l of every host
+  };
+  std::unique_ptr<Hierarchy> hier_;  // set by connect() (GlooOptions::hierarchical)
+  void connect_hierarchy();
+  bool takes_hierarchy(size_t bytes, ReduceOp op) const {
+    return hier_ != nullptr && bytes > options_.direct_allreduce_bytes &&
+           (op == ReduceOp::kSum || op == ReduceOp::kAvg);
+  }
+  void hierarchical_allreduce(const AllreduceOptions& o);
   bool takes_direct(size_t bytes) const {
     return direct_ != nullptr && (size_ == 2 || bytes <= options_.direct_allreduce_bytes);
   }

@@ -94,6 +94,42 @@ TEST(GlooCommunicatorTest, SharedMemoryAllreduceOnOneHostPassesEveryCheck) {
   }
 }
 
+// Threads playing hosts (GlooOptions::host_identity): hosts x ranks per
+// host. Sum and avg above 64 KiB go hierarchically; every check, bit for bit.
+TEST(GlooCommunicatorTest, HierarchicalAllreducePassesEveryCheck) {
+  for (auto [hosts, per_host] : {std::pair{2, 2}, std::pair{2, 3}, std::pair{3, 2}}) {
+    const int size = hosts * per_host;
+    auto store = testing::test_store();
+    std::mutex mu;
+    std::vector<std::string> failures;
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r) {
+      threads.emplace_back([&, r] {
+        std::vector<std::string> got;
+        try {
+          GlooOptions o = testing::gloo_options_for(r, size, store, 60s);
+          o.hierarchical = true;
+          o.host_identity = 1000 + r / per_host;
+          auto comm = GlooCommunicator::connect(o);
+          got = testing::check_everything(*comm, testing::CheckOptions{});
+          if (comm->algorithm(OpKind::kAllreduce, 1 << 20) != "hier:shm+direct+shm") {
+            got.push_back("allreduce algorithm is " + comm->algorithm(OpKind::kAllreduce, 1 << 20));
+          }
+        } catch (const std::exception& e) {
+          got.push_back(e.what());
+        }
+        std::lock_guard<std::mutex> lock(mu);
+        for (auto& f : got) {
+          failures.push_back(std::to_string(hosts) + "x" + std::to_string(per_host) + " rank " +
+                             std::to_string(r) + ": " + f);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& f : failures) ADD_FAILURE() << f;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooWorldTest, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "size" + std::to_string(info.param);
