@@ -49,7 +49,9 @@ void write_line(int fd, std::string line) {
 }
 
 // The body of one rank; never returns.
-[[noreturn]] void child_main(int rank, int size, size_t elements, const std::string& dir,
+// hosts > 0: the ranks play that many hosts (GlooOptions::host_identity),
+// so large allreduces go hierarchically.
+[[noreturn]] void child_main(int rank, int size, size_t elements, int hosts, const std::string& dir,
                              int report_fd) {
   int exit_code = 1;
   try {
@@ -59,6 +61,10 @@ void write_line(int fd, std::string line) {
     o.store = std::make_shared<store::FileStore>(dir);
     o.timeout = kOpTimeout;
     o.logger = Logger(LogLevel::kError, "all", rank, [](const std::string&) {});
+    if (hosts > 0) {
+      o.hierarchical = true;
+      o.host_identity = 1000 + rank / (size / hosts);
+    }
     auto comm = GlooCommunicator::connect(o);
     std::vector<float> data(elements, 1.0f);
     AllreduceOptions a;
@@ -101,7 +107,7 @@ struct Result {
 
 class ForkedWorld {
  public:
-  explicit ForkedWorld(int size, size_t elements = kElements) : size_(size) {
+  explicit ForkedWorld(int size, size_t elements = kElements, int hosts = 0) : size_(size) {
     char tmpl[] = "/tmp/hpct-comm-fault-XXXXXX";
     const char* d = ::mkdtemp(tmpl);
     if (d == nullptr) throw std::runtime_error("mkdtemp failed");
@@ -114,7 +120,7 @@ class ForkedWorld {
       if (pid < 0) throw std::runtime_error("fork failed");
       if (pid == 0) {
         ::close(fds[0]);
-        child_main(r, size, elements, dir_, fds[1]);
+        child_main(r, size, elements, hosts, dir_, fds[1]);
       }
       pids_.push_back(pid);
     }
@@ -255,8 +261,8 @@ void expect_exit_codes(ForkedWorld& world, int size, int victim, ErrorCode code)
 
 // SIGKILL of `victim` in a stream of allreduces of `elements` floats: every
 // survivor raises PeerFailure naming it, within the bound.
-void sigkill_case(int size, int victim, size_t elements) {
-  ForkedWorld world(size, elements);
+void sigkill_case(int size, int victim, size_t elements, int hosts = 0) {
+  ForkedWorld world(size, elements, hosts);
   world.wait_all_ready();
   ::usleep(300 * 1000);  // well inside the stream of allreduces
   world.fault(victim, SIGKILL);
@@ -267,8 +273,8 @@ void sigkill_case(int size, int victim, size_t elements) {
 }
 
 // SIGSTOP of `victim`: every survivor raises Timeout naming it.
-void sigstop_case(int size, int victim, size_t elements) {
-  ForkedWorld world(size, elements);
+void sigstop_case(int size, int victim, size_t elements, int hosts = 0) {
+  ForkedWorld world(size, elements, hosts);
   world.wait_all_ready();
   ::usleep(300 * 1000);
   world.fault(victim, SIGSTOP);
@@ -297,6 +303,17 @@ TEST(CommFaultTest, SigkillMidSmallStreamMakesSurvivorsNameTheDeadRank) {
 // also owes rank 0 the result (the fold).
 TEST(CommFaultTest, SigstopMidSmallStreamMakesSurvivorsTimeOutNamingTheStoppedRank) {
   sigstop_case(3, 2, kSmallElements);
+}
+
+// 2 hosts x 2 ranks (forked ranks playing hosts): large allreduces go
+// hierarchically; a rank killed or stopped on one host is named by the ranks
+// of both hosts.
+TEST(CommFaultTest, SigkillInTheHierarchicalPathIsNamedOnBothHosts) {
+  sigkill_case(4, 3, kElements, 2);
+}
+
+TEST(CommFaultTest, SigstopInTheHierarchicalPathIsNamedOnBothHosts) {
+  sigstop_case(4, 1, kElements, 2);
 }
 
 }  // namespace

@@ -24,9 +24,9 @@ namespace hpct::comm {
 namespace {
 
 constexpr std::uint64_t kMagic = 0x68706374'73686d31ULL;  // "hpctshm1"
-constexpr std::size_t kCounterStride = 128;  // a counter per two cache lines (no false sharing)
-constexpr std::size_t kSlotAlign = 8192;     // slot halves stay page-aligned
-constexpr std::size_t kChunkAlign = 64;      // chunk bounds on cache lines
+constexpr std::size_t kCounterStride = 128;    // a counter per two cache lines (no false sharing)
+constexpr std::size_t kSlotAlign = 8192;       // slot halves stay page-aligned
+constexpr std::size_t kChunkAlign = 64;        // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
@@ -38,7 +38,8 @@ struct Header {
 };
 
 std::atomic<std::uint64_t>* counter(void* base, int rank) {
-  auto* p = static_cast<std::uint8_t*>(base) + kCounterStride * (1 + static_cast<std::size_t>(rank));
+  auto* p =
+      static_cast<std::uint8_t*>(base) + kCounterStride * (1 + static_cast<std::size_t>(rank));
   return reinterpret_cast<std::atomic<std::uint64_t>*>(p);
 }
 
@@ -50,7 +51,8 @@ std::atomic<std::uint32_t>* sleepers(void* base, int rank) {
 
 // Waiters sleep on a futex on the counter's low 32 bits (core/futex.h),
 // which change with every arrival.
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "the futex word is the counter's low half");
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the futex word is the counter's low half");
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
@@ -86,8 +88,8 @@ std::size_t ShmAllreduce::header_bytes(int size) {
   return round_up(kCounterStride * (1 + static_cast<std::size_t>(size)), kSlotAlign);
 }
 
-ShmAllreduce::ShmAllreduce(std::string name, int rank, int size, std::size_t slot_bytes,
-                           void* base, std::size_t mapped, bool owner)
+ShmAllreduce::ShmAllreduce(std::string name, int rank, int size, std::size_t slot_bytes, void* base,
+                           std::size_t mapped, bool owner)
     : name_(std::move(name)),
       rank_(rank),
       size_(size),
@@ -115,10 +117,12 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int size, std::size_t slot_by
     throw_io(what, err);
   };
   if (const int rc = ::posix_fallocate(fd, 0, static_cast<off_t>(total)); rc != 0) {
-    fail("cannot reserve " + std::to_string(total) + " bytes in /dev/shm for the shared-memory "
-         "allreduce (" + std::to_string(size) + " ranks x " + std::to_string(slot_bytes) +
-         " bytes); make /dev/shm larger (mount -o remount,size=1G /dev/shm), lower "
-         "HPCT_SHM_SLOT_BYTES, or set HPCT_SHM=0 to use MPI_Allreduce",
+    fail("cannot reserve " + std::to_string(total) +
+             " bytes in /dev/shm for the shared-memory "
+             "allreduce (" +
+             std::to_string(size) + " ranks x " + std::to_string(slot_bytes) +
+             " bytes); make /dev/shm larger (mount -o remount,size=1G /dev/shm), lower "
+             "HPCT_SHM_SLOT_BYTES, or set HPCT_SHM=0 to use MPI_Allreduce",
          rc);
   }
   void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -160,7 +164,8 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::open(const std::string& name, int ra
   void* base = ::mmap(nullptr, total, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   const int map_errno = errno;
   ::close(fd);
-  if (base == MAP_FAILED) throw_io("mmap of " + name + " for the shared-memory allreduce", map_errno);
+  if (base == MAP_FAILED)
+    throw_io("mmap of " + name + " for the shared-memory allreduce", map_errno);
   const auto* h = static_cast<const Header*>(base);
   std::atomic_thread_fence(std::memory_order_acquire);
   if (h->magic != kMagic || h->size != static_cast<std::uint64_t>(size) ||
@@ -196,12 +201,21 @@ std::uint8_t* ShmAllreduce::slot_half(int rank, std::uint64_t piece) const {
          slot_bytes_ * static_cast<std::size_t>(rank) + (piece % 2) * (slot_bytes_ / 2);
 }
 
+int ShmAllreduce::gone_rank() const {
+  for (int q = 0; q < size_; ++q) {
+    const pid_t pid = q < static_cast<int>(pids_.size()) ? pids_[static_cast<std::size_t>(q)] : 0;
+    if (q != rank_ && pid != 0 && process_gone(pid)) return q;
+  }
+  return -1;
+}
+
 void ShmAllreduce::check_alive(int q, const char* what) const {
   const pid_t pid = pids_[static_cast<std::size_t>(q)];
   if (pid != 0 && process_gone(pid)) {
     throw_peer_failure("rank " + std::to_string(q) + " (pid " + std::to_string(pid) +
                        ") exited during the shared-memory allreduce, while this rank waited for "
-                       "it to " + what);
+                       "it to " +
+                       what);
   }
 }
 
@@ -255,7 +269,9 @@ namespace {
 class OneBuffer {
  public:
   OneBuffer(const void* in, void* out, std::size_t es)
-      : src_(static_cast<const std::uint8_t*>(in)), dst_(static_cast<std::uint8_t*>(out)), es_(es) {}
+      : src_(static_cast<const std::uint8_t*>(in)),
+        dst_(static_cast<std::uint8_t*>(out)),
+        es_(es) {}
   void read(std::size_t at, std::size_t n, std::uint8_t* to) const {
     std::memcpy(to, src_ + at * es_, n * es_);
   }
@@ -456,8 +472,8 @@ std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_b
   int local = 0;
   for (auto id : ids) local += id == mine ? 1 : 0;
   if (local != size) {
-    *off_reason = "the ranks span hosts (" + std::to_string(local) + " of " +
-                  std::to_string(size) + " on this one)";
+    *off_reason = "the ranks span hosts (" + std::to_string(local) + " of " + std::to_string(size) +
+                  " on this one)";
     return nullptr;
   }
   char name[96] = {0};

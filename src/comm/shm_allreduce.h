@@ -93,6 +93,9 @@ class ShmAllreduce {
   void allreduce(const std::vector<BufferSegment>& segments, DataType dtype, ReduceOp op,
                  const Deadline& deadline);
 
+  // After a failure: the lowest rank whose process is gone, or -1.
+  int gone_rank() const;
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::size_t slot_bytes() const { return slot_bytes_; }
@@ -118,10 +121,10 @@ class ShmAllreduce {
   std::size_t slot_bytes_;
   void* base_;
   std::size_t mapped_;
-  bool linked_;  // rank 0 still has to unlink the name
+  bool linked_;              // rank 0 still has to unlink the name
   std::vector<pid_t> pids_;  // 0: not checked
   std::uint64_t generation_ = 0;
-  std::uint64_t pieces_ = 0;  // pieces done, across operations (slot half alternation)
+  std::uint64_t pieces_ = 0;           // pieces done, across operations (slot half alternation)
   std::vector<std::uint8_t> scratch_;  // a block of own input that spans segments
 };
 

@@ -183,9 +183,10 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(const GlooOptions& o
     comm->shm_ = connect_shm(*comm, options.shm_slot_bytes, &why);
     if (!comm->shm_) {
       const bool expected = why.rfind("the ranks span hosts", 0) == 0;
-      (expected ? comm->options_.logger.debug("comm", who + ": allreduces use Gloo: " + why)
-                : comm->options_.logger.warn(
-                      "comm", who + ": shared-memory allreduce is off, allreduces use Gloo: " + why));
+      (expected
+           ? comm->options_.logger.debug("comm", who + ": allreduces use Gloo: " + why)
+           : comm->options_.logger.warn(
+                 "comm", who + ": shared-memory allreduce is off, allreduces use Gloo: " + why));
     }
   }
   if (options.size > 2 && !comm->shm_ && options.hierarchical) comm->connect_hierarchy();
@@ -491,10 +492,12 @@ void GlooCommunicator::connect_hierarchy() {
   }
   const int host_count = static_cast<int>(hosts.size());
   const int local_size = on_host[0];
-  const bool uniform = std::all_of(on_host.begin(), on_host.end(), [&](int n) { return n == local_size; });
+  const bool uniform =
+      std::all_of(on_host.begin(), on_host.end(), [&](int n) { return n == local_size; });
   // Every rank saw the same ids, so every rank decides alike.
   if (host_count < 2 || local_size < 2 || !uniform) return;
-  const int host_index = static_cast<int>(std::find(hosts.begin(), hosts.end(), mine) - hosts.begin());
+  const int host_index =
+      static_cast<int>(std::find(hosts.begin(), hosts.end(), mine) - hosts.begin());
   auto h = std::make_unique<Hierarchy>();
   h->local_rank = local_rank;
   h->local_size = local_size;
@@ -521,14 +524,18 @@ void GlooCommunicator::connect_hierarchy() {
   comm::allreduce(*this, a);
   if (h->host && local_rank == 0) h->host->unlink();
   if (ok == 0) {
-    options_.logger.warn("comm", "hierarchical allreduce is off, allreduces stay flat: " +
-                                     (reason.empty() ? std::string("a rank could not map its host's segment") : reason));
+    options_.logger.warn(
+        "comm",
+        "hierarchical allreduce is off, allreduces stay flat: " +
+            (reason.empty() ? std::string("a rank could not map its host's segment") : reason));
     return;
   }
   const std::vector<std::int64_t> pids = allgather_value(*this, ::getpid());
   std::vector<pid_t> local_pids;
   for (int r = 0; r < size_; ++r) {
-    if (ids[r] == mine) local_pids.push_back(static_cast<pid_t>(pids[r]));
+    if (ids[r] != mine) continue;
+    local_pids.push_back(static_cast<pid_t>(pids[r]));
+    h->local_world_ranks.push_back(r);
   }
   h->host->set_pids(local_pids);
   DirectMeshOptions d;
@@ -540,13 +547,14 @@ void GlooCommunicator::connect_hierarchy() {
   d.key_prefix = "hpct/hier/across/" + std::to_string(local_rank) + "/";
   for (int host = 0; host < host_count; ++host) {  // local rank l of each host, by world rank
     for (int r = 0, seen = 0; r < size_; ++r) {
-      if (ids[r] == hosts[static_cast<size_t>(host)] && seen++ == local_rank) d.world_ranks.push_back(r);
+      if (ids[r] == hosts[static_cast<size_t>(host)] && seen++ == local_rank)
+        d.world_ranks.push_back(r);
     }
   }
   h->across = DirectMesh::connect(d);
-  options_.logger.debug("comm", "hierarchical allreduce: " + std::to_string(host_count) + " hosts x " +
-                                    std::to_string(local_size) + " ranks, local rank " +
-                                    std::to_string(local_rank));
+  options_.logger.debug("comm", "hierarchical allreduce: " + std::to_string(host_count) +
+                                    " hosts x " + std::to_string(local_size) +
+                                    " ranks, local rank " + std::to_string(local_rank));
   hier_ = std::move(h);
 }
 
@@ -560,24 +568,26 @@ void GlooCommunicator::hierarchical_allreduce(const AllreduceOptions& o) {
     const size_t parts = static_cast<size_t>(hier_->local_size);
     const size_t begin = o.count * l / parts;
     const size_t end = o.count * (l + 1) / parts;
-    try {
-      hier_->host->allreduce(nullptr, out, o.count, o.dtype, ReduceOp::kSum, d);
-    } catch (const Error& e) {
-      if (e.code() == ErrorCode::kInvalidArgument) throw;
-      latch_.fail(Error(e.code(), describe_op("allreduce", o.count, o.dtype) + " on rank " +
-                                      std::to_string(rank_) + " (gloo, host " + host_ + ", within the host): " +
-                                      e.what()));
-    }
+    // A failure within the host goes through the failure reports too (and
+    // shuts this rank's connections, so other hosts' ranks fail at once),
+    // naming the world rank whose process is gone when there is one.
+    auto within_host = [&] {
+      try {
+        hier_->host->allreduce(nullptr, out, o.count, o.dtype, ReduceOp::kSum, d);
+      } catch (const Error& e) {
+        if (e.code() == ErrorCode::kInvalidArgument) throw;
+        const int gone = hier_->host->gone_rank();
+        fail(describe_op("allreduce", o.count, o.dtype), o.timeout,
+             gone >= 0 ? hier_->local_world_ranks[static_cast<size_t>(gone)] : -1, e.code(),
+             "within the host (local ranks 0.." + std::to_string(hier_->local_size - 1) +
+                 " are world ranks " + rank_list(hier_->local_world_ranks) + "): " + e.what());
+      }
+    };
+    within_host();
     hier_->across->allreduce(out + begin * es, end - begin, o.dtype, ReduceOp::kSum, d);
     std::memset(out, 0, begin * es);
     std::memset(out + end * es, 0, (o.count - end) * es);
-    try {
-      hier_->host->allreduce(nullptr, out, o.count, o.dtype, ReduceOp::kSum, d);
-    } catch (const Error& e) {
-      latch_.fail(Error(e.code(), describe_op("allreduce", o.count, o.dtype) + " on rank " +
-                                      std::to_string(rank_) + " (gloo, host " + host_ + ", within the host): " +
-                                      e.what()));
-    }
+    within_host();
     if (o.op == ReduceOp::kAvg) finish_average(o.output, o.count, o.dtype, size_);
   });
 }

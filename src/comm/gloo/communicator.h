@@ -26,12 +26,11 @@
 // Operations: allreduce (Gloo ring, our reduce_elements as the reduction so
 // every dtype reduces the same way on every backend; avg = sum then one
 // division; small ones, and all with 2 ranks, over hpctrain's own
-// connections instead, comm/direct_mesh.h), broadcast (Gloo's binomial tree), allgather and allgatherv
-// (Gloo ring), reduce_scatter (our ring over Gloo unbound buffers), barrier
-// (Gloo's dissemination barrier), send/recv (unbound buffers). Each passes
-// its timeout to every Gloo wait. Count 0 returns at once without touching
-// the network (every rank passes the same count); a world of one rank never
-// creates a Gloo context at all.
+// connections instead, comm/direct_mesh.h), broadcast (Gloo's binomial tree), allgather and
+// allgatherv (Gloo ring), reduce_scatter (our ring over Gloo unbound buffers), barrier (Gloo's
+// dissemination barrier), send/recv (unbound buffers). Each passes its timeout to every Gloo wait.
+// Count 0 returns at once without touching the network (every rank passes the same count); a world
+// of one rank never creates a Gloo context at all.
 //
 // Failures: a Gloo timeout becomes Timeout, a closed or reset connection
 // PeerFailure; the message names this rank, the op, the bytes, and the
@@ -57,8 +56,8 @@
 
 #include "comm/communicator.h"
 #include "comm/direct_mesh.h"
-#include "comm/shm_allreduce.h"
 #include "comm/failure_latch.h"
+#include "comm/shm_allreduce.h"
 #include "core/clock.h"
 #include "core/log.h"
 #include "store/store.h"
@@ -179,8 +178,9 @@ class GlooCommunicator final : public Communicator {
   struct Hierarchy {
     int local_rank = 0;
     int local_size = 1;
-    std::unique_ptr<ShmAllreduce> host;   // this host's ranks
-    std::unique_ptr<DirectMesh> across;   // local rank l of every host
+    std::unique_ptr<ShmAllreduce> host;  // this host's ranks
+    std::unique_ptr<DirectMesh> across;  // local rank l of every host
+    std::vector<int> local_world_ranks;  // this host's ranks, by local rank
   };
   std::unique_ptr<Hierarchy> hier_;  // set by connect() (GlooOptions::hierarchical)
   void connect_hierarchy();
@@ -193,7 +193,8 @@ class GlooCommunicator final : public Communicator {
     return direct_ != nullptr && (size_ == 2 || bytes <= options_.direct_allreduce_bytes);
   }
   template <typename Fn>
-  void run_shm(size_t count, DataType dtype, Millis timeout, Fn&& fn);  // set by connect() when options.shm and all ranks are local
+  void run_shm(size_t count, DataType dtype, Millis timeout,
+               Fn&& fn);         // set by connect() when options.shm and all ranks are local
   std::vector<PeerInfo> peers_;  // by rank; written once in connect()
   FailureLatch latch_;
 };
