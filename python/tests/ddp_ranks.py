@@ -62,5 +62,13 @@ w2 = dist.all_reduce(v, group=second, async_op=True)
 w2.wait()
 w1.wait()
 assert u.tolist() == [n * (n - 1) / 2] * 4 and v.tolist() == [10.0 * n * (n + 1) / 2] * 4, (u, v)
+# more same-shaped allreduces in flight than a signature has name slots (16):
+# a reused name waits for its previous holder, every result is right
+many = [torch.full((3,), float(k * n + r)) for k in range(40)]
+works = [dist.all_reduce(x, async_op=True) for x in many]
+for w in works:
+    w.wait()
+for k, x in enumerate(many):
+    assert x.tolist() == [float(k * n * n + n * (n - 1) / 2)] * 3, (k, x)
 dist.barrier()
 print("ddp ok rank %d of %d: max diff to gloo %.2e" % (r, n, diff))
