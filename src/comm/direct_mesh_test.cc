@@ -125,34 +125,33 @@ TEST(DirectMesh, AStrangerWithoutTheTokenIsDropped) {
   ::close(s);
 }
 
-TEST(DirectMesh, ClosedPeerIsPeerFailureNamingIt) {
-  auto meshes = connect_all(2, std::make_shared<store::MemoryStore>());
-  meshes[1]->close();
+// One float allreduce on `mesh` that must fail: checks the error's code and
+// peer, returns how long it took.
+std::chrono::steady_clock::duration expect_link_error(DirectMesh& mesh, Millis budget,
+                                                      ErrorCode code, int peer) {
   float x = 1;
   const auto start = std::chrono::steady_clock::now();
   try {
-    meshes[0]->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, Deadline(10s));
+    mesh.allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, Deadline(budget));
     ADD_FAILURE() << "no error";
   } catch (const DirectLinkError& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kPeerFailure) << e.what();
-    EXPECT_EQ(e.peer(), 1) << e.what();
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_EQ(e.peer(), peer) << e.what();
+    EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(peer)), std::string::npos)
+        << e.what();
   }
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 2s);
+  return std::chrono::steady_clock::now() - start;
+}
+
+TEST(DirectMesh, ClosedPeerIsPeerFailureNamingIt) {
+  auto meshes = connect_all(2, std::make_shared<store::MemoryStore>());
+  meshes[1]->close();
+  EXPECT_LT(expect_link_error(*meshes[0], 10s, ErrorCode::kPeerFailure, 1), 2s);
 }
 
 TEST(DirectMesh, SilentPeerTimesOutNamingIt) {
   auto meshes = connect_all(2, std::make_shared<store::MemoryStore>());
-  float x = 1;
-  const auto start = std::chrono::steady_clock::now();
-  try {
-    meshes[1]->allreduce(&x, 1, DataType::kFloat32, ReduceOp::kSum, Deadline(300ms));
-    ADD_FAILURE() << "no error";
-  } catch (const DirectLinkError& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
-    EXPECT_EQ(e.peer(), 0) << e.what();
-    EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
-  }
-  const auto took = std::chrono::steady_clock::now() - start;
+  const auto took = expect_link_error(*meshes[1], 300ms, ErrorCode::kTimeout, 0);
   EXPECT_GE(took, 250ms);
   EXPECT_LT(took, 3s);
 }

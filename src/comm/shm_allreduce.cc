@@ -462,10 +462,67 @@ std::int64_t host_identity() {
                std::string(ns, n > 0 ? static_cast<size_t>(n) : 0) + "|" + host);
 }
 
+std::unique_ptr<ShmAllreduce> connect_shm_group(Communicator& comm, const std::vector<int>& group,
+                                                std::size_t slot_bytes, std::string* off_reason) {
+  const int rank = comm.rank();
+  const auto me = std::find(group.begin(), group.end(), rank);
+  if (me == group.end())
+    throw_invalid_argument("connect_shm_group: this rank is not in its own group");
+  const int group_rank = static_cast<int>(me - group.begin());
+  const int group_size = static_cast<int>(group.size());
+  // Each group's first rank makes the segment; every rank's name slot (empty
+  // but for those) reaches every rank in one allgather.
+  constexpr size_t kName = 96;
+  std::vector<char> mine(kName, '\0');
+  std::unique_ptr<ShmAllreduce> shm;
+  std::string reason;
+  if (group_rank == 0) {
+    try {
+      shm = ShmAllreduce::create(group_size, slot_bytes);
+      std::snprintf(mine.data(), kName, "%s", shm->name().c_str());
+    } catch (const Error& e) {
+      reason = e.what();
+    }
+  }
+  std::vector<char> names(kName * static_cast<size_t>(comm.size()));
+  AllgatherOptions g;
+  g.input = mine.data();
+  g.output = names.data();
+  g.count = kName;
+  g.dtype = DataType::kUInt8;
+  allgather(comm, g);
+  const char* leader_name = names.data() + kName * static_cast<size_t>(group[0]);
+  if (group_rank != 0 && leader_name[0] != '\0') {
+    try {
+      shm = ShmAllreduce::open(std::string(leader_name, strnlen(leader_name, kName)), group_rank,
+                               group_size, slot_bytes);
+    } catch (const Error& e) {
+      reason = e.what();
+    }
+  }
+  // Every group gets a segment or none does: the callers' paths must agree.
+  std::int32_t ok = shm ? 1 : 0;
+  AllreduceOptions a;
+  a.output = &ok;
+  a.count = 1;
+  a.dtype = DataType::kInt32;
+  a.op = ReduceOp::kMin;
+  allreduce(comm, a);
+  if (shm && group_rank == 0) shm->unlink();  // every rank that could map it has
+  if (ok == 0) {
+    *off_reason = reason.empty() ? "another rank could not map its segment" : reason;
+    return nullptr;
+  }
+  const std::vector<std::int64_t> pids = allgather_value(comm, ::getpid());
+  std::vector<pid_t> group_pids;
+  for (int r : group) group_pids.push_back(static_cast<pid_t>(pids[static_cast<size_t>(r)]));
+  shm->set_pids(group_pids);
+  return shm;
+}
+
 std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_bytes,
                                           std::string* off_reason) {
   const int size = comm.size();
-  const int rank = comm.rank();
   if (size < 2) return nullptr;
   const std::int64_t mine = host_identity();
   const std::vector<std::int64_t> ids = allgather_value(comm, mine);
@@ -476,44 +533,9 @@ std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_b
                   " on this one)";
     return nullptr;
   }
-  char name[96] = {0};
-  std::unique_ptr<ShmAllreduce> shm;
-  std::string reason;
-  if (rank == 0) {
-    try {
-      shm = ShmAllreduce::create(size, slot_bytes);
-      std::snprintf(name, sizeof name, "%s", shm->name().c_str());
-    } catch (const Error& e) {
-      reason = e.what();
-    }
-  }
-  BroadcastOptions b;
-  b.buffer = name;
-  b.count = sizeof name;
-  b.dtype = DataType::kUInt8;
-  broadcast(comm, b);
-  if (rank != 0 && name[0] != '\0') {
-    try {
-      shm = ShmAllreduce::open(name, rank, size, slot_bytes);
-    } catch (const Error& e) {
-      reason = e.what();
-    }
-  }
-  std::int32_t ok = shm ? 1 : 0;
-  AllreduceOptions a;
-  a.output = &ok;
-  a.count = 1;
-  a.dtype = DataType::kInt32;
-  a.op = ReduceOp::kMin;
-  allreduce(comm, a);
-  if (shm && rank == 0) shm->unlink();  // every rank that could map it has
-  if (ok == 0) {
-    *off_reason = reason.empty() ? "another rank could not map the segment" : reason;
-    return nullptr;
-  }
-  const std::vector<std::int64_t> pids = allgather_value(comm, ::getpid());
-  shm->set_pids(std::vector<pid_t>(pids.begin(), pids.end()));
-  return shm;
+  std::vector<int> everyone(static_cast<size_t>(size));
+  for (int r = 0; r < size; ++r) everyone[static_cast<size_t>(r)] = r;
+  return connect_shm_group(comm, everyone, slot_bytes, off_reason);
 }
 
 }  // namespace hpct::comm

@@ -138,6 +138,14 @@ class ShmAllreduce {
 std::unique_ptr<ShmAllreduce> connect_shm(Communicator& comm, std::size_t slot_bytes,
                                           std::string* off_reason);
 
+// The same for a group of ranks (world ranks in increasing order, this
+// rank among them) that share one segment, e.g. the ranks of one host in a
+// job that spans hosts. A collective over all of comm: every rank calls it
+// with its own group, the groups partitioning the ranks. Null on every rank
+// (reason in *off_reason) when any group's segment could not be mapped.
+std::unique_ptr<ShmAllreduce> connect_shm_group(Communicator& comm, const std::vector<int>& group,
+                                                std::size_t slot_bytes, std::string* off_reason);
+
 // This host as connect_shm sees it (kernel boot, network namespace, host
 // name), hashed: equal on two ranks exactly when they count as one host.
 std::int64_t host_identity();

@@ -501,43 +501,15 @@ void GlooCommunicator::connect_hierarchy() {
   auto h = std::make_unique<Hierarchy>();
   h->local_rank = local_rank;
   h->local_size = local_size;
-  const std::string key = "hpct/hier/shm/" + std::to_string(host_index);
-  std::string reason;
-  try {
-    if (local_rank == 0) {
-      h->host = ShmAllreduce::create(local_size, options_.shm_slot_bytes);
-      store_->set(key, h->host->name());
-    } else {
-      h->host = ShmAllreduce::open(store_->get(key, options_.timeout), local_rank, local_size,
-                                   options_.shm_slot_bytes);
-    }
-  } catch (const Error& e) {
-    reason = e.what();
-    h->host.reset();
+  for (int r = 0; r < size_; ++r) {
+    if (ids[r] == mine) h->local_world_ranks.push_back(r);
   }
-  std::int32_t ok = h->host ? 1 : 0;
-  AllreduceOptions a;
-  a.output = &ok;
-  a.count = 1;
-  a.dtype = DataType::kInt32;
-  a.op = ReduceOp::kMin;
-  comm::allreduce(*this, a);
-  if (h->host && local_rank == 0) h->host->unlink();
-  if (ok == 0) {
-    options_.logger.warn(
-        "comm",
-        "hierarchical allreduce is off, allreduces stay flat: " +
-            (reason.empty() ? std::string("a rank could not map its host's segment") : reason));
+  std::string reason;
+  h->host = connect_shm_group(*this, h->local_world_ranks, options_.shm_slot_bytes, &reason);
+  if (!h->host) {
+    options_.logger.warn("comm", "hierarchical allreduce is off, allreduces stay flat: " + reason);
     return;
   }
-  const std::vector<std::int64_t> pids = allgather_value(*this, ::getpid());
-  std::vector<pid_t> local_pids;
-  for (int r = 0; r < size_; ++r) {
-    if (ids[r] != mine) continue;
-    local_pids.push_back(static_cast<pid_t>(pids[r]));
-    h->local_world_ranks.push_back(r);
-  }
-  h->host->set_pids(local_pids);
   DirectMeshOptions d;
   d.rank = host_index;
   d.size = host_count;
