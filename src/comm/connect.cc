@@ -57,10 +57,10 @@ std::string own_address_named(const std::string& host, Millis timeout) {
   }
 }
 
-std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& world,
-                                         const Env& env, std::string* store_host,
-                                         std::shared_ptr<store::TcpStoreServer>* server,
-                                         const Logger& log) {
+std::shared_ptr<store::Store> open_base_store(const Config& config, const WorldInfo& world,
+                                              std::string* store_host,
+                                              std::shared_ptr<store::TcpStoreServer>* server,
+                                              const Logger& log) {
   const Millis timeout = seconds_to_millis(config.timeout_s);
   std::shared_ptr<store::Store> base;
   if (!config.store_addr.empty()) {
@@ -99,12 +99,33 @@ std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& 
                            "or set HPCT_STORE_DIR to an empty directory every rank can see, or use "
                            "--backend mpi under mpirun");
   }
-  // Keys of a restarted job must not meet the keys of its earlier run.
-  std::string job = env.get("HPCT_JOB_ID").value_or("job");
-  return std::make_shared<store::PrefixStore>(job + "/restart" + std::to_string(world.restart), base);
+  return base;
+}
+
+std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& world,
+                                         const Env& env, std::string* store_host,
+                                         std::shared_ptr<store::TcpStoreServer>* server,
+                                         const Logger& log) {
+  return std::make_shared<store::PrefixStore>(job_store_prefix(world, env),
+                                              open_base_store(config, world, store_host, server, log));
 }
 
 }  // namespace
+
+std::string job_store_prefix(const WorldInfo& world, const Env& env) {
+  // Keys of a restarted job must not meet the keys of its earlier run.
+  return env.get("HPCT_JOB_ID").value_or("job") + "/restart" + std::to_string(world.restart);
+}
+
+std::shared_ptr<store::Store> open_job_store(const Config& config, const WorldInfo& world,
+                                             const Env& env, std::string* store_host,
+                                             const Logger& logger) {
+  std::shared_ptr<store::TcpStoreServer> server;
+  WorldInfo w = world;
+  if (w.launcher == Launcher::kKubernetes) w.launcher = Launcher::kHpctrain;  // never serve it here
+  return std::make_shared<store::PrefixStore>(job_store_prefix(world, env),
+                                              open_base_store(config, w, store_host, &server, logger));
+}
 
 Backend parse_backend(const std::string& name) {
   if (name == "auto") return Backend::kAuto;
@@ -155,6 +176,43 @@ std::string local_address_towards(const std::string& host) {
   return buf;
 }
 
+std::unique_ptr<Communicator> connect_gloo(const Config& config, const WorldInfo& info,
+                                           std::shared_ptr<store::Store> store,
+                                           const std::string& store_host, Millis timeout,
+                                           const Logger& log) {
+  GlooOptions o;
+  o.rank = info.rank;
+  o.size = info.size;
+  o.store = store;
+  o.timeout = timeout;
+  o.logger = log;
+  o.shm = config.shm;
+  o.shm_slot_bytes = static_cast<std::size_t>(config.shm_slot_bytes);
+  if (config.direct_allreduce_bytes < 0) {
+    throw_invalid_argument("HPCT_DIRECT_ALLREDUCE_BYTES must be 0 (off) or positive, got " +
+                           std::to_string(config.direct_allreduce_bytes));
+  }
+  o.direct_allreduce_bytes = static_cast<std::size_t>(config.direct_allreduce_bytes);
+  o.hierarchical = config.shm;  // shared memory within each host
+  if (!config.bind_address.empty()) {
+    o.address = config.bind_address;
+  } else if (!config.network_interface.empty()) {
+    o.address.clear();
+    o.interface = config.network_interface;
+  } else if (!store_host.empty()) {
+    o.address = local_address_towards(store_host);
+  } else if (info.cross_size > 1) {
+    throw_invalid_argument("ranks run on " + std::to_string(info.cross_size) +
+                           " hosts but no address to bind is known: set HPCT_NETWORK_INTERFACE "
+                           "(e.g. eth0) or HPCT_BIND_ADDRESS");
+  } else {
+    o.address = "127.0.0.1";
+  }
+  log.debug("comm", std::string("connecting gloo world of ") + std::to_string(o.size) +
+                        " ranks, binding " + (o.address.empty() ? o.interface : o.address));
+  return GlooCommunicator::connect(o);
+}
+
 World connect_world(const Config& config, const Env& env, const Logger& logger) {
   World w;
   w.info = discover_world(env);
@@ -187,37 +245,7 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
 
   std::string store_host;
   w.store = open_store(config, w.info, env, &store_host, &w.store_server, log);
-  GlooOptions o;
-  o.rank = w.info.rank;
-  o.size = w.info.size;
-  o.store = w.store;
-  o.timeout = timeout;
-  o.logger = log;
-  o.shm = config.shm;
-  o.shm_slot_bytes = static_cast<std::size_t>(config.shm_slot_bytes);
-  if (config.direct_allreduce_bytes < 0) {
-    throw_invalid_argument("HPCT_DIRECT_ALLREDUCE_BYTES must be 0 (off) or positive, got " +
-                           std::to_string(config.direct_allreduce_bytes));
-  }
-  o.direct_allreduce_bytes = static_cast<std::size_t>(config.direct_allreduce_bytes);
-  o.hierarchical = config.shm;  // shared memory within each host
-  if (!config.bind_address.empty()) {
-    o.address = config.bind_address;
-  } else if (!config.network_interface.empty()) {
-    o.address.clear();
-    o.interface = config.network_interface;
-  } else if (!store_host.empty()) {
-    o.address = local_address_towards(store_host);
-  } else if (w.info.cross_size > 1) {
-    throw_invalid_argument("ranks run on " + std::to_string(w.info.cross_size) +
-                           " hosts but no address to bind is known: set HPCT_NETWORK_INTERFACE "
-                           "(e.g. eth0) or HPCT_BIND_ADDRESS");
-  } else {
-    o.address = "127.0.0.1";
-  }
-  log.debug("comm", std::string("connecting gloo world of ") + std::to_string(o.size) +
-                        " ranks, binding " + (o.address.empty() ? o.interface : o.address));
-  w.comm = GlooCommunicator::connect(o);
+  w.comm = connect_gloo(config, w.info, w.store, store_host, timeout, log);
   return w;
 }
 

@@ -46,6 +46,27 @@ struct World {
 
 World connect_world(const Config& config, const Env& env, const Logger& logger);
 
+// The key prefix of this run of the job in its store ("<job id>/restart<n>"):
+// a restarted job's keys never meet its earlier run's.
+std::string job_store_prefix(const WorldInfo& world, const Env& env);
+
+// The job's store as connect_world opens it (the launcher's TCP store, or
+// HPCT_STORE_DIR), under job_store_prefix. Reads the secret from
+// HPCT_SECRET_FD, which can be done once per process: a caller that makes
+// several worlds (elastic/) keeps this store. *store_host: the store's host
+// ("" for a directory), for choosing the address to bind.
+std::shared_ptr<store::Store> open_job_store(const Config& config, const WorldInfo& world,
+                                             const Env& env, std::string* store_host,
+                                             const Logger& logger);
+
+// A Gloo communicator for info.rank of info.size, meeting through `store`
+// (a fresh namespace for this world: a PrefixStore), binding as
+// connect_world does. timeout bounds the connect and is the ops' default.
+std::unique_ptr<Communicator> connect_gloo(const Config& config, const WorldInfo& info,
+                                           std::shared_ptr<store::Store> store,
+                                           const std::string& store_host, Millis timeout,
+                                           const Logger& logger);
+
 // The local IP address the kernel would use to reach host (a UDP connect, no
 // packet sent); "127.0.0.1" for loopback hosts. Io when host is unreachable.
 std::string local_address_towards(const std::string& host);

@@ -94,6 +94,9 @@ namespace hpct {
     "ps-async: steps a worker may complete ahead of the slowest (0: lockstep; docs/ps.md)")    \
   X(std::int64_t, ps_piece_bytes, "HPCT_PS_PIECE_BYTES", 4 << 20,                               \
     "ps: gradients are cut into pieces of at most this many bytes, spread over the servers")   \
+  X(double, elastic_timeout_s, "HPCT_ELASTIC_TIMEOUT_S", 60.0,                                 \
+    "elastic: seconds a re-rendezvous may take, and that launch waits below --min-np before "  \
+    "it fails naming the lost hosts (docs/elastic.md)")                                        \
   X(bool, ps_frame_mac, "HPCT_PS_FRAME_MAC", false,                                             \
     "ps: every parameter-server frame carries an HMAC (off: authenticated once at connect)")   \
   X(std::int64_t, ps_push_window, "HPCT_PS_PUSH_WINDOW", 0,                                     \
@@ -104,7 +107,7 @@ namespace hpct {
 #define HPCT_JOB_VARIABLES(X)                                                         \
   X("HPCT_RANK") X("HPCT_SIZE") X("HPCT_LOCAL_RANK") X("HPCT_LOCAL_SIZE")             \
   X("HPCT_CROSS_RANK") X("HPCT_CROSS_SIZE") X("HPCT_HOSTNAME") X("HPCT_RESTART")      \
-  X("HPCT_JOB_ID")                                                                    \
+  X("HPCT_JOB_ID") X("HPCT_ELASTIC_ID")                                               \
   X("HPCT_PS_ROLE") X("HPCT_PS_SERVERS") X("HPCT_PS_SERVER_RANK") X("HPCT_PS_WORKERS")
 
 // The source of a value, as `hpctrain config` prints it.

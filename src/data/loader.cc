@@ -84,6 +84,8 @@ struct Loader::Impl {
 
   std::int64_t epoch = 0;
   RankPlan plan;               // local only: this rank's epoch
+  bool elastic = false;        // plan by global batch from elastic_consumed
+  std::uint64_t elastic_consumed = 0;
   std::uint64_t total = 0;     // samples this rank gets this epoch
   std::uint64_t padded = 0;
   std::int64_t batches = 0;
@@ -124,7 +126,8 @@ void Loader::Impl::set_epoch(std::int64_t e, std::int64_t delivered_batches) {
     s.shuffle_buffer = o.shuffle_buffer;
     s.shuffle_initial = o.shuffle_initial;
     s.drop_last = o.drop_last;
-    plan = plan_epoch(index->shard_samples(), s, e);
+    plan = elastic ? plan_epoch_elastic(index->shard_samples(), s, e, elastic_consumed, o.batch_size)
+                   : plan_epoch(index->shard_samples(), s, e);
     total = plan.order.size();
     padded = plan.padded;
   }
@@ -417,6 +420,20 @@ Loader::Loader(LoaderOptions options) : impl_(std::make_unique<Impl>(std::move(o
 Loader::~Loader() = default;
 
 void Loader::start_epoch(std::int64_t epoch) { impl_->set_epoch(epoch, 0); }
+
+void Loader::start_elastic_epoch(std::int64_t epoch, std::uint64_t consumed, int rank, int size) {
+  Impl& m = *impl_;
+  if (m.remote) throw_invalid_argument("an elastic job reads local shards; a data server cannot re-split an epoch");
+  if (size < 1 || rank < 0 || rank >= size) {
+    throw_invalid_argument("loader: rank " + std::to_string(rank) + " of " + std::to_string(size) + " is not a rank");
+  }
+  m.stop_threads();
+  m.o.rank = rank;
+  m.o.size = size;
+  m.elastic = true;
+  m.elastic_consumed = consumed;
+  m.set_epoch(epoch, 0);
+}
 
 bool Loader::next(Batch* batch) {
   Impl& m = *impl_;

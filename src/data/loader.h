@@ -138,6 +138,11 @@ class Loader {
 
   // Positions at the start of epoch (discarding any batches in flight).
   void start_epoch(std::int64_t epoch);
+  // Elastic jobs: positions in epoch after the whole job consumed `consumed`
+  // samples of it, as rank `rank` of a world of `size`, splitting by global
+  // batch (sampler.h, plan_epoch_elastic); the options' rank and size are
+  // replaced. Local shards only (InvalidArgument for a data server).
+  void start_elastic_epoch(std::int64_t epoch, std::uint64_t consumed, int rank, int size);
   // The next batch of the current epoch, or false at its end. Blocks up to
   // options.timeout (then Timeout naming the batch).
   bool next(Batch* batch);

@@ -68,6 +68,38 @@ RankPlan plan_epoch(const std::vector<std::uint64_t>& shard_samples, const Split
   return plan;
 }
 
+RankPlan plan_epoch_elastic(const std::vector<std::uint64_t>& shard_samples, const SplitOptions& o,
+                            std::int64_t epoch, std::uint64_t consumed, std::int64_t batch) {
+  if (o.size < 1 || o.rank < 0 || o.rank >= o.size) {
+    throw_invalid_argument("data split: rank " + std::to_string(o.rank) + " of " +
+                           std::to_string(o.size) + " is not a rank");
+  }
+  if (batch < 1) throw_invalid_argument("batch size must be at least 1");
+  RankPlan plan;
+  std::uint64_t n = 0;
+  for (auto c : shard_samples) n += c;
+  plan.dataset_samples = n;
+  plan.shard_order.resize(shard_samples.size());
+  std::iota(plan.shard_order.begin(), plan.shard_order.end(), 0u);
+  std::vector<std::uint64_t> seq(n);
+  std::iota(seq.begin(), seq.end(), 0ull);
+  if (o.shuffle) {
+    Rng rng = Rng::from({o.seed, static_cast<std::uint64_t>(epoch), 0x454c415354ull});  // "ELAST"
+    for (std::uint64_t i = n; i > 1; --i) std::swap(seq[i - 1], seq[rng.below(i)]);
+  }
+  const std::uint64_t left = consumed < n ? n - consumed : 0;
+  const std::uint64_t global = static_cast<std::uint64_t>(o.size) * static_cast<std::uint64_t>(batch);
+  const std::uint64_t steps = left / global;
+  plan.dropped = left - steps * global;
+  plan.order.reserve(steps * static_cast<std::uint64_t>(batch));
+  for (std::uint64_t j = 0; j < steps; ++j) {
+    const std::uint64_t at = consumed + j * global + static_cast<std::uint64_t>(o.rank) * static_cast<std::uint64_t>(batch);
+    plan.order.insert(plan.order.end(), seq.begin() + static_cast<std::ptrdiff_t>(at),
+                      seq.begin() + static_cast<std::ptrdiff_t>(at + static_cast<std::uint64_t>(batch)));
+  }
+  return plan;
+}
+
 std::int64_t batch_count(std::uint64_t samples, std::int64_t batch_size, bool drop_last) {
   if (batch_size < 1) throw_invalid_argument("batch size must be at least 1");
   const auto n = static_cast<std::int64_t>(samples);

@@ -43,6 +43,19 @@ struct RankPlan {
 RankPlan plan_epoch(const std::vector<std::uint64_t>& shard_samples, const SplitOptions& options,
                     std::int64_t epoch);
 
+// Elastic jobs (docs/elastic.md): the world may change size within an
+// epoch, so the split is by global batch instead of by rank slice. The
+// epoch's global sequence is one permutation of every sample (seed, epoch;
+// the identity without shuffle); global step j takes positions
+// [consumed + j*size*batch, +size*batch) of it and rank r the r-th `batch`
+// of those. What the job consumed is then always a prefix of the sequence,
+// and after a change of size the rest is split again over the new world
+// from `consumed`: within an epoch no sample is seen twice and none is
+// skipped, except the last partial global batch (dropped, as drop_last).
+// No shuffle buffer (it would hold samples the job has not consumed).
+RankPlan plan_epoch_elastic(const std::vector<std::uint64_t>& shard_samples, const SplitOptions& options,
+                            std::int64_t epoch, std::uint64_t consumed, std::int64_t batch);
+
 // Batches a rank gets: ceil(n / batch) or, with drop_last, floor(n / batch).
 std::int64_t batch_count(std::uint64_t samples, std::int64_t batch_size, bool drop_last);
 

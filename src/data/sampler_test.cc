@@ -90,5 +90,56 @@ TEST(Sampler, SameSeedSameOrderOtherEpochOtherOrder) {
   EXPECT_EQ(batch_count(10, 4, true), 2);
 }
 
+// An elastic epoch: 3 ranks for 4 steps, then 2 for 5, then 4 to the end.
+// Whatever the sizes, the job consumes a prefix of one permutation: no
+// sample twice, none skipped but the last partial global batch.
+TEST(Sampler, ElasticSplitNeverRepeatsOrSkipsWhenTheWorldChanges) {
+  const std::vector<std::uint64_t> shards = {40, 0, 77, 33, 100};  // 250 samples
+  const std::int64_t batch = 5;
+  std::set<std::uint64_t> seen;
+  std::uint64_t consumed = 0;
+  auto run_steps = [&](int size, int steps) {
+    std::vector<RankPlan> plans;
+    for (int r = 0; r < size; ++r) {
+      SplitOptions o;
+      o.rank = r;
+      o.size = size;
+      o.seed = 11;
+      plans.push_back(plan_epoch_elastic(shards, o, 2, consumed, batch));
+    }
+    const int available = static_cast<int>(plans[0].order.size() / batch);
+    const int n = steps < 0 ? available : std::min(steps, available);
+    for (int j = 0; j < n; ++j) {
+      for (int r = 0; r < size; ++r) {
+        for (std::int64_t i = 0; i < batch; ++i) {
+          EXPECT_TRUE(seen.insert(plans[r].order[j * batch + i]).second) << "sample seen twice";
+        }
+      }
+      consumed += static_cast<std::uint64_t>(size * batch);
+    }
+    return plans[0].dropped;
+  };
+  run_steps(3, 4);
+  run_steps(2, 5);
+  const std::uint64_t dropped = run_steps(4, -1);
+  EXPECT_EQ(consumed, 60u + 50u + 140u);
+  EXPECT_EQ(dropped, 0u);
+  EXPECT_EQ(seen.size(), 250u);
+  for (std::uint64_t id : seen) EXPECT_LT(id, 250u);
+
+  // The same position gives the same split; another epoch another order.
+  SplitOptions o;
+  o.seed = 11;
+  o.size = 2;
+  auto a = plan_epoch_elastic(shards, o, 2, 30, batch);
+  auto b = plan_epoch_elastic(shards, o, 2, 30, batch);
+  auto c = plan_epoch_elastic(shards, o, 3, 30, batch);
+  EXPECT_EQ(a.order, b.order);
+  EXPECT_NE(a.order, c.order);
+  EXPECT_EQ(a.order.size(), 110u);  // 220 left, 22 global batches of 10, 11 of them this rank's
+  EXPECT_EQ(a.dropped, 0u);
+  EXPECT_EQ(plan_epoch_elastic(shards, o, 2, 247, batch).dropped, 3u);
+}
+
 }  // namespace
 }  // namespace hpct::data

@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/fd.h"
 #include "core/subprocess.h"
+#include "launch/elastic_supervisor.h"
 #include "launch/job_store.h"
 #include "launch/local_spawner.h"
 #include "launch/mpirun_spawner.h"
@@ -23,6 +24,7 @@
 #include "launch/rank_protocol.h"
 #include "launch/srun_spawner.h"
 #include "launch/supervisor.h"
+#include "store/tcp_store.h"
 
 namespace hpct::launch {
 namespace {
@@ -113,9 +115,127 @@ std::string make_private_dir(const Env& env) {
   return tmpl;
 }
 
+// `launch --min-np/--max-np/--host-discovery-script`: workers come and go.
+int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
+  if (o.servers > 0) throw_invalid_argument("--servers does not run in an elastic job; drop --min-np/--max-np");
+  if (o.spawner != "auto" && o.spawner != "local" && o.spawner != "ssh") {
+    throw_invalid_argument("an elastic job starts its workers with the local or ssh spawner; drop --spawner " +
+                           o.spawner);
+  }
+  if (o.backend == "mpi") throw_invalid_argument("an elastic job needs --backend gloo (MPI worlds cannot change size)");
+  if (o.discovery_interval_s <= 0 || o.elastic_timeout_s <= 0 || o.blacklist_cooldown_s < 0) {
+    throw_invalid_argument("--discovery-interval and HPCT_ELASTIC_TIMEOUT_S must be positive, "
+                           "--blacklist-cooldown 0 or more");
+  }
+  ElasticOptions eo;
+  eo.discovery_script = o.host_discovery_script;
+  eo.hosts = o.hosts;
+  if (eo.discovery_script.empty() && eo.hosts.empty()) {
+    if (o.np < 1 && o.max_np < 1) {
+      throw_invalid_argument("an elastic job needs --host-discovery-script S, hosts (-H/--hostfile) or -np");
+    }
+    eo.hosts.push_back(HostEntry{own_hostname(), std::max(o.np, o.max_np), "this machine"});
+  }
+  // The first host list: where the store must be reachable from.
+  std::vector<HostEntry> first = eo.hosts;
+  int total_slots = 0;
+  for (const auto& h : first) total_slots += h.slots;
+  eo.max_np = o.max_np > 0 ? o.max_np : (o.np > 0 ? o.np : std::max(1, total_slots));
+  eo.min_np = o.min_np > 0 ? o.min_np : 1;
+  if (eo.min_np > eo.max_np) {
+    throw_invalid_argument("--min-np " + std::to_string(eo.min_np) + " is above --max-np " +
+                           std::to_string(eo.max_np));
+  }
+  eo.discovery_interval = seconds_to_millis(o.discovery_interval_s);
+  eo.blacklist_cooldown = seconds_to_millis(o.blacklist_cooldown_s);
+  eo.elastic_timeout = seconds_to_millis(o.elastic_timeout_s);
+  eo.start_timeout = seconds_to_millis(o.start_timeout_s);
+  eo.grace = seconds_to_millis(o.grace_s);
+  const OutputPrefix prefix = parse_output_prefix(o.prefix);
+
+  const LocalIdentity self = LocalIdentity::current();
+  std::vector<std::string> remote_hosts;
+  for (const auto& h : first) {
+    if (!is_local_host(h.name, self)) remote_hosts.push_back(h.name);
+  }
+  if (!eo.discovery_script.empty() && o.network_interface.empty()) {
+    // Hosts come later: the store must listen where they can reach it.
+    for (const auto& h : discover_hosts(eo.discovery_script, Millis(10000))) {
+      if (!is_local_host(h.name, self)) remote_hosts.push_back(h.name);
+    }
+  }
+  const std::string bind = choose_store_address(o.network_interface, remote_hosts);
+  UniqueFd signals = stop_signal_fd();
+  JobStore job_store(bind, static_cast<size_t>(config.max_frame_bytes), logger);
+  store::TcpStoreOptions so;
+  {
+    const std::string addr = job_store.address();
+    so.host = addr.substr(0, addr.rfind(':'));
+    so.port = std::stoi(addr.substr(addr.rfind(':') + 1));
+  }
+  so.secret = job_store.secret();
+  so.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
+  auto store_client = std::make_shared<store::TcpStore>(so);
+
+  RankSpec spec;
+  spec.argv = o.argv;
+  spec.cwd = std::filesystem::current_path().string();
+  spec.env = carried_env(o, config, env);
+  spec.env["HPCT_ELASTIC_TIMEOUT_S"] = std::to_string(o.elastic_timeout_s);
+  spec.secret = job_store.secret();
+  spec.store_addr = job_store.address();
+  spec.job_id = make_job_id();
+  spec.grace_s = o.grace_s;
+  eo.signal_fd = signals.get();
+
+  SshSpawner ssh(o.ssh);
+  const std::string wrapper = self_executable();
+  auto plan_worker = [&](int id, const std::string& host) {
+    JobLayout layout;
+    RankPlacement p;
+    p.rank = id;
+    p.host = host;
+    layout.ranks = {p};
+    layout.rank_is_local.assign(static_cast<size_t>(id) + 1, false);
+    layout.rank_is_local[static_cast<size_t>(id)] = o.spawner == "local" || is_local_host(host, self);
+    if (o.spawner == "local" && !is_local_host(host, self)) {
+      throw_invalid_argument("--spawner local runs workers on this machine only, but discovery lists " + host);
+    }
+    layout.wrapper = wrapper;
+    return ssh.plan(layout).at(0);
+  };
+  OutputMux output(prefix, {}, o.output_dir);
+  output.launcher_line("elastic job " + spec.job_id + ": " + std::to_string(eo.min_np) + " to " +
+                       std::to_string(eo.max_np) + " workers" +
+                       (eo.discovery_script.empty() ? "" : ", hosts from " + eo.discovery_script));
+  ElasticSupervisor supervisor(eo, spec, plan_worker, output, logger, store_client);
+  int exit_code = 0;
+  for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
+    AttemptResult r = supervisor.run(attempt);
+    if (r.ok) return 0;
+    exit_code = r.exit_code == 0 ? 1 : r.exit_code;
+    output.launcher_line(r.summary);
+    if (r.interrupted_by != 0) break;
+    if (attempt < o.max_restarts) {
+      output.launcher_line("restarting the job (restart " + std::to_string(attempt + 1) + " of " +
+                           std::to_string(o.max_restarts) + "); ranks see HPCT_RESTART=" +
+                           std::to_string(attempt + 1));
+    } else {
+      output.launcher_line("job failed" + (o.max_restarts > 0 ? " after " + std::to_string(o.max_restarts) + " restarts" : std::string()) +
+                           "; exit code " + std::to_string(exit_code));
+    }
+  }
+  return exit_code;
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
+  if (o.argv.empty() && o.elastic()) throw_invalid_argument("launch: no program given; usage: hpctrain launch --min-np A --max-np B -- PROGRAM ARGS...");
+  if (o.elastic()) {
+    if (o.max_restarts < 0) throw_invalid_argument("--max-restarts must be 0 or more");
+    return run_elastic_launch(o, config, env, logger);
+  }
   if (o.argv.empty()) throw_invalid_argument("launch: no program given; usage: hpctrain launch -np N -- PROGRAM ARGS...");
   if (o.max_restarts < 0) throw_invalid_argument("--max-restarts must be 0 or more");
   if (o.start_timeout_s <= 0) throw_invalid_argument("--start-timeout must be positive");

@@ -41,6 +41,16 @@ struct LaunchOptions {
   // workers' hosts. Local and ssh spawners only.
   int servers = 0;
   std::vector<std::string> server_hosts;
+  // Elastic jobs (docs/elastic.md, elastic_supervisor.h): any of these set.
+  // Workers come from the discovery script (or the hosts), between min_np
+  // and max_np of them; a lost host does not end the job.
+  int min_np = 0;
+  int max_np = 0;
+  std::string host_discovery_script;
+  double discovery_interval_s = 1;
+  double blacklist_cooldown_s = 60;
+  double elastic_timeout_s = 60;       // HPCT_ELASTIC_TIMEOUT_S
+  bool elastic() const { return min_np > 0 || max_np > 0 || !host_discovery_script.empty(); }
 };
 
 // Runs the job to its end and returns the launcher's exit code: 0, the

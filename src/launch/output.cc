@@ -47,16 +47,26 @@ OutputMux::OutputMux(OutputPrefix prefix, std::vector<std::string> host_by_rank,
   if (::mkdir(output_dir.c_str(), 0755) != 0 && errno != EEXIST) {
     throw_io("cannot create output directory " + output_dir, errno);
   }
-  for (size_t r = 0; r < hosts_.size(); ++r) {
-    std::string dir = output_dir + "/rank." + std::to_string(r);
-    if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_io("cannot create " + dir, errno);
-    for (const char* name : {"stdout", "stderr"}) {
-      std::string path = dir + "/" + name;
-      int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
-      if (fd < 0) throw_io("cannot create " + path, errno);
-      files_.emplace_back(fd);
-    }
+  output_dir_ = output_dir;
+  for (size_t r = 0; r < hosts_.size(); ++r) open_files(r);
+}
+
+void OutputMux::open_files(size_t r) {
+  std::string dir = output_dir_ + "/rank." + std::to_string(r);
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) throw_io("cannot create " + dir, errno);
+  for (const char* name : {"stdout", "stderr"}) {
+    std::string path = dir + "/" + name;
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_APPEND, 0644);
+    if (fd < 0) throw_io("cannot create " + path, errno);
+    files_.emplace_back(fd);
   }
+}
+
+int OutputMux::add_rank(const std::string& host) {
+  hosts_.push_back(host);
+  tails_.emplace_back();
+  if (!output_dir_.empty()) open_files(hosts_.size() - 1);
+  return static_cast<int>(hosts_.size()) - 1;
 }
 
 std::string OutputMux::prefix(int rank) const {

@@ -42,9 +42,13 @@ class OutputMux {
   // The rank's host as placement has it (srun ranks tell theirs when they start).
   void set_host(int rank, const std::string& host);
   const std::string& host(int rank) const { return hosts_.at(static_cast<size_t>(rank)); }
+  // Another rank (an elastic job's new worker) on host; returns its number,
+  // the next one in order.
+  int add_rank(const std::string& host);
 
  private:
   std::string prefix(int rank) const;
+  void open_files(size_t rank);
 
   OutputPrefix prefix_;
   std::vector<std::string> hosts_;
@@ -52,6 +56,7 @@ class OutputMux {
   int stderr_fd_;
   size_t tail_lines_;
   std::vector<std::deque<std::string>> tails_;
+  std::string output_dir_;
   std::vector<UniqueFd> files_;  // 2 per rank (stdout, stderr) with an output directory
 };
 

@@ -75,6 +75,19 @@ std::unique_ptr<Context> make_context(comm::Communicator& comm, const Config& co
   return std::make_unique<Context>(std::move(impl));
 }
 
+std::unique_ptr<Context> make_context(comm::World world, const Config& config,
+                                      const Logger& logger) {
+  auto impl = std::make_unique<Context::Impl>();
+  impl->config = config;
+  impl->world = std::move(world);
+  impl->info = impl->world.info;
+  impl->comm = impl->world.comm.get();
+  impl->logger = logger.with_rank(impl->comm->rank());
+  impl->engine = std::make_unique<engine::Engine>(
+      *impl->comm, engine::EngineOptions::from_config(config), impl->logger);
+  return std::make_unique<Context>(std::move(impl));
+}
+
 engine::TensorRef tensor_ref(const torch::Tensor& t, const std::string& what) {
   if (!t.defined()) throw_invalid_argument(what + " is an undefined tensor");
   if (!t.device().is_cpu()) {

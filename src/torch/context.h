@@ -27,6 +27,12 @@ struct Context::Impl {
 std::unique_ptr<Context> make_context(comm::Communicator& comm, const Config& config,
                                       const Logger& logger);
 
+// A Context that owns `world` (a world the caller connected itself: elastic/
+// makes one per membership generation), with the engine configured from
+// config. Rank, size and local ranks come from world.info.
+std::unique_ptr<Context> make_context(comm::World world, const Config& config,
+                                      const Logger& logger);
+
 // The engine's view of a libtorch tensor (CPU, contiguous; InvalidArgument
 // naming `what` otherwise). The TensorRef keeps the tensor alive.
 engine::TensorRef tensor_ref(const torch::Tensor& t, const std::string& what);

@@ -14,10 +14,14 @@
 #include <mutex>
 #include <sstream>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include "core/clock.h"
 #include "core/error.h"
 #include "data/crc32c.h"
 #include "data/loader.h"
+#include "elastic/elastic.h"
 #include "train/checkpoint.h"
 #include "train/models.h"
 #include "train/scripted_model.h"
@@ -642,6 +646,222 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   s["params_identical_across_ranks"] = identical;
   metrics.write(s);
   return s;
+}
+
+nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config, const Logger& base_log) {
+  if (o.data.empty()) throw_invalid_argument("--data: no training shards given");
+  if (o.epochs < 1 || o.batch < 1 || o.threads < 1 || o.log_every < 1 || o.elastic_commit_every < 1) {
+    throw_invalid_argument("--epochs, --batch, --threads, --log-every and --commit-every must be at least 1");
+  }
+  if (!o.resume.empty() || o.stop_requested != nullptr || (!o.sync.empty() && o.sync != "allreduce")) {
+    throw_invalid_argument("--elastic keeps its state in memory (commits): drop --resume, "
+                           "--checkpoint-on-signal and --sync ps/ps-async");
+  }
+  learning_rate(o, 1, 0);  // refuse a bad schedule before any work
+  at::set_num_threads(o.threads);
+  const auto wall_start = Clock::now();
+  Logger log = base_log;
+  auto sample = probe_sample(o, log);
+  torch::manual_seed(o.seed);
+  auto model = open_model(o.model, static_cast<int>(sample.size(1)));
+  {
+    model->eval();
+    torch::NoGradGuard no_grad;
+    logits(*model, o.model, sample);
+    model->train();
+  }
+  auto optimizer = make_optimizer(o, *model);
+
+  data::LoaderOptions lo;
+  lo.shards = o.data;
+  lo.seed = o.seed;
+  lo.batch_size = o.batch;
+  lo.drop_last = true;
+  lo.threads = o.data_threads;
+  data::apply_config(config, &lo);
+  lo.normalize = true;
+  lo.logger = log;
+  data::Loader loader(lo);
+  loader.start_elastic_epoch(0, 0, 0, 1);
+  // The epoch's length in samples, for the schedule (the whole dataset but
+  // a last partial batch).
+  const double epoch_samples = static_cast<double>(std::max<std::uint64_t>(1, loader.samples_per_epoch()));
+
+  elastic::State state(*model, *optimizer);
+  if (!o.checkpoint_dir.empty()) state.write_every(o.checkpoint_dir + "/elastic-state.pt", 10);
+  int worlds = 0;
+  nlohmann::json changes = nlohmann::json::array();
+  nlohmann::json summary;
+  double val_loss = NAN, val_acc = NAN, last_loss = NAN;
+  double train_seconds = 0;
+  std::int64_t trained_samples = 0;
+
+  const bool stayed = elastic::run(
+      state,
+      [&](Context& ctx) {
+        ++worlds;
+        log = base_log.with_rank(ctx.rank());
+        const bool lead = ctx.rank() == 0;
+        MetricsFile metrics(lead ? o.metrics : "");
+        const auto& change = state.last_change();
+        nlohmann::json cj;
+        cj["type"] = "elastic";
+        cj["generation"] = change.generation;
+        cj["reason"] = change.reason;
+        cj["old_size"] = change.old_size;
+        cj["new_size"] = change.new_size;
+        cj["rollback_steps"] = change.rollback_steps;
+        cj["seconds"] = change.seconds;
+        cj["step"] = state.step;
+        changes.push_back(cj);
+        metrics.write(cj);
+        // Random layers draw differently on each rank and in each world.
+        torch::manual_seed(o.seed + 1 + static_cast<std::uint64_t>(ctx.rank()) +
+                           1000003ull * static_cast<std::uint64_t>(change.generation));
+        DistributedOptions dopts;
+        dopts.compression = o.compression;
+        DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
+        std::unique_ptr<data::Loader> val;
+        if (!o.val.empty()) {
+          data::LoaderOptions vo = lo;
+          vo.shards = o.val;
+          vo.shuffle = false;
+          vo.drop_last = false;
+          vo.rank = ctx.rank();
+          vo.size = ctx.size();
+          val = std::make_unique<data::Loader>(vo);
+        }
+        auto evaluate = [&]() {
+          if (!val) return;
+          average_buffers(ctx, *model);
+          model->eval();
+          torch::NoGradGuard no_grad;
+          val->start_epoch(0);
+          data::Batch b;
+          double loss_sum = 0, correct = 0, count = 0;
+          while (val->next(&b)) {
+            auto out = logits(*model, o.model, b.images);
+            loss_sum += classification_loss(o.model, out, b.labels,
+                                            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                            .item<double>();
+            correct += out.argmax(1).eq(b.labels).sum().item<double>();
+            count += static_cast<double>(b.labels.size(0));
+          }
+          auto t = allreduce(ctx, "train/val", torch::tensor({loss_sum, correct, count}, torch::kDouble), false);
+          val_loss = t[0].item<double>() / std::max(1.0, t[2].item<double>());
+          val_acc = t[1].item<double>() / std::max(1.0, t[2].item<double>());
+          model->train();
+        };
+        const std::int64_t global_batch = o.batch * ctx.size();
+        bool stop = o.max_steps > 0 && state.step >= o.max_steps;
+        while (state.epoch < o.epochs && !stop) {
+          loader.start_elastic_epoch(state.epoch, static_cast<std::uint64_t>(state.samples), ctx.rank(), ctx.size());
+          model->train();
+          auto epoch_start = Clock::now();
+          auto interval_start = Clock::now();
+          std::int64_t epoch_trained = 0;
+          data::Batch batch;
+          while (loader.next(&batch)) {
+            const double progress = static_cast<double>(state.epoch) + static_cast<double>(state.samples) / epoch_samples;
+            const double lr = learning_rate(o, ctx.size(), progress);
+            set_lr(*optimizer, lr);
+            opt.zero_grad();
+            auto loss = classification_loss(o.model, logits(*model, o.model, batch.images), batch.labels);
+            loss.backward();
+            opt.step();
+            ++state.step;
+            ++state.batch;
+            state.samples += global_batch;
+            epoch_trained += global_batch;
+            last_loss = loss.item<double>();
+            if (state.worker_id() == o.fault_worker && worlds == 1 && state.step == o.fault_step) {
+              std::printf("fault: worker %lld ends itself at step %lld (%s)\n", static_cast<long long>(state.worker_id()),
+                          static_cast<long long>(state.step), o.fault_kind.c_str());
+              std::fflush(stdout);
+              if (o.fault_kind == "exit") throw std::runtime_error("injected fault at step " + std::to_string(state.step));
+              ::kill(::getpid(), SIGKILL);
+            }
+            if (lead && state.step % o.log_every == 0) {
+              const double secs = seconds_since(interval_start);
+              std::printf("epoch %lld step %lld loss %.4f lr %.4g size %d %.0f samples/s\n",
+                          static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step), last_loss, lr,
+                          ctx.size(), static_cast<double>(o.log_every * global_batch) / std::max(1e-9, secs));
+              std::fflush(stdout);
+              interval_start = Clock::now();
+            }
+            if (o.max_steps > 0 && state.step >= o.max_steps) {
+              stop = true;
+              break;
+            }
+            if (state.step % o.elastic_commit_every == 0) state.commit();
+          }
+          const double secs = seconds_since(epoch_start);
+          train_seconds += secs;
+          trained_samples += epoch_trained;
+          evaluate();
+          if (lead) {
+            nlohmann::json j;
+            j["type"] = "epoch";
+            j["epoch"] = state.epoch;
+            j["step"] = state.step;
+            j["size"] = ctx.size();
+            j["train_loss"] = last_loss;
+            if (val) {
+              j["val_loss"] = val_loss;
+              j["val_accuracy"] = val_acc;
+            }
+            metrics.write(j);
+            std::printf("epoch %lld/%d done on %d ranks: %.1f s%s\n", static_cast<long long>(state.epoch + 1),
+                        o.epochs, ctx.size(), secs,
+                        val ? (", val loss " + std::to_string(val_loss) + ", val accuracy " +
+                               std::to_string(val_acc * 100) + "%").c_str()
+                            : "");
+            std::fflush(stdout);
+          }
+          if (stop) break;
+          ++state.epoch;
+          state.batch = 0;
+          state.samples = 0;
+          state.commit();
+        }
+        average_buffers(ctx, *model);
+        auto crcs = torch::zeros({ctx.size()}, torch::kDouble);
+        crcs[ctx.rank()] = static_cast<double>(model_checksum(*model));
+        crcs = allreduce(ctx, "train/param_crc", crcs, false);
+        const bool identical = (crcs == crcs[0]).all().item<bool>();
+        if (!o.save_model.empty()) save_final_model(ctx, *model, o.save_model, log);
+        summary["type"] = "summary";
+        summary["model"] = o.model;
+        summary["parameters"] = parameter_count(*model);
+        summary["np"] = ctx.size();
+        summary["epochs"] = o.epochs;
+        summary["batch_per_rank"] = o.batch;
+        summary["global_batch"] = global_batch;
+        summary["steps"] = state.step;
+        summary["resumed_from_step"] = -1;
+        summary["stopped_by_signal"] = false;
+        summary["train_loss"] = last_loss;
+        if (val) {
+          summary["val_loss"] = val_loss;
+          summary["val_accuracy"] = val_acc;
+        }
+        summary["train_samples_per_s"] = static_cast<double>(trained_samples) / std::max(1e-9, train_seconds);
+        summary["wall_s"] = seconds_since(wall_start);
+        char crc_hex[16];
+        std::snprintf(crc_hex, sizeof crc_hex, "%08x", static_cast<unsigned>(crcs[0].item<double>()));
+        summary["params_crc32c"] = crc_hex;
+        summary["params_identical_across_ranks"] = identical;
+        summary["elastic_changes"] = changes;
+        summary["rank"] = ctx.rank();
+        metrics.write(summary);
+      },
+      config, base_log);
+  if (!stayed) {
+    summary = nlohmann::json::object();
+    summary["type"] = "summary";
+    summary["removed"] = true;
+  }
+  return summary;
 }
 
 }  // namespace hpct::train

@@ -77,12 +77,32 @@ struct TrainOptions {
   const std::atomic<bool>* stop_requested = nullptr;
   std::string sync;                   // allreduce, ps, ps-async; empty: HPCT_SYNC (docs/ps.md)
   int staleness = -1;                 // ps-async bound; -1: HPCT_PS_STALENESS
+  // Elastic (run_elastic_training): commit every this many steps (and at
+  // each epoch's end); a failure loses at most the steps since the last.
+  std::int64_t elastic_commit_every = 10;
+  // Tests: the worker with HPCT_ELASTIC_ID fault_worker ends itself at
+  // step fault_step of its first world, by SIGKILL ("kill") or by an
+  // uncaught exception ("exit"). fault_worker -1: never.
+  std::int64_t fault_worker = -1;
+  std::int64_t fault_step = 0;
+  std::string fault_kind = "kill";
 };
 
 // Blocks for the whole run. Returns the summary (on every rank): final
 // validation loss and accuracy, samples/s, wall time, steps, the parameter
 // checksum and whether it was identical on every rank.
 nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& log);
+
+// `hpctrain train --elastic` under `hpctrain launch --min-np/--max-np`:
+// the same model, data and schedule as run_training, inside
+// hpct::elastic::run (elastic/elastic.h). Hosts may leave and join: a
+// failure rolls back to the last commit, the data sampler splits the
+// epoch's remaining samples over the new world (data/sampler.h,
+// plan_epoch_elastic), and the learning rate follows the world's size.
+// No checkpoint resume or parameter servers. Rank 0 of each world writes
+// an "elastic" metrics line per change (sizes, rollback, time). Returns the
+// summary; "removed": true when the launcher took this worker out.
+nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config, const Logger& log);
 
 // The learning rate at a step (fraction of the run in epochs), as above.
 double learning_rate(const TrainOptions& o, int world_size, double epoch_progress);

@@ -53,6 +53,17 @@ void add_launch_command(CLI::App& app, Cli& cli) {
                 "Hosts for the parameter servers, in turn (default: the workers' hosts)")
       ->delimiter(',')
       ->allow_extra_args(false);
+  // Elastic jobs (docs/elastic.md), with Horovod's option names.
+  c->add_option("--min-np", a->o.min_np,
+                "Elastic: fewest workers the job trains with; below it, wait HPCT_ELASTIC_TIMEOUT_S for hosts, then fail");
+  c->add_option("--max-np", a->o.max_np, "Elastic: most workers at once (default: -np, or every discovered slot)");
+  c->add_option("--host-discovery-script", a->o.host_discovery_script,
+                "Elastic: a command printing the usable hosts, one host:slots line each; polled while the job runs");
+  c->add_option("--discovery-interval", a->o.discovery_interval_s, "Elastic: seconds between discovery runs")
+      ->capture_default_str();
+  c->add_option("--blacklist-cooldown", a->o.blacklist_cooldown_s,
+                "Elastic: seconds a host that lost a worker gets no new workers (0: none)")
+      ->capture_default_str();
   // After "--" everything is the program's, options included.
   c->add_option("command", a->o.argv, "-- PROGRAM ARGS...")->required();
   c->footer("Usage: hpctrain launch -np N [options] -- PROGRAM ARGS...");
@@ -68,6 +79,7 @@ void add_launch_command(CLI::App& app, Cli& cli) {
       o.start_timeout_s = a->start_timeout_s >= 0 ? a->start_timeout_s : cli.config.launch_start_timeout_s;
       o.ssh.connect_timeout_s = std::min(o.start_timeout_s, 30.0);
       o.ssh_options_given = o.ssh.port > 0 || !o.ssh.identity.empty() || !o.ssh.options.empty();
+      o.elastic_timeout_s = cli.config.elastic_timeout_s;
       Logger log = Logger::from_config(cli.config, -1);
       return launch::run_launch(o, cli.config, ProcessEnv(), log);
     };

@@ -111,15 +111,36 @@ void add_train_command(CLI::App& app, Cli& cli) {
                 "allreduce, ps or ps-async (parameter servers: launch --servers K; default HPCT_SYNC)");
   c->add_option("--staleness", o->staleness,
                 "ps-async: steps a worker may run ahead of the slowest (default HPCT_PS_STALENESS)");
+  auto elastic = std::make_shared<bool>(false);
+  c->add_flag("--elastic", *elastic,
+              "Elastic job (start with hpctrain launch --min-np A --max-np B): hosts may leave and join; "
+              "training rolls back to the last commit and goes on (docs/elastic.md)");
+  c->add_option("--commit-every", o->elastic_commit_every,
+                "--elastic: steps between in-memory commits (a failure loses at most these)")
+      ->capture_default_str();
+  c->add_option("--fault-worker", o->fault_worker, "Tests: the elastic worker id that ends itself")->group("");
+  c->add_option("--fault-step", o->fault_step, "Tests: the step at which it does")->group("");
+  c->add_option("--fault", o->fault_kind, "Tests: kill (SIGKILL) or exit (an exception)")->group("");
   auto progress = std::make_shared<std::string>("auto");
   c->add_option("--progress", *progress, "auto (bar when stdout is a terminal), bar or lines")
       ->capture_default_str();
-  c->callback([&cli, o, progress, on_signal] {
-    cli.run = [&cli, o, progress, on_signal] {
+  c->callback([&cli, o, progress, on_signal, elastic] {
+    cli.run = [&cli, o, progress, on_signal, elastic] {
       if (*progress != "auto" && *progress != "bar" && *progress != "lines") {
         throw_invalid_argument("--progress " + *progress + ": choose auto, bar or lines");
       }
       train::open_model(o->model);  // refuse an unknown or unreadable model before joining the job
+      if (*elastic) {
+        if (*on_signal) throw_invalid_argument("--elastic keeps its state in memory; drop --checkpoint-on-signal");
+        Logger log = Logger::from_config(cli.config, -1);
+        auto summary = train::run_elastic_training(*o, cli.config, log);
+        if (summary.value("removed", false)) {
+          std::printf("elastic: this worker was removed from the job\n");
+          return 0;
+        }
+        if (summary["rank"].get<int>() == 0) print_summary(summary);
+        return summary["params_identical_across_ranks"].get<bool>() ? 0 : 1;
+      }
       if (*on_signal) install_stop_signals();  // before joining: a signal while we connect is kept too
       auto ctx = init(cli.config);
       auto opts = *o;

@@ -1,0 +1,193 @@
+// Elastic jobs on this machine (docs/elastic.md): `hpctrain launch --min-np
+// --max-np --host-discovery-script` running `hpctrain train --elastic` on
+// real Fashion-MNIST shards. Three names of this machine (localhost,
+// 127.0.0.1 and its host name) play three hosts of one slot, so a host can
+// leave and come back in discovery. Checked as a user would: the launcher's
+// lines (who left, who joined, sizes, time), the workers' rollback lines,
+// the final summary (steps, size, identical parameters), and every run's
+// time bound.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <string>
+#include <thread>
+
+#include "launch_test_util.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using launch_test::Outcome;
+
+std::string hostname() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof buf - 1);
+  return buf;
+}
+
+class ElasticLocal : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string tmpl = (fs::temp_directory_path() / "hpct-elastic-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    Outcome r = launch_test::run(std::string(HPCT_BINARY) +
+                                     " data pack --from fashion-mnist --split test -q "
+                                     "--max-count 2000 -o " +
+                                     dir_ + "/fm-%06d.tar",
+                                 120);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+
+  void write_hosts(const std::string& name, const std::string& text) {
+    std::ofstream(dir_ + "/" + name + ".tmp") << text;
+    fs::rename(dir_ + "/" + name + ".tmp", dir_ + "/" + name);
+  }
+
+  // The launch command line; `train` adds to the train command.
+  std::string job(const std::string& hosts_file, const std::string& launch_args,
+                  const std::string& train, int elastic_timeout_s = 20) {
+    return "env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCT_ELASTIC_TIMEOUT_S=" +
+           std::to_string(elastic_timeout_s) + " " + std::string(HPCT_BINARY) + " launch " +
+           launch_args + " --host-discovery-script \"cat " + dir_ + "/" + hosts_file +
+           "\" --discovery-interval 0.5 -- " + HPCT_BINARY +
+           " train --elastic --model cnn --data " + dir_ + "/fm-{000000..000002}.tar --val " +
+           dir_ +
+           "/fm-000003.tar --batch 32 --lr 0.05 --threads 1 --seed 3 --log-every 10 --progress "
+           "lines " +
+           train;
+  }
+
+  static double seconds_in(const std::string& text, const std::regex& re) {
+    std::smatch m;
+    return std::regex_search(text, m, re) ? std::stod(m[1].str()) : -1;
+  }
+
+  static std::string dir_;
+};
+std::string ElasticLocal::dir_;
+
+// A worker is SIGKILLed at step 30: the other two go on within 10 s from
+// their last commit (at most --commit-every steps lost); after the host's
+// cool-down discovery still lists it, a new worker joins at a commit, and
+// the job ends with three identical ranks.
+TEST_F(ElasticLocal, SurvivorsGoOnAfterSigkillAndTheHostComesBack) {
+  write_hosts("h1", "localhost:1\n127.0.0.1:1\n" + hostname() + ":1\n");
+  Outcome r = launch_test::run(job("h1", "--min-np 2 --max-np 3 --blacklist-cooldown 2",
+                                   "--epochs 3 --max-steps 120 --commit-every 5 --fault-worker 1 "
+                                   "--fault-step 32 --fault kill"),
+                               180);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("fault: worker 1 ends itself at step 32 (kill)"), std::string::npos)
+      << r.out;
+  // Named by its own end or by the survivors' failure reports, whichever came first.
+  EXPECT_NE(r.out.find("worker 1 (rank 1) on 127.0.0.1 is lost: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("generation 1: size 3 -> 2"), std::string::npos) << r.out;
+  // Recovery: from the launcher's view (the change to every member
+  // arrived) and from the survivors' (the failure to training again).
+  double formed =
+      seconds_in(r.out, std::regex(R"(generation 1 formed: all 2 members arrived ([0-9.]+) s)"));
+  EXPECT_GE(formed, 0) << r.out;
+  EXPECT_LT(formed, 10) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex(
+          R"(generation 1 \(failure\): size 3 -> 2, rolled back ([0-9]+) steps to step ([0-9]+), ([0-9.]+) s)")))
+      << r.out;
+  EXPECT_GE(std::stoi(m[1].str()), 2);  // steps 31 and 32 at least (the commit was at 30)
+  EXPECT_LE(std::stoi(m[1].str()), 5);  // at most the steps since the last commit
+  EXPECT_EQ(m[2].str(), "30");
+  EXPECT_LT(std::stod(m[3].str()), 10);
+  // The host comes back after its cool-down, at a commit, and the job ends at 3.
+  EXPECT_NE(r.out.find("host 127.0.0.1 leaves the blacklist"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("generation 2: size 2 -> 3"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("(scale-up): size 2 -> 3, rolled back 0 steps"), std::string::npos) << r.out;
+  auto pos = r.out.rfind("{\"batch_per_rank\"");
+  ASSERT_NE(pos, std::string::npos) << r.out;
+  auto s = nlohmann::json::parse(r.out.substr(pos, r.out.find('\n', pos) - pos));
+  EXPECT_EQ(s["steps"], 120);
+  EXPECT_EQ(s["np"], 3);
+  EXPECT_TRUE(s["params_identical_across_ranks"].get<bool>());
+  EXPECT_GT(s["val_accuracy"].get<double>(), 0.5) << r.out;
+}
+
+// Discovery adds a host (it joins at a commit) and then drops one (its
+// worker leaves at a commit, exit 0): nothing is rolled back, sizes follow.
+TEST_F(ElasticLocal, DiscoveryAddsAndRemovesHostsAtCommits) {
+  write_hosts("h2", "localhost:1\n127.0.0.1:1\n");
+  const std::string log = dir_ + "/h2.log";
+  int pid = launch_test::start_background(
+      job("h2", "--min-np 1 --max-np 3", "--epochs 3 --commit-every 5"), log);
+  ASSERT_GT(pid, 0);
+  std::string text = launch_test::wait_for(log, "epoch 1 step 20 ", 1, 90);
+  ASSERT_NE(text.find("epoch 1 step 20 "), std::string::npos) << text;
+  write_hosts("h2", "localhost:1\n127.0.0.1:1\n" + hostname() + ":1\n");
+  text = launch_test::wait_for(log, "(scale-up): size 2 -> 3", 1, 60);
+  ASSERT_NE(text.find("generation 1: size 2 -> 3; joined: worker 2 on " + hostname()),
+            std::string::npos)
+      << text;
+  write_hosts("h2", "localhost:1\n" + hostname() + ":1\n");
+  text = launch_test::wait_for(log, "(scale-down): size 3 -> 2", 1, 60);
+  ASSERT_NE(text.find("(scale-down): size 3 -> 2, rolled back 0 steps"), std::string::npos) << text;
+  EXPECT_NE(text.find("left: worker 1 (rank 1) on 127.0.0.1 (its host left discovery)"),
+            std::string::npos)
+      << text;
+  text = launch_test::wait_for(log, "elastic: the job finished", 1, 120);
+  EXPECT_TRUE(launch_test::all_gone_within({pid}, 10));
+  EXPECT_NE(text.find("worker 1 on 127.0.0.1 left the job"), std::string::npos) << text;
+  EXPECT_NE(text.find("the job finished with 2 workers in generation 2"), std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("is lost"), std::string::npos) << text;
+  EXPECT_NE(text.find("identical on every rank: yes"), std::string::npos) << text;
+}
+
+// Rank 0 (the oldest worker) dies by an exception; the survivor becomes
+// rank 0 and goes on alone (--min-np 1).
+TEST_F(ElasticLocal, RankZeroFailingByExceptionLeavesTheOtherToGoOn) {
+  write_hosts("h3", "localhost:1\n127.0.0.1:1\n");
+  Outcome r = launch_test::run(job("h3", "--min-np 1 --max-np 2 --blacklist-cooldown 100",
+                                   "--epochs 1 --max-steps 60 --commit-every 4 --fault-worker 0 "
+                                   "--fault-step 22 --fault exit"),
+                               120);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("worker 0 (rank 0) on localhost is lost: "), std::string::npos) << r.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      r.out, m,
+      std::regex(
+          R"(generation [0-9]+ \(failure\): size 2 -> 1, rolled back ([0-9]+) steps to step 20)")))
+      << r.out;
+  EXPECT_LE(std::stoi(m[1].str()), 4);
+  EXPECT_NE(r.out.find("\"np\":1"), std::string::npos) << r.out;
+}
+
+// Below --min-np with no host to come: the launcher waits
+// HPCT_ELASTIC_TIMEOUT_S (3 s here), then fails naming the host it lost.
+TEST_F(ElasticLocal, BelowMinNpFailsAfterTheTimeoutNamingTheLostHost) {
+  write_hosts("h4", "localhost:1\n127.0.0.1:1\n");
+  auto start = std::chrono::steady_clock::now();
+  Outcome r = launch_test::run(
+      job("h4", "--min-np 2 --max-np 2 --blacklist-cooldown 100",
+          "--epochs 3 --commit-every 5 --fault-worker 1 --fault-step 10 --fault kill", 3),
+      90);
+  double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.exit_code, 137) << "the test's own time bound ran out: " << r.out;
+  EXPECT_NE(r.out.find("below --min-np 2; waiting up to 3.00 s for hosts"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("elastic job below --min-np 2 (1 workers) for 3.00 s "
+                       "(HPCT_ELASTIC_TIMEOUT_S); lost hosts: "
+                       "127.0.0.1; worker 1 (rank 1) on 127.0.0.1: "),
+            std::string::npos)
+      << r.out;
+  EXPECT_LT(took, 60) << r.out;
+}
+
+}  // namespace
