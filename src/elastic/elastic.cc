@@ -38,7 +38,16 @@ std::string tensor_string(const torch::Tensor& t) {
 }
 
 bool retryable(const Error& e) {
-  return e.code() == ErrorCode::kPeerFailure || e.code() == ErrorCode::kTimeout;
+  if (e.code() == ErrorCode::kPeerFailure || e.code() == ErrorCode::kTimeout) return true;
+  // A peer that shut its engine down (its process is ending) stops ours
+  // too; what is submitted after that raises InvalidArgument "the engine on
+  // rank N is shut down" rather than the PeerFailure its pending tensors
+  // got. Our own engine is not shut down while run() holds its Context, so
+  // this is a peer's doing.
+  const std::string m = e.what();
+  return e.code() == ErrorCode::kInvalidArgument &&
+         m.find("the engine on rank ") != std::string::npos &&
+         m.find(" is shut down") != std::string::npos;
 }
 
 }  // namespace

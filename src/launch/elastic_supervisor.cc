@@ -612,6 +612,7 @@ AttemptResult ElasticSupervisor::Impl::run(int attempt) {
       }
     }
     for (const auto& r : removed) pending_left.push_back(r + " (its host left discovery)");
+    if (!removed.empty() && !change_open) change_at = now;
     int members = 0;
     for (const auto& [id, w] : workers)
       members += (w->phase == Phase::kMember || w->phase == Phase::kReady) ? 1 : 0;
