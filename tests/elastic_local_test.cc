@@ -81,7 +81,8 @@ TEST_F(ElasticLocal, SurvivorsGoOnAfterSigkillAndTheHostComesBack) {
   write_hosts("h1", "localhost:1\n127.0.0.1:1\n" + hostname() + ":1\n");
   Outcome r = launch_test::run(job("h1", "--min-np 2 --max-np 3 --blacklist-cooldown 2",
                                    "--epochs 3 --max-steps 120 --commit-every 5 --fault-worker 1 "
-                                   "--fault-step 32 --fault kill"),
+                                   "--fault-step 32 --fault kill --metrics " +
+                                       dir_ + "/m1.jsonl"),
                                180);
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("fault: worker 1 ends itself at step 32 (kill)"), std::string::npos)
@@ -116,6 +117,25 @@ TEST_F(ElasticLocal, SurvivorsGoOnAfterSigkillAndTheHostComesBack) {
   EXPECT_EQ(s["np"], 3);
   EXPECT_TRUE(s["params_identical_across_ranks"].get<bool>());
   EXPECT_GT(s["val_accuracy"].get<double>(), 0.5) << r.out;
+  // The metrics file has a line per change: sizes, rollback, time.
+  std::ifstream metrics(dir_ + "/m1.jsonl");
+  std::string line;
+  int failures = 0, joins = 0;
+  while (std::getline(metrics, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j["type"] != "elastic") continue;
+    if (j["reason"] == "failure") {
+      ++failures;
+      EXPECT_EQ(j["old_size"], 3) << line;
+      EXPECT_EQ(j["new_size"], 2) << line;
+      EXPECT_GE(j["rollback_steps"].get<int>(), 2) << line;
+      EXPECT_LE(j["rollback_steps"].get<int>(), 5) << line;
+      EXPECT_LT(j["seconds"].get<double>(), 10) << line;
+    }
+    if (j["reason"] == "scale-up") ++joins;
+  }
+  EXPECT_EQ(failures, 1);
+  EXPECT_EQ(joins, 1);
 }
 
 // Discovery adds a host (it joins at a commit) and then drops one (its
@@ -188,6 +208,32 @@ TEST_F(ElasticLocal, BelowMinNpFailsAfterTheTimeoutNamingTheLostHost) {
             std::string::npos)
       << r.out;
   EXPECT_LT(took, 60) << r.out;
+}
+
+// --max-restarts keeps its meaning: with nothing left to shrink to
+// (--min-np 2 of 2), the failed elastic job is restarted whole, and the
+// restarted job (new workers, HPCT_RESTART=1) trains to its end.
+TEST_F(ElasticLocal, MaxRestartsRestartsAJobWithNothingLeftToShrinkTo) {
+  write_hosts("h5", "localhost:1\n127.0.0.1:1\n");
+  Outcome r = launch_test::run(
+      job("h5", "--min-np 2 --max-np 2 --blacklist-cooldown 100 --max-restarts 1",
+          "--epochs 1 --max-steps 30 --commit-every 5 --fault-worker 1 --fault-step 10 "
+          "--fault kill",
+          2),
+      120);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("elastic job below --min-np 2 (1 workers) for 2.00 s"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("restarting the job (restart 1 of 1); ranks see HPCT_RESTART=1"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(
+      r.out.find("generation 0: size 0 -> 2; joined: worker 2 on localhost, worker 3 on 127.0.0.1"),
+      std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("the job finished with 2 workers in generation 0"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("identical on every rank: yes"), std::string::npos) << r.out;
 }
 
 }  // namespace
