@@ -7,6 +7,7 @@
 // the final summary (steps, size, identical parameters), and every run's
 // time bound.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -234,6 +235,57 @@ TEST_F(ElasticLocal, MaxRestartsRestartsAJobWithNothingLeftToShrinkTo) {
   EXPECT_NE(r.out.find("the job finished with 2 workers in generation 0"), std::string::npos)
       << r.out;
   EXPECT_NE(r.out.find("identical on every rank: yes"), std::string::npos) << r.out;
+}
+
+// The pid of this test's elastic worker `id` (its environment names it), or -1.
+int worker_pid(int id, const std::string& dir) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename().string();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string env = launch_test::slurp(e.path().string() + "/environ");
+    std::string cmd = launch_test::slurp(e.path().string() + "/cmdline");
+    if (env.find(std::string("HPCT_ELASTIC_ID=") + std::to_string(id) + '\0') !=
+            std::string::npos &&
+        cmd.find(dir) != std::string::npos && cmd.find("launch-rank") == std::string::npos) {
+      return std::stoi(name);
+    }
+  }
+  return -1;
+}
+
+// A host joins and its worker dies while the others meet it (arrival,
+// connect or the first sync): the others do not hang; they go on without it
+// within the operation timeout (HPCT_TIMEOUT_S=6 here) and the job ends.
+TEST_F(ElasticLocal, HostThatJoinsAndDiesDuringTheFirstSyncDoesNotHangTheOthers) {
+  write_hosts("h6", "localhost:1\n127.0.0.1:1\n");
+  const std::string log = dir_ + "/h6.log";
+  ASSERT_GT(
+      launch_test::start_background("HPCT_TIMEOUT_S=6 " +
+                                        job("h6", "--min-np 2 --max-np 3 --blacklist-cooldown 100",
+                                            "--epochs 2 --commit-every 5") +
+                                        "; echo launcher-exit=$?",
+                                    log),
+      0);
+  std::string text = launch_test::wait_for(log, "epoch 1 step 20 ", 1, 90);
+  ASSERT_NE(text.find("epoch 1 step 20 "), std::string::npos) << text;
+  write_hosts("h6", "localhost:1\n127.0.0.1:1\n" + hostname() + ":1\n");
+  text = launch_test::wait_for(log, "joined: worker 2 on", 1, 60);
+  ASSERT_NE(text.find("joined: worker 2 on"), std::string::npos) << text;
+  const int pid = worker_pid(2, dir_);
+  ASSERT_GT(pid, 0) << text;
+  const auto killed_at = std::chrono::steady_clock::now();
+  ASSERT_EQ(::kill(pid, SIGKILL), 0);
+  text = launch_test::wait_for(log, "(failure): size 2 -> 2", 1, 30);
+  const double took =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - killed_at).count();
+  ASSERT_NE(text.find("(failure): size 2 -> 2"), std::string::npos) << text;
+  EXPECT_LT(took, 15) << text;
+  EXPECT_NE(text.find("on " + hostname() + " is lost: was killed by signal 9"), std::string::npos)
+      << text;
+  text = launch_test::wait_for(log, "launcher-exit=", 1, 120);
+  EXPECT_NE(text.find("launcher-exit=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("the job finished with 2 workers"), std::string::npos) << text;
+  EXPECT_NE(text.find("identical on every rank: yes"), std::string::npos) << text;
 }
 
 }  // namespace
