@@ -42,7 +42,6 @@ Opts with_timeout(const Communicator& c, const char* op, Opts o) {
 
 void allreduce(Communicator& comm, const AllreduceOptions& opts) {
   need_buffer(comm, "allreduce", opts.output, opts.count, "output");
-  check_reducible(opts.dtype, opts.op);
   AllreduceOptions o = with_timeout(comm, "allreduce", opts);
   if (o.input == nullptr) o.input = o.output;
   if (comm.size() == 1) {
@@ -56,7 +55,6 @@ void allreduce(Communicator& comm, const AllreduceOptions& opts) {
 }
 
 bool try_allreduce_segments(Communicator& comm, const AllreduceSegmentsOptions& opts) {
-  check_reducible(opts.dtype, opts.op);
   for (const auto& seg : opts.segments) {
     need_buffer(comm, "allreduce", seg.data, seg.count, "segment");
   }
@@ -92,7 +90,6 @@ void allgatherv(Communicator& comm, const AllgathervOptions& opts) {
 void reduce_scatter(Communicator& comm, const ReduceScatterOptions& opts) {
   need_buffer(comm, "reduce_scatter", opts.input, opts.count, "input");
   need_buffer(comm, "reduce_scatter", opts.output, opts.count, "output");
-  check_reducible(opts.dtype, opts.op);
   comm.do_reduce_scatter(with_timeout(comm, "reduce_scatter", opts));
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -72,7 +73,7 @@ std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& 
     store::TcpStoreOptions o;
     o.host = host;
     o.port = port;
-    o.secret = store::read_secret_from_fd(static_cast<int>(config.secret_fd));
+    o.secret = store::job_secret(static_cast<int>(config.secret_fd));
     if (world.launcher == Launcher::kKubernetes && world.rank == 0) {
       // No launcher process runs beside an Indexed Job's pods: rank 0 serves
       // the store, bound to its own address (HPCT_STORE_ADDR names rank 0's
@@ -99,9 +100,16 @@ std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& 
                            "or set HPCT_STORE_DIR to an empty directory every rank can see, or use "
                            "--backend mpi under mpirun");
   }
-  // Keys of a restarted job must not meet the keys of its earlier run.
+  // Keys of a restarted job must not meet the keys of its earlier run, nor
+  // those of this process's earlier joins (every rank of a job that leaves
+  // and joins again, as Horovod's init/shutdown/init, does so the same
+  // number of times, so the counts agree).
+  static std::atomic<int> joins{0};
+  const int join = joins++;
   std::string job = env.get("HPCT_JOB_ID").value_or("job");
-  return std::make_shared<store::PrefixStore>(job + "/restart" + std::to_string(world.restart), base);
+  std::string prefix = job + "/restart" + std::to_string(world.restart);
+  if (join > 0) prefix += "/join" + std::to_string(join);
+  return std::make_shared<store::PrefixStore>(prefix, base);
 }
 
 }  // namespace

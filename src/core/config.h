@@ -80,8 +80,9 @@ namespace hpct {
     "Engine: tensors remembered by the response cache that skips negotiation (0: no cache)")  \
   X(double, stall_warn_s, "HPCT_STALL_WARN_S", 60.0,                                            \
     "Engine: warn when a tensor is submitted by some ranks but not others for this long")      \
-  X(double, stall_abort_s, "HPCT_STALL_ABORT_S", 0.0,                                           \
-    "Engine: fail such a tensor on every rank after this long (0: never, only warn)")          \
+  X(double, stall_abort_s, "HPCT_STALL_ABORT_S", -1.0,                                          \
+    "Engine: fail such a tensor with Timeout on every rank that submitted it after this long " \
+    "(-1: HPCT_TIMEOUT_S; 0: never, only warn)")                                                \
   X(std::string, timeline, "HPCT_TIMELINE", "",                                                 \
     "Engine: rank 0 writes a Chrome-trace JSON of every tensor's phases to this file")         \
   X(std::string, compression, "HPCT_COMPRESSION", "auto",                                       \

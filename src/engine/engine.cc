@@ -73,8 +73,10 @@ EngineOptions EngineOptions::from_config(const Config& c) {
   o.fusion_bytes = static_cast<std::size_t>(c.fusion_bytes);
   o.cycle_ms = c.cycle_ms;
   o.cache_capacity = static_cast<std::size_t>(c.cache_capacity);
-  o.stall_warn_s = c.stall_warn_s;
-  o.stall_abort_s = c.stall_abort_s;
+  // Every wait has a bound: unless set, a tensor some ranks never submit
+  // fails after the communication timeout, and its warning comes first.
+  o.stall_abort_s = c.stall_abort_s < 0 ? c.timeout_s : c.stall_abort_s;
+  o.stall_warn_s = o.stall_abort_s > 0 ? std::min(c.stall_warn_s, o.stall_abort_s / 2) : c.stall_warn_s;
   o.timeline_path = c.timeline;
   o.compression = parse_compression(c.compression);
   return o;
@@ -139,7 +141,6 @@ std::vector<std::pair<int, AutoCompression::Decision>> Engine::auto_compression_
 
 Handle Engine::allreduce_async(const std::string& name, TensorRef t, comm::ReduceOp op,
                                std::optional<Compression> compression) {
-  comm::check_reducible(t.dtype, op);
   Request r;
   r.name = name;
   r.kind = CollectiveKind::kAllreduce;
