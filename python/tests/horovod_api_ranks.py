@@ -3,6 +3,7 @@
 # written here from scratch). Every rank runs the checks in the same order;
 # the first wrong result raises AssertionError and fails the job.
 import itertools
+import os
 import sys
 import warnings
 
@@ -14,11 +15,12 @@ import hpctrain.torch as hvd
 hvd.init()
 r, n = hvd.rank(), hvd.size()
 assert n == int(sys.argv[1]), "size %d, launched with -np %s" % (n, sys.argv[1])
+# hpctrain launch exports horovodrun's variables for scripts that read them
+assert (os.environ["HOROVOD_RANK"], os.environ["HOROVOD_SIZE"]) == (str(r), str(n))
+assert os.environ["HOROVOD_LOCAL_RANK"] == str(hvd.local_rank())
 
 ALL_DTYPES = [torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
               torch.float16, torch.float32, torch.float64]
-SIGNED = [torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.float32,
-          torch.float64]
 
 
 def data(rank, shape, dtype, seed=0, lo=-20, hi=20):

@@ -26,11 +26,12 @@
 // Errors: a rank mismatch (shape, dtype, op, kind) fails that tensor's
 // handle on every rank with Mismatch naming the tensor, the ranks and their
 // shapes. A stall logs a warning after HPCT_STALL_WARN_S and fails the
-// tensor with Timeout after HPCT_STALL_ABORT_S (when > 0). A communicator
-// error (Timeout, PeerFailure) fails every pending handle with that error and
-// breaks the engine: later submissions raise it at once. shutdown() (and the
-// destructor) fails pending handles on every rank (the shutdown is announced
-// to all ranks) and never hangs longer than the communicator's timeout.
+// tensor with Timeout after HPCT_STALL_ABORT_S (HPCT_TIMEOUT_S unless set; 0:
+// never). A communicator error (Timeout, PeerFailure) fails every pending
+// handle with that error and breaks the engine: later submissions raise it at
+// once. shutdown() (and the destructor) fails pending handles on every rank
+// (the shutdown is announced to all ranks) and never hangs longer than the
+// communicator's timeout.
 //
 // Ownership: tensors are caller-owned memory (TensorRef) that must stay valid
 // and untouched until the handle is done; TensorRef::keepalive is released
@@ -83,7 +84,7 @@ struct EngineOptions {
   double cycle_ms = 5;                  // HPCT_CYCLE_MS
   std::size_t cache_capacity = 1024;    // HPCT_CACHE_CAPACITY (0: no cache)
   double stall_warn_s = 60;             // HPCT_STALL_WARN_S
-  double stall_abort_s = 0;             // HPCT_STALL_ABORT_S (0: never)
+  double stall_abort_s = 0;             // HPCT_STALL_ABORT_S (from_config: -1 becomes HPCT_TIMEOUT_S; 0: never)
   std::string timeline_path;            // HPCT_TIMELINE (rank 0 writes it)
   Compression compression = Compression::kNone;  // HPCT_COMPRESSION, for float32 allreduce (its default: auto)
   // kAuto: which ranks share a host (null: comm::host_identity). Tests only.

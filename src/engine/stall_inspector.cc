@@ -58,8 +58,15 @@ std::vector<std::pair<std::string, std::string>> StallInspector::check(
     auto it = last_warned_.find(c.name);
     if (it != last_warned_.end() && seconds(now - it->second) < warn_s_) continue;
     last_warned_[c.name] = now;
+    std::string until;
+    if (abort_s_ > 0) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%.0f", abort_s_);
+      until = "; it fails with a timeout after " + std::string(secs) + " s (HPCT_STALL_ABORT_S)";
+    }
     logger_.warn("engine", "stall: " + describe(c, now) +
-                               "; are the ranks taking different code paths? (HPCT_STALL_WARN_S)");
+                               "; are the ranks taking different code paths? (HPCT_STALL_WARN_S)" +
+                               until);
   }
   for (auto it = last_warned_.begin(); it != last_warned_.end();) {
     it = still.count(it->first) ? std::next(it) : last_warned_.erase(it);

@@ -3,8 +3,9 @@
 //
 // After HPCT_STALL_WARN_S it logs a warning naming the tensor, the ranks that
 // submitted it and the ranks that did not (again every HPCT_STALL_WARN_S while
-// it lasts). After HPCT_STALL_ABORT_S (0: never) it tells the coordinator to
-// fail the tensor on every rank with a Timeout error carrying the same names.
+// it lasts). After HPCT_STALL_ABORT_S (HPCT_TIMEOUT_S unless set; 0: never)
+// it tells the coordinator to fail the tensor on every rank with a Timeout
+// error carrying the same names.
 // A stall is usually a program bug: ranks taking different branches, or one
 // rank skipping a step.
 //
