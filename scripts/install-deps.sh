@@ -15,6 +15,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libssl-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libdeflate-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3
+  # Prometheus endpoints of the ranks (prometheus-cpp), and a real Prometheus and promtool for their test
+  prometheus-cpp-dev prometheus
   # multi-host tests: sshd in network namespaces, a real Slurm
   openssh-server openssh-client iproute2 iptables slurm-wlm
   # bare test hosts (netns-cluster.sh --bare), the .deb and its bundle, the apt proxy

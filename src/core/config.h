@@ -83,6 +83,9 @@ namespace hpct {
   X(double, stall_abort_s, "HPCT_STALL_ABORT_S", -1.0,                                          \
     "Engine: fail such a tensor with Timeout on every rank that submitted it after this long " \
     "(-1: HPCT_TIMEOUT_S; 0: never, only warn)")                                                \
+  X(std::int64_t, metrics_port, "HPCT_METRICS_PORT", 0,                                        \
+    "Prometheus /metrics of each rank on this port + its local rank (0: off; hpctrain launch "  \
+    "--metrics-port sets it; docs/metrics.md)")                                                 \
   X(std::string, timeline, "HPCT_TIMELINE", "",                                                 \
     "Engine: rank 0 writes a Chrome-trace JSON of every tensor's phases to this file")         \
   X(std::string, compression, "HPCT_COMPRESSION", "auto",                                       \

@@ -131,7 +131,9 @@ void Engine::flush() {
 
 Engine::Stats Engine::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return stats_;
+  Stats s = stats_;
+  s.stall_warnings = controller_->stall_warnings();
+  return s;
 }
 
 std::vector<std::pair<int, AutoCompression::Decision>> Engine::auto_compression_decisions() const {
@@ -659,6 +661,8 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
       {
         std::lock_guard<std::mutex> lk(mu_);
         stats_.in_place_bytes += total * wire_size;
+        stats_.allreduce_tensor_bytes += total * comm::dtype_size(r.dtype);
+        stats_.allreduce_wire_bytes += total * wire_size;
       }
       if (timeline_) {
         const std::string args = "\"fused_tensors\":" + std::to_string(es.size()) +
@@ -715,6 +719,8 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     (adjacent ? stats_.in_place_bytes : stats_.packed_bytes) += total * wire_size;
+    stats_.allreduce_tensor_bytes += total * comm::dtype_size(r.dtype);
+    stats_.allreduce_wire_bytes += total * wire_size;
     if (compressed) ++stats_.compressed_collectives;
   }
   if (timeline_) {

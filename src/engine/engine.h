@@ -161,6 +161,8 @@ class Engine {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The communicator it moves tensors with (for its thread-safe statistics).
+  const comm::Communicator& communicator() const { return comm_; }
   const EngineOptions& options() const { return options_; }
 
   // Counters for tests and benchmarks (thread-safe snapshots).
@@ -171,6 +173,9 @@ class Engine {
     std::uint64_t packed_bytes = 0;    // bytes copied into the fusion buffer
     std::uint64_t in_place_bytes = 0;  // bytes sent without the fusion buffer (adjacent, or segments)
     std::uint64_t compressed_collectives = 0;  // allreduces sent as 16-bit floats
+    std::uint64_t allreduce_tensor_bytes = 0;  // allreduced tensors' own bytes
+    std::uint64_t allreduce_wire_bytes = 0;    // the same after compression
+    std::uint64_t stall_warnings = 0;          // stall warnings this rank logged (the coordinator's)
   };
   Stats stats() const;
   // What compression auto decided so far, per size class (thread-safe copy).

@@ -12,6 +12,8 @@
 // Not thread-safe: used by the coordinator (rank 0's background thread).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -41,7 +43,12 @@ class StallInspector {
   // "tensor 'x' (allreduce ...) submitted by ranks [0] but not by ranks [1] for 2.0 s"
   std::string describe(const StallCandidate& c, SteadyClock::time_point now) const;
 
+  // Warnings logged so far (any thread may read it).
+  std::uint64_t warnings() const { return warnings_.load(std::memory_order_relaxed); }
+
  private:
+  void warn(const std::string& line);
+  std::atomic<std::uint64_t> warnings_{0};
   double warn_s_;
   double abort_s_;
   int size_;

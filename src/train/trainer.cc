@@ -15,9 +15,13 @@
 #include <sstream>
 
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
+#include "core/world.h"
 #include "data/crc32c.h"
 #include "data/loader.h"
+#include "engine/engine.h"
+#include "metrics/rank_metrics.h"
 #include "train/checkpoint.h"
 #include "train/models.h"
 #include "train/scripted_model.h"
@@ -415,6 +419,9 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
 
   MetricsFile metrics(lead ? o.metrics : "");
+  const auto prometheus = metrics::rank_metrics_from_config(
+      ctx.config(), discover_world(ProcessEnv()), ProcessEnv(), &ctx.engine(), &ctx.engine().communicator());
+  if (prometheus) log.info("train", "metrics at " + prometheus->url());
   const std::int64_t global_batch = o.batch * ctx.size();
   double val_loss = NAN, val_acc = NAN, last_loss = NAN;
   std::int64_t trained_samples = 0;
@@ -498,6 +505,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
       interval.compute += D(t2 - t1).count();
       interval.sync += D(t3 - t2).count();
       interval.optim += D(t4 - t3).count();
+      if (prometheus) {
+        prometheus->record_step(batch.labels.size(0), D(t1 - t0).count(), D(t2 - t1).count(),
+                                D(t3 - t2).count(), D(t4 - t3).count());
+      }
       loss_interval += last_loss;
       ++steps_interval;
       epoch_samples += global_batch;
