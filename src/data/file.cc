@@ -1,6 +1,7 @@
 #include "data/file.h"
 
 #include <fcntl.h>
+#include <glob.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -99,6 +100,17 @@ std::unique_ptr<WritableFile> PosixFileSystem::open_write(const std::string& pat
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd.valid()) throw_io("create " + tmp, errno);
     return std::make_unique<PosixWritableFile>(std::move(fd), tmp, path);
+}
+
+std::vector<std::string> FileSystem::glob(const std::string& pattern) {
+  glob_t g{};
+  std::vector<std::string> out;
+  const int rc = ::glob(pattern.c_str(), 0, nullptr, &g);
+  if (rc == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) out.emplace_back(g.gl_pathv[i]);
+  }
+  ::globfree(&g);
+  return out;  // glob sorts
 }
 
 std::string read_whole_file(FileSystem& fs, const std::string& path) {

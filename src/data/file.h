@@ -10,6 +10,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace hpct::data {
 
@@ -45,6 +46,12 @@ class FileSystem {
   // Writes go to "<path>.tmp-<pid>" until commit(); creates missing parent
   // directories. Dropping the file uncommitted removes the temporary.
   virtual std::unique_ptr<WritableFile> open_write(const std::string& path) = 0;
+  // A hint: these paths will be opened, in this order. A remote file system
+  // starts fetching them ahead; a local one ignores it.
+  virtual void will_read(const std::vector<std::string>& /*paths*/) {}
+  // The paths a pattern with '*' or '?' names, sorted (a remote file system
+  // lists its bucket). Io when the listing fails.
+  virtual std::vector<std::string> glob(const std::string& pattern);
 };
 
 // The real file system (POSIX calls). Stateless and thread-safe.

@@ -92,7 +92,15 @@ std::vector<std::string> expand_shard_list(const std::vector<std::string>& items
         for (auto& s : expand_braces(line.substr(b))) out.push_back(s);
       }
     } else {
-      for (auto& s : expand_braces(item)) out.push_back(s);
+      for (auto& s : expand_braces(item)) {
+        if (s.find_first_of("*?") == std::string::npos) {
+          out.push_back(s);
+          continue;
+        }
+        auto matched = fs.glob(s);
+        if (matched.empty()) throw_invalid_argument("shard pattern '" + s + "' matches nothing");
+        out.insert(out.end(), matched.begin(), matched.end());
+      }
     }
   }
   return out;

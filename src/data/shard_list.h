@@ -17,7 +17,8 @@ namespace hpct::data {
 std::vector<std::string> expand_braces(const std::string& pattern);
 
 // Each item: "@file" -> the file's lines (each expanded), anything else ->
-// expand_braces. Io when a list file cannot be read.
+// expand_braces, then any name with '*' or '?' -> fs.glob (a bucket listing
+// for s3://; InvalidArgument when it matches nothing). Io when a list file cannot be read.
 std::vector<std::string> expand_shard_list(const std::vector<std::string>& items, FileSystem& fs);
 
 // "tcp://host:port" -> true with host and port set.
