@@ -164,5 +164,114 @@ class ObjectStore(unittest.TestCase):
         self.assertIn("OK 2 shards", out)
 
 
+    def test_no_answer_is_retried_within_the_bound(self):
+        # Every answer waits 3 s; a request may go 1 s without a byte, and a
+        # shard gets 2 requests: the read fails in a few seconds, naming why.
+        port, _ = self.srv.start_proxy(self.srv.http_port, "--delay", "3")
+        env = dict(os.environ, HPCT_DATA_FETCH_TIMEOUT_S="1", HPCT_DATA_FETCH_ATTEMPTS="2")
+        url = "http://127.0.0.1:%d/fm/fm-000000.tar" % port
+        rc, out, err, took = run_hpctrain(["data", "inspect", url], env=env, timeout=60)
+        self.assertEqual(rc, 5, out + err)
+        self.assertLess(took, 10.0, out + err)
+        self.assertIn(url + ": gave up after 2 requests", err)
+        self.assertIn("HPCT_DATA_FETCH_ATTEMPTS", err)
+
+    # The cache (--cache-dir): whole shards only, shared by the ranks of a
+    # host, a second run reads nothing from the server, the bound holds.
+    def cache_files(self, cache):
+        return sorted(f for f in os.listdir(cache) if not f.startswith("."))
+
+    def test_cache_serves_a_second_run_and_keeps_its_bound(self):
+        local = self.local_crc()
+        cache = self.dir + "/cache-a"
+        shards = SHARDS + 1
+        first, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env(), extra=["--cache-dir", cache])
+        self.assertEqual(first["params_crc32c"], local, out)
+        # One rank downloads each shard while the other waits on its lock.
+        self.assertEqual(first["remote_reads"]["cache_hits"], shards, out)
+        self.assertEqual(len(self.cache_files(cache)), shards)
+        for f in self.cache_files(cache):
+            with open(cache + "/" + f, "rb") as a, open(self.www + "/fm/" + f[17:], "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+        again, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env(), extra=["--cache-dir", cache])
+        self.assertEqual(again["params_crc32c"], local, out)
+        self.assertEqual(again["remote_reads"]["bytes"], 0, out)
+        self.assertEqual(again["remote_reads"]["requests"], 0, out)
+        self.assertEqual(again["remote_reads"]["cache_hits"], 2 * shards, out)
+
+        # 3 ranks sharing a cache that holds 2.5 shards: it never holds more.
+        small = self.dir + "/cache-b"
+        bound = int(2.5 * os.path.getsize(self.www + "/fm/fm-000000.tar"))
+        args = ["launch", "-np", "3", "--", HPCTRAIN, "train", "--model", "cnn", "--data",
+                "s3://%s/fm/fm-{000000..%06d}.tar" % (BUCKET, SHARDS), "--batch", "16", "--max-steps", "2",
+                "--threads", "1", "--cache-dir", small, "--cache-size", str(bound)]
+        rc, out, err, _ = run_hpctrain(args, env=dict(self.srv.aws_env(), OMP_NUM_THREADS="1"))
+        self.assertEqual(rc, 0, out + err)
+        kept = self.cache_files(small)
+        self.assertLessEqual(sum(os.path.getsize(small + "/" + f) for f in kept), bound, kept)
+        self.assertEqual(len(kept), 2, kept)
+        self.assertFalse([f for f in kept if ".part-" in f], kept)
+
+    def test_a_crash_mid_download_leaves_nothing_used(self):
+        cache = self.dir + "/cache-c"
+        port, _ = self.srv.start_proxy(self.srv.http_port, "--rate", "200000")
+        slow = "http://127.0.0.1:%d/fm/fm-000001.tar" % port
+        p = subprocess.Popen([HPCTRAIN, "data", "inspect", "--cache-dir", cache, slow],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (os.path.isdir(cache) and
+                                                   any(".part-" in f for f in os.listdir(cache))):
+            time.sleep(0.05)
+        time.sleep(0.5)
+        p.kill()
+        p.wait(timeout=10)
+        left = self.cache_files(cache)
+        self.assertEqual(len(left), 1, left)
+        self.assertIn(".part-%d-" % p.pid, left[0])  # only a part, under a name nothing reads
+        # A later run downloads the shard whole (the same URL) and removes the dead part.
+        rc, out, err, _ = run_hpctrain(["data", "verify", "--cache-dir", cache, slow], timeout=60)
+        self.assertEqual(rc, 0, out + err)
+        left = self.cache_files(cache)
+        self.assertEqual(len(left), 1, left)
+        self.assertTrue(left[0].endswith("-fm-000001.tar"), left)
+        with open(cache + "/" + left[0], "rb") as a, open(self.www + "/fm/fm-000001.tar", "rb") as b:
+            self.assertEqual(a.read(), b.read())
+
+    # Uploads: data pack -o s3://... as multipart uploads.
+    def test_pack_uploads_what_a_local_pack_writes(self):
+        local = self.dir + "/packed-local"
+        pack = ["data", "pack", "--from", "fashion-mnist", "--split", "test", "-q", "--max-count", "4000"]
+        rc, out, err, _ = run_hpctrain(pack + ["-o", local + "/fm-%06d.tar"])
+        self.assertEqual(rc, 0, out + err)
+        rc, out, err, _ = run_hpctrain(pack + ["-o", "s3://%s/packed/fm-%%06d.tar" % BUCKET], env=self.srv.aws_env())
+        self.assertEqual(rc, 0, out + err)
+        back = self.dir + "/packed-back"
+        self.srv.aws("s3", "cp", "--recursive", "--quiet", "s3://%s/packed/" % BUCKET, back)
+        self.assertEqual(sorted(os.listdir(back)), sorted(os.listdir(local)))
+        for f in os.listdir(local):
+            with open(local + "/" + f, "rb") as a, open(back + "/" + f, "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+
+        # Interrupted while uploading (every answer slowed to 0.3 s, so a
+        # shard takes a while): no object appears for the shard being written.
+        port, _ = self.srv.start_proxy(self.srv.s3_port, "--delay", "0.3")
+        p = subprocess.Popen([HPCTRAIN] + pack + ["-o", "s3://%s/cut/fm-%%06d.tar" % BUCKET],
+                             env=self.srv.aws_env("http://127.0.0.1:%d" % port),
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        time.sleep(1.5)
+        p.terminate()
+        out = p.communicate(timeout=30)[0].decode()
+        self.assertNotEqual(p.returncode, 0, out)
+        self.assertIn("interrupted", out)
+        listing = self.srv.aws("s3api", "list-objects-v2", "--bucket", BUCKET, "--prefix", "cut/").stdout.decode()
+        names = [o["Key"] for o in json.loads(listing).get("Contents", [])] if listing.strip() else []
+        self.assertLess(len(names), 3, names)
+        for key in names:  # whatever was completed is whole
+            got = self.dir + "/cut-" + key.replace("/", "_")
+            self.srv.aws("s3", "cp", "--quiet", "s3://%s/%s" % (BUCKET, key), got)
+            with open(got, "rb") as a, open(local + "/" + key.split("/")[-1], "rb") as b:
+                self.assertEqual(a.read(), b.read(), key)
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=2)

@@ -245,7 +245,6 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
     curl_easy_setopt(c, CURLOPT_READFUNCTION, on_read);
     curl_easy_setopt(c, CURLOPT_READDATA, &t);
     curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, static_cast<curl_off_t>(r.body.size()));
-    headers = curl_slist_append(headers, "Expect:");
   } else if (r.method == "POST") {
     curl_easy_setopt(c, CURLOPT_POST, 1L);
     curl_easy_setopt(c, CURLOPT_POSTFIELDS, r.body.data());

@@ -195,7 +195,7 @@ class S3Writer final : public WritableFile {
       : url_(std::move(url)), base_(std::move(base)), http_(std::move(http)), c_(c) {
     HttpRequest r = base_;
     r.method = "POST";
-    r.url += "?uploads";
+    r.url += "?uploads=";  // "uploads=": SigV4's canonical form, which curl 7.88 signs as written
     const std::string body = http_call(r, http_, c_);
     auto ids = xml_values(body, "UploadId");
     if (ids.empty() || ids[0].empty()) {
@@ -423,7 +423,7 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
   }
   // Published only whole and of the announced size; a shard larger than the
   // whole cache is read from its part file and never kept.
-  const bool complete = !stopping && written == size;
+  const bool complete = written == size;  // whole even if the reader is already closing
   if (complete && !too_big && ::fsync(raw) == 0 && ::rename(part.c_str(), final_path.c_str()) == 0) {
     evict(final_path);
   } else {
