@@ -12,7 +12,13 @@ botocore, the AWS CLI as a second client, and our fault proxy.
   - a wrong secret, a missing bucket, a missing key and an expired
     certificate each end in under 10 s with one line naming the URL, exit
     code 7 (credentials, certificate) or 5 (missing);
-  - a glob over a bucket lists it; data inspect streams a throttled shard.
+  - a glob over a bucket lists it; a throttled shard's first sample is read
+    long before its last byte arrives; an answer that never comes is retried
+    within HPCT_DATA_FETCH_ATTEMPTS, then named;
+  - the cache: a second run reads nothing from the server, 3 ranks sharing
+    it keep its bound, a download killed midway leaves only a part file;
+  - data pack -o s3:// uploads the bytes a local pack writes (the AWS CLI
+    reads them back), and an interrupted pack leaves no object behind.
 HPCTRAIN names the hpctrain binary."""
 import json
 import os
@@ -163,6 +169,20 @@ class ObjectStore(unittest.TestCase):
         self.assertEqual(rc, 0, out + err)
         self.assertIn("OK 2 shards", out)
 
+
+    def test_first_sample_is_read_before_the_shard_has_arrived(self):
+        # A shard throttled to 1 MB/s takes about a second on the wire; its
+        # first sample is read and decoded in a small part of that.
+        port, _ = self.srv.start_proxy(self.srv.http_port, "--rate", "1000000")
+        rc, out, err, _ = run_hpctrain(["bench", "data", "--rounds", "1", "--source",
+                                        "http://127.0.0.1:%d/fm/fm-000002.tar" % port])
+        self.assertEqual(rc, 0, out + err)
+        r = summary_of(out)
+        whole_s = r["bytes"] / r["bytes_per_s"]
+        self.assertGreater(whole_s, 0.8, out)
+        self.assertLess(r["first_sample_s"], 0.2 * whole_s, out)
+        self.assertGreater(r["ratio_to_curl"], 0.8, out)  # both wait for the same wire
+        self.assertGreater(list(r["sources"].values())[0]["stalls"], 0, out)  # the reader waited for bytes
 
     def test_no_answer_is_retried_within_the_bound(self):
         # Every answer waits 3 s; a request may go 1 s without a byte, and a

@@ -4,12 +4,14 @@
 #include <fnmatch.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -55,19 +57,9 @@ std::string base_name(const std::string& url) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
-void pwrite_all(int fd, const char* data, size_t n, std::uint64_t at, const std::string& what) {
-  size_t done = 0;
-  while (done < n) {
-    ssize_t w = ::pwrite(fd, data + done, n - done, static_cast<off_t>(at + done));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw_io("write " + what, errno);
-    }
-    done += static_cast<size_t>(w);
-  }
-}
-
-// One remote shard on its way to local disk.
+// One remote shard on its way to local disk: a file mapped into memory, so
+// that a read of bytes already there is a memcpy, with no lock and no system
+// call (a tar walk reads two small pieces per member).
 struct Spool {
   std::string url;             // as the user wrote it
   std::string source;          // metrics key
@@ -77,10 +69,48 @@ struct Spool {
   bool queued = false;         // guarded by mu
   bool size_known = false;     // guarded by mu
   bool done = false;           // guarded by mu
-  std::uint64_t size = 0;      // guarded by mu
-  std::uint64_t available = 0; // guarded by mu: bytes [0, available) are in fd
+  std::uint64_t size = 0;      // written once under mu before size_known
+  std::atomic<std::uint64_t> available{0};  // bytes [0, available) are in map
+  std::atomic<int> waiters{0};              // readers waiting for bytes
   std::exception_ptr error;    // guarded by mu
   UniqueFd fd;                 // set before size_known
+  char* map = nullptr;         // size bytes of fd, set before size_known
+  std::uint64_t written = 0;   // the fetch thread's
+
+  ~Spool() {
+    if (map != nullptr) ::munmap(map, size);
+  }
+  // The fetch thread, once the size is known: the file takes that size and
+  // is mapped (writable when it is being downloaded).
+  void set_size(std::uint64_t n, bool writable) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (n > 0) {
+      if (writable && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0) throw_io("size the spool of " + url, errno);
+      void* m = ::mmap(nullptr, n, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd.get(), 0);
+      if (m == MAP_FAILED) throw_io("map the spool of " + url, errno);
+      map = static_cast<char*>(m);
+    }
+    size = n;
+    size_known = true;
+    cv.notify_all();
+  }
+  // The fetch thread: the next bytes of the object.
+  void append(const char* data, size_t n) {
+    if (written + n > size) throw_data_corrupt(url + ": the server sent more than the " + std::to_string(size) + " bytes it announced");
+    std::memcpy(map + written, data, n);
+    written += n;
+    available.store(written);
+    if (waiters.load() > 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      cv.notify_all();
+    }
+  }
+  void finish(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (e && !error) error = e;
+    done = true;
+    cv.notify_all();
+  }
 };
 
 }  // namespace
@@ -146,43 +176,36 @@ class RemoteFile final : public RandomAccessFile {
       : s_(std::move(s)), c_(c), bound_(bound) {}
   size_t read_at(std::uint64_t offset, char* buf, size_t n) const override {
     const std::uint64_t want = std::min<std::uint64_t>(s_->size, offset + n);
-    {
-      std::unique_lock<std::mutex> lock(s_->mu);
-      if (s_->available < want && !s_->error) {
-        const std::uint64_t t0 = now_us();
-        c_->stalls += 1;
-        const bool arrived = s_->cv.wait_for(lock, bound_, [&] { return s_->available >= want || s_->error; });
-        c_->stall_us += now_us() - t0;
-        if (!arrived) {
-          throw_timeout(s_->url + ": byte offset " + std::to_string(offset) + " did not arrive within " +
-                        std::to_string(bound_.count() / 1000) + " s");
-        }
-      }
-      if (s_->available < want) {
-        try {
-          std::rethrow_exception(s_->error);
-        } catch (const Error& e) {
-          throw Error(e.code(), std::string(e.what()) + " (reading byte offset " + std::to_string(offset) + ")");
-        }
-      }
-    }
+    if (s_->available.load() < want) wait_for(offset, want);
     if (offset >= want) return 0;
-    size_t done = 0;
-    while (done < want - offset) {
-      ssize_t r = ::pread(s_->fd.get(), buf + done, want - offset - done, static_cast<off_t>(offset + done));
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        throw_io("read the local copy of " + s_->url, errno);
-      }
-      if (r == 0) break;
-      done += static_cast<size_t>(r);
-    }
-    return done;
+    std::memcpy(buf, s_->map + offset, want - offset);
+    return want - offset;
   }
   std::uint64_t size() const override { return s_->size; }
   const std::string& name() const override { return s_->url; }
 
  private:
+  // Waits for bytes up to `want` (a stall, counted) or the download's error.
+  void wait_for(std::uint64_t offset, std::uint64_t want) const {
+    std::unique_lock<std::mutex> lock(s_->mu);
+    s_->waiters += 1;
+    const std::uint64_t t0 = now_us();
+    c_->stalls += 1;
+    const bool arrived = s_->cv.wait_for(lock, bound_, [&] { return s_->available.load() >= want || s_->error; });
+    c_->stall_us += now_us() - t0;
+    s_->waiters -= 1;
+    if (!arrived) {
+      throw_timeout(s_->url + ": byte offset " + std::to_string(offset) + " did not arrive within " +
+                    std::to_string(bound_.count() / 1000) + " s");
+    }
+    if (s_->available.load() < want) {
+      try {
+        std::rethrow_exception(s_->error);
+      } catch (const Error& e) {
+        throw Error(e.code(), std::string(e.what()) + " (reading byte offset " + std::to_string(offset) + ")");
+      }
+    }
+  }
   std::shared_ptr<Spool> s_;
   SourceCounters* c_;
   Millis bound_;
@@ -312,9 +335,7 @@ void ShardFileSystem::Impl::fetcher() {
     try {
       fetch(*s);
     } catch (...) {
-      std::lock_guard<std::mutex> lock(s->mu);
-      s->error = std::current_exception();
-      s->cv.notify_all();
+      s->finish(std::current_exception());
     }
   }
 }
@@ -324,35 +345,20 @@ void ShardFileSystem::Impl::fetch(Spool& s) {
   if (!o.cache_dir.empty() && fetch_cached(s, c)) return;
   UniqueFd fd(::open(fs::temp_directory_path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
   if (!fd.valid()) throw_io("create a spool file in " + fs::temp_directory_path().string(), errno);
-  const int raw = fd.get();
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.fd = std::move(fd);
   }
-  std::uint64_t written = 0;
   fetch_object(
-      s.request, o.http, 0, c,
-      [&](std::uint64_t size) {
-        std::lock_guard<std::mutex> lock(s.mu);
-        s.size = size;
-        s.size_known = true;
-        s.cv.notify_all();
-      },
+      s.request, o.http, 0, c, [&](std::uint64_t size) { s.set_size(size, true); },
       [&](const char* data, size_t n) {
-        pwrite_all(raw, data, n, written, "the spool of " + s.url);
-        written += n;
-        std::lock_guard<std::mutex> lock(s.mu);
-        s.available = written;
-        s.cv.notify_all();
+        s.append(data, n);
         return !stopping.load();
       },
       &stopping);
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (stopping && !s.done && s.available < s.size) {
-    s.error = std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled"));
-  }
-  s.done = true;
-  s.cv.notify_all();
+  s.finish(s.written < s.size || !s.size_known
+               ? std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled"))
+               : nullptr);
 }
 
 bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
@@ -379,12 +385,14 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
     if (::fstat(hit.get(), &st) != 0) throw_io("stat " + final_path, errno);
     ::utimensat(AT_FDCWD, final_path.c_str(), nullptr, 0);  // most recently used
     c->cache_hits += 1;
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.fd = std::move(hit);
-    s.size = static_cast<std::uint64_t>(st.st_size);
-    s.available = s.size;
-    s.size_known = s.done = true;
-    s.cv.notify_all();
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.fd = std::move(hit);
+    }
+    s.set_size(static_cast<std::uint64_t>(st.st_size), false);
+    s.written = s.size;
+    s.available.store(s.size);
+    s.finish(nullptr);
     return true;
   }
   const std::string part = final_path + ".part-" + std::to_string(::getpid()) + "-" + std::to_string(part_seq++);
@@ -395,25 +403,16 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
     std::lock_guard<std::mutex> lock(s.mu);
     s.fd = std::move(fd);
   }
-  std::uint64_t written = 0, size = 0;
   bool too_big = false;
   try {
     fetch_object(
         s.request, o.http, 0, c,
         [&](std::uint64_t n) {
-          size = n;
           too_big = n > o.cache_bytes;
-          std::lock_guard<std::mutex> lock(s.mu);
-          s.size = n;
-          s.size_known = true;
-          s.cv.notify_all();
+          s.set_size(n, true);
         },
         [&](const char* data, size_t n) {
-          pwrite_all(raw, data, n, written, part);
-          written += n;
-          std::lock_guard<std::mutex> lock(s.mu);
-          s.available = written;
-          s.cv.notify_all();
+          s.append(data, n);
           return !stopping.load();
         },
         &stopping);
@@ -421,18 +420,17 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
     ::unlink(part.c_str());
     throw;
   }
-  // Published only whole and of the announced size; a shard larger than the
-  // whole cache is read from its part file and never kept.
-  const bool complete = written == size;  // whole even if the reader is already closing
+  // Published only whole and of the announced size (even when the reader is
+  // already closing); a shard larger than the whole cache is read from its
+  // part file and never kept.
+  const bool complete = s.size_known && s.written == s.size;
   if (complete && !too_big && ::fsync(raw) == 0 && ::rename(part.c_str(), final_path.c_str()) == 0) {
     evict(final_path);
   } else {
     ::unlink(part.c_str());
   }
-  std::lock_guard<std::mutex> lock(s.mu);
-  if (!complete) s.error = std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled"));
-  s.done = true;
-  s.cv.notify_all();
+  s.finish(complete ? nullptr
+                    : std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled")));
   return true;
 }
 
