@@ -81,13 +81,15 @@ class ObjectStore(unittest.TestCase):
         if not os.environ.get("OBJSTORE_TEST_KEEP"):
             shutil.rmtree(cls.dir, ignore_errors=True)
 
-    def train(self, base, env=None, extra=()):
+    def train(self, base, env=None, extra=(), steps=12):
         last = "%06d" % (SHARDS - 1)
         args = ["launch", "-np", "2", "--", HPCTRAIN, "train", "--model", "cnn",
                 "--data", "%s/fm-{000000..%s}.tar" % (base, last), "--val", "%s/fm-%06d.tar" % (base, SHARDS),
-                "--epochs", "1", "--batch", "32", "--lr", "0.05", "--threads", "1", "--seed", "7",
-                "--max-steps", "12", "--log-every", "6", "--progress", "lines", "--ca-file", self.srv.ca_file]
+                "--batch", "32", "--lr", "0.05", "--threads", "1", "--seed", "7",
+                "--max-steps", str(steps), "--log-every", "6", "--progress", "lines", "--ca-file", self.srv.ca_file]
         args += list(extra)
+        if "--epochs" not in extra:
+            args += ["--epochs", "1"]
         env = dict(env or os.environ)
         env.update({"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"})
         rc, out, err, _ = run_hpctrain(args, env=env)
@@ -119,6 +121,16 @@ class ObjectStore(unittest.TestCase):
         with open(self.dir + "/sigcheck.log") as f:
             f.seek(refusals_before)
             self.assertEqual(f.read(), "")
+
+    def test_a_second_epoch_reads_nothing_from_the_server(self):
+        # 2 epochs (31 steps each): every rank asks for each shard once, and
+        # the bytes are the shards' once per rank.
+        s, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env(),
+                            extra=["--epochs", "2"], steps=40)
+        self.assertEqual(s["steps"], 40, out)
+        shards = ["%s/fm/fm-%06d.tar" % (self.www, i) for i in range(SHARDS + 1)]
+        self.assertEqual(s["remote_reads"]["requests"], 2 * len(shards), out)
+        self.assertEqual(s["remote_reads"]["bytes"], 2 * sum(os.path.getsize(f) for f in shards), out)
 
     # Acceptance 2.
     def test_cut_and_failing_responses_lose_nothing(self):
