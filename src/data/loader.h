@@ -46,8 +46,8 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "data/augment.h"
-#include "data/file.h"
+#include "data/decode/augment.h"
+#include "data/source/file.h"
 #include "data/sample.h"
 
 namespace hpct::data {

@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 #include "data/random.h"
-#include "data/tar.h"
-#include "data/tfrecord.h"
+#include "data/formats/tar.h"
+#include "data/formats/tfrecord.h"
 
 namespace hpct::data {
 namespace {

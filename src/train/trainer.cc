@@ -16,7 +16,7 @@
 
 #include "core/clock.h"
 #include "core/error.h"
-#include "data/crc32c.h"
+#include "data/formats/crc32c.h"
 #include "data/loader.h"
 #include "data/source/remote_fs.h"
 #include "train/checkpoint.h"

@@ -25,15 +25,15 @@
 #include "commands.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "data/augment.h"
-#include "data/idx.h"
-#include "data/image.h"
-#include "data/jpeg_reference.h"
+#include "data/decode/augment.h"
+#include "data/formats/idx.h"
+#include "data/decode/image.h"
+#include "data/decode/jpeg_reference.h"
 #include "data/loader.h"
-#include "data/shard_list.h"
+#include "data/source/shard_list.h"
 #include "data/source/remote_fs.h"
-#include "data/tar.h"
-#include "data/shard_writer.h"
+#include "data/formats/tar.h"
+#include "data/formats/shard_writer.h"
 
 namespace hpct::cli {
 namespace {

@@ -41,7 +41,7 @@
 #include "core/config.h"
 #include "core/env.h"
 #include "core/log.h"
-#include "data/file.h"
+#include "data/source/file.h"
 #include "data/source/http.h"
 
 namespace hpct::data {
