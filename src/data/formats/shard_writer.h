@@ -24,7 +24,7 @@ struct ShardWriterOptions {
   ShardFormat format = ShardFormat::kTar;
   std::uint64_t max_count = 10000;       // samples per shard
   std::uint64_t max_size = 1ull << 30;   // bytes per shard (a lone larger sample still goes in)
-  std::shared_ptr<FileSystem> fs = std::make_shared<PosixFileSystem>();
+  std::shared_ptr<FileSystem> fs = default_file_system();  // local paths and URLs
 };
 
 // Not thread-safe. Io when a write fails (the shard being written is

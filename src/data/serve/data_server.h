@@ -62,7 +62,7 @@ struct DataServerOptions {
   Millis handshake_timeout{5000};
   Millis io_timeout{10000};               // to finish a frame once started
   Millis send_timeout{600000};            // a client may stop reading this long
-  std::shared_ptr<FileSystem> fs = std::make_shared<PosixFileSystem>();
+  std::shared_ptr<FileSystem> fs = default_file_system();  // local paths and URLs
   Logger logger;
 };
 

@@ -61,6 +61,12 @@ class PosixFileSystem final : public FileSystem {
   std::unique_ptr<WritableFile> open_write(const std::string& path) override;
 };
 
+// What shard readers and writers use unless given another: local paths and
+// file://, and http(s)/s3 URLs with the default settings and the process's
+// AWS_* environment (a ShardFileSystem, source/remote_fs.h; commands build
+// theirs from the job's config instead). Starts no thread until a URL is used.
+std::shared_ptr<FileSystem> default_file_system();
+
 // The whole file; Io naming it on failure.
 std::string read_whole_file(FileSystem& fs, const std::string& path);
 

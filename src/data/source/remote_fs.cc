@@ -622,4 +622,8 @@ std::shared_ptr<ShardFileSystem> make_shard_file_system(const Config& config, co
   return std::make_shared<ShardFileSystem>(shard_source_options(config, log), std::make_shared<ProcessEnv>());
 }
 
+std::shared_ptr<FileSystem> default_file_system() {
+  return std::make_shared<ShardFileSystem>(ShardSourceOptions(), std::make_shared<ProcessEnv>());
+}
+
 }  // namespace hpct::data
