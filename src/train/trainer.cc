@@ -119,10 +119,12 @@ void average_buffers(Context& ctx, Model& model) {
 // One sample of the training data, [1, C, H, W]: its channels shape
 // resnet20, and a forward pass on it checks the model fits the data before
 // any rank starts training.
-torch::Tensor probe_sample(const TrainOptions& o, const Logger& log, std::shared_ptr<data::FileSystem> fs) {
+torch::Tensor probe_sample(const TrainOptions& o, const Logger& log, std::shared_ptr<data::FileSystem> fs,
+                           const Config& config) {
   data::LoaderOptions lo;
   lo.shards = o.data;
   lo.fs = std::move(fs);
+  lo.on_error = data::parse_on_error(config.data_on_error);  // a shard skipped in training is skipped here too
   lo.batch_size = 1;
   lo.shuffle = false;
   lo.threads = 1;
@@ -337,7 +339,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   // One file system for every loader of the run: remote shards are fetched
   // once (into spools or the cache) and their counts go to the metrics.
   auto shard_fs = data::make_shard_file_system(ctx.config(), log);
-  auto sample = probe_sample(o, log, shard_fs);
+  auto sample = probe_sample(o, log, shard_fs, ctx.config());
   torch::manual_seed(o.seed);
   auto model = open_model(o.model, static_cast<int>(sample.size(1)));
   {

@@ -12,6 +12,8 @@ botocore, the AWS CLI as a second client, and our fault proxy.
   - a wrong secret, a missing bucket, a missing key and an expired
     certificate each end in under 10 s with one line naming the URL, exit
     code 7 (credentials, certificate) or 5 (missing);
+  - a shard that keeps failing is skipped or fails the job by
+    HPCT_DATA_ON_ERROR, named by its URL;
   - a glob over a bucket lists it; a throttled shard's first sample is read
     long before its last byte arrives; an answer that never comes is retried
     within HPCT_DATA_FETCH_ATTEMPTS, then named;
@@ -207,6 +209,24 @@ class ObjectStore(unittest.TestCase):
         self.assertLess(took, 10.0, out + err)
         self.assertIn(url + ": gave up after 2 requests", err)
         self.assertIn("HPCT_DATA_FETCH_ATTEMPTS", err)
+
+    def test_a_shard_that_keeps_failing_follows_the_on_error_policy(self):
+        # Three shards straight from nginx, the fourth behind a proxy that
+        # answers every request with 500: skip trains on the three and names
+        # the fourth; fail stops the job naming it (exit 5).
+        port, _ = self.srv.start_proxy(self.srv.http_port, "--fail", "1000", "--fail-status", "500")
+        bad = "http://127.0.0.1:%d/fm/fm-000003.tar" % port
+        common = ["train", "--model", "cnn", "--data", "http://127.0.0.1:%d/fm/fm-{000000..000002}.tar"
+                  % self.srv.http_port, bad, "--batch", "32", "--max-steps", "3", "--threads", "1"]
+        env = dict(os.environ, HPCT_DATA_FETCH_ATTEMPTS="2", OMP_NUM_THREADS="1")
+        rc, out, err, _ = run_hpctrain(common, env=dict(env, HPCT_DATA_ON_ERROR="skip"), timeout=120)
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("skipping a shard that cannot be read: " + bad + ": gave up after 2 requests", err)
+        self.assertIn("HTTP 500", err)
+        self.assertEqual(summary_of(out)["steps"], 3, out)
+        rc, out, err, took = run_hpctrain(common, env=dict(env, HPCT_DATA_ON_ERROR="fail"), timeout=120)
+        self.assertEqual(rc, 5, out + err)
+        self.assertIn(bad + ": gave up after 2 requests, at byte offset 0: HTTP 500", err)
 
     # The cache (--cache-dir): whole shards only, shared by the ranks of a
     # host, a second run reads nothing from the server, the bound holds.
