@@ -4,9 +4,10 @@
 namespace hpct::cli {
 
 void add_source_flags(CLI::App* c, SourceFlags* f) {
-  c->add_option("--ca-file", f->ca_file,
-                "PEM file of the CAs that sign https:// and s3:// servers (default: the system store; "
-                "HPCT_DATA_CA_FILE)");
+  c->add_option(
+      "--ca-file", f->ca_file,
+      "PEM file of the CAs that sign https:// and s3:// servers (default: the system store; "
+      "HPCT_DATA_CA_FILE)");
   c->add_option("--cache-dir", f->cache_dir,
                 "Keep whole remote shards here between epochs and runs, shared by the host's ranks "
                 "(HPCT_DATA_CACHE_DIR)");

@@ -43,7 +43,8 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
     const size_t colon = line.find(':');
     if (colon != std::string::npos) {
       std::string name = line.substr(0, colon);
-      std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return std::tolower(c); });
       size_t v = line.find_first_not_of(' ', colon + 1);
       t->result->headers[name] = v == std::string::npos ? "" : line.substr(v);
     }
@@ -63,9 +64,10 @@ size_t on_write(char* data, size_t size, size_t n, void* user) {
     return bytes;
   }
   if (t->result->body_bytes == 0 && bytes > 0) {
-    t->result->ttfb_us = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                                        std::chrono::steady_clock::now() - t->start)
-                                                        .count());
+    t->result->ttfb_us =
+        static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                       std::chrono::steady_clock::now() - t->start)
+                                       .count());
   }
   t->result->body_bytes += bytes;
   if (t->on_body && *t->on_body && !(*t->on_body)(data, bytes)) {
@@ -97,17 +99,19 @@ std::string first(const std::vector<std::string>& v) { return v.empty() ? "" : v
 std::string judge(const HttpResult& res, const HttpRequest& r, const HttpOptions& o) {
   const std::string url = shown(r);
   if (res.curl_code != CURLE_OK && res.status == 0) {
-    const std::string why = res.curl_error.empty() ? curl_easy_strerror(static_cast<CURLcode>(res.curl_code))
-                                                   : res.curl_error;
+    const std::string why = res.curl_error.empty()
+                                ? curl_easy_strerror(static_cast<CURLcode>(res.curl_code))
+                                : res.curl_error;
     switch (res.curl_code) {
       case CURLE_PEER_FAILED_VERIFICATION:
       case CURLE_SSL_CACERT_BADFILE:
       case CURLE_SSL_CERTPROBLEM:
       case CURLE_SSL_ISSUER_ERROR:
-        throw Error(ErrorCode::kAuth, url + ": the server's TLS certificate was refused (" + why +
-                                          "): renew the server's certificate, or give the CA that signs it "
-                                          "with --ca-file (HPCT_DATA_CA_FILE)" +
-                                          (o.ca_file.empty() ? "" : "; now " + o.ca_file));
+        throw Error(ErrorCode::kAuth,
+                    url + ": the server's TLS certificate was refused (" + why +
+                        "): renew the server's certificate, or give the CA that signs it "
+                        "with --ca-file (HPCT_DATA_CA_FILE)" +
+                        (o.ca_file.empty() ? "" : "; now " + o.ca_file));
       case CURLE_COULDNT_RESOLVE_HOST:
         throw Error(ErrorCode::kIo, url + ": " + why + ": check the host name in the URL" +
                                         (r.s3 ? " or AWS_ENDPOINT_URL" : ""));
@@ -121,18 +125,21 @@ std::string judge(const HttpResult& res, const HttpRequest& r, const HttpOptions
   const long s = res.status;
   if (s >= 500 || s == 429 || s == 408) return "HTTP " + std::to_string(s);
   if (res.curl_code != CURLE_OK && s >= 200 && s < 300) {
-    return res.curl_error.empty() ? curl_easy_strerror(static_cast<CURLcode>(res.curl_code)) : res.curl_error;
+    return res.curl_error.empty() ? curl_easy_strerror(static_cast<CURLcode>(res.curl_code))
+                                  : res.curl_error;
   }
   const std::string code = first(xml_values(res.error_body, "Code"));
   const std::string status = "HTTP " + std::to_string(s) + (code.empty() ? "" : " " + code);
   if (r.s3) {
     if (code == "SignatureDoesNotMatch") {
-      throw Error(ErrorCode::kAuth, url + ": the server refused the request's signature (" + status +
-                                        "): check the secret key (" + r.s3->credentials_from + ")");
+      throw Error(ErrorCode::kAuth, url + ": the server refused the request's signature (" +
+                                        status + "): check the secret key (" +
+                                        r.s3->credentials_from + ")");
     }
     if (code == "InvalidAccessKeyId") {
-      throw Error(ErrorCode::kAuth, url + ": the server does not know access key " + r.s3->access_key + " (" +
-                                        status + "): check " + r.s3->credentials_from);
+      throw Error(ErrorCode::kAuth, url + ": the server does not know access key " +
+                                        r.s3->access_key + " (" + status + "): check " +
+                                        r.s3->credentials_from);
     }
     if (code == "ExpiredToken" || code == "InvalidToken" || code == "TokenRefreshRequired") {
       throw Error(ErrorCode::kAuth, url + ": the session token was refused (" + status +
@@ -141,7 +148,8 @@ std::string judge(const HttpResult& res, const HttpRequest& r, const HttpOptions
     if (code == "NoSuchBucket") {
       S3Location loc;
       parse_s3_url(url, &loc);
-      throw Error(ErrorCode::kIo, url + ": no bucket '" + loc.bucket + "' at " + r.s3->endpoint + " (" + status +
+      throw Error(ErrorCode::kIo, url + ": no bucket '" + loc.bucket + "' at " + r.s3->endpoint +
+                                      " (" + status +
                                       "): check the bucket name, AWS_ENDPOINT_URL and AWS_REGION");
     }
     if (code == "NoSuchKey") {
@@ -150,10 +158,11 @@ std::string judge(const HttpResult& res, const HttpRequest& r, const HttpOptions
     }
   }
   if (s == 401 || s == 403) {
-    throw Error(ErrorCode::kAuth, url + ": access refused (" + status + "): " +
-                                      (r.s3 ? "check the credentials (" + r.s3->credentials_from +
-                                                  ") and the bucket's policy"
-                                            : "the server needs credentials this URL does not carry"));
+    throw Error(
+        ErrorCode::kAuth,
+        url + ": access refused (" + status + "): " +
+            (r.s3 ? "check the credentials (" + r.s3->credentials_from + ") and the bucket's policy"
+                  : "the server needs credentials this URL does not carry"));
   }
   if (s == 404) throw Error(ErrorCode::kIo, url + ": not found (" + status + "): check the URL");
   throw Error(ErrorCode::kIo, url + ": the server answered " + status + ": check the URL");
@@ -181,11 +190,10 @@ bool parse_content_range(const std::string& v, std::uint64_t* first, std::uint64
   return true;
 }
 
-
 // One request; *out is filled as the answer arrives, so a sink can read
 // the headers when the body starts.
-void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body, const std::atomic<bool>* cancel,
-             HttpResult* out) {
+void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body,
+             const std::atomic<bool>* cancel, HttpResult* out) {
   global_init();
   HttpResult& res = *out;
   res = HttpResult();
@@ -206,7 +214,8 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
     // UNSIGNED-PAYLOAD is what TLS-protected clients send (as the AWS CLI).
     headers = curl_slist_append(headers, "x-amz-content-sha256: UNSIGNED-PAYLOAD");
     if (!r.s3->session_token.empty()) {
-      headers = curl_slist_append(headers, ("x-amz-security-token: " + r.s3->session_token).c_str());
+      headers =
+          curl_slist_append(headers, ("x-amz-security-token: " + r.s3->session_token).c_str());
     }
     sigv4 = "aws:amz:" + r.s3->region + ":s3";
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, sigv4.c_str());
@@ -226,7 +235,8 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
   curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L << 10);
   curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(o.timeout.count()));
   curl_easy_setopt(c, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME, std::max(1L, static_cast<long>((o.timeout.count() + 999) / 1000)));
+  curl_easy_setopt(c, CURLOPT_LOW_SPEED_TIME,
+                   std::max(1L, static_cast<long>((o.timeout.count() + 999) / 1000)));
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 1L);
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, 5L);
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
@@ -273,9 +283,9 @@ HttpResult http_perform(const HttpRequest& r, const HttpOptions& o, const BodySi
   return res;
 }
 
-void fetch_object(const HttpRequest& base, const HttpOptions& o, std::uint64_t offset, SourceCounters* counters,
-                  const std::function<void(std::uint64_t)>& on_size, const BodySink& on_body,
-                  const std::atomic<bool>* cancel) {
+void fetch_object(const HttpRequest& base, const HttpOptions& o, std::uint64_t offset,
+                  SourceCounters* counters, const std::function<void(std::uint64_t)>& on_size,
+                  const BodySink& on_body, const std::atomic<bool>* cancel) {
   HttpRequest r = base;
   std::uint64_t pos = offset;
   bool size_known = false;
@@ -298,9 +308,11 @@ void fetch_object(const HttpRequest& base, const HttpOptions& o, std::uint64_t o
         checked = true;
         std::uint64_t first = 0, size = 0;
         auto cr = res.headers.find("content-range");
-        if (res.status == 206 && cr != res.headers.end() && parse_content_range(cr->second, &first, &size)) {
+        if (res.status == 206 && cr != res.headers.end() &&
+            parse_content_range(cr->second, &first, &size)) {
           if (first != pos) {
-            mismatch = "the server answered from byte " + std::to_string(first) + ", not " + std::to_string(pos);
+            mismatch = "the server answered from byte " + std::to_string(first) + ", not " +
+                       std::to_string(pos);
             return false;
           }
         } else {
@@ -317,8 +329,8 @@ void fetch_object(const HttpRequest& base, const HttpOptions& o, std::uint64_t o
           total = size;
           on_size(total);
         } else if (size != total) {
-          mismatch = "the object changed while it was read (" + std::to_string(total) + " bytes, now " +
-                     std::to_string(size) + ")";
+          mismatch = "the object changed while it was read (" + std::to_string(total) +
+                     " bytes, now " + std::to_string(size) + ")";
           return false;
         }
       }
@@ -355,7 +367,8 @@ void fetch_object(const HttpRequest& base, const HttpOptions& o, std::uint64_t o
       // Asked past the end: fine when the end is where we are.
       std::uint64_t first = 0, size = 0;
       auto cr = res.headers.find("content-range");
-      if (cr != res.headers.end() && parse_content_range(cr->second, &first, &size) && size == pos) return;
+      if (cr != res.headers.end() && parse_content_range(cr->second, &first, &size) && size == pos)
+        return;
     }
     if (ok_status && res.curl_code == CURLE_OK) {
       if (!size_known) {
@@ -370,14 +383,15 @@ void fetch_object(const HttpRequest& base, const HttpOptions& o, std::uint64_t o
         return;
       }
     }
-    std::string reason = res.curl_code == CURLE_OK && ok_status
-                             ? "the answer ended at byte " + std::to_string(pos) + " of " + std::to_string(total)
-                             : judge(res, r, o);
+    std::string reason =
+        res.curl_code == CURLE_OK && ok_status
+            ? "the answer ended at byte " + std::to_string(pos) + " of " + std::to_string(total)
+            : judge(res, r, o);
     if (attempt >= o.attempts) {
       throw Error(ErrorCode::kIo, shown(r) + ": gave up after " + std::to_string(attempt) +
                                       " requests, at byte offset " + std::to_string(pos) +
-                                      (size_known ? " of " + std::to_string(total) : "") + ": " + reason +
-                                      " (HPCT_DATA_FETCH_ATTEMPTS bounds the requests)");
+                                      (size_known ? " of " + std::to_string(total) : "") + ": " +
+                                      reason + " (HPCT_DATA_FETCH_ATTEMPTS bounds the requests)");
     }
     if (got > 0) {
       counters->resumes += 1;  // cut mid-body: go on from the next byte at once
@@ -397,14 +411,21 @@ std::string http_call(const HttpRequest& r, const HttpOptions& o, SourceCounters
     std::string body;
     HttpResult res;
     counters->requests += 1;
-    perform(r, o, [&](const char* d, size_t n) { body.append(d, n); return true; }, nullptr, &res);
+    perform(
+        r, o,
+        [&](const char* d, size_t n) {
+          body.append(d, n);
+          return true;
+        },
+        nullptr, &res);
     if (res.curl_code == CURLE_OK && res.status >= 200 && res.status < 300) {
       if (headers) *headers = res.headers;
       return body;
     }
     const std::string reason = judge(res, r, o);
     if (attempt >= o.attempts) {
-      throw Error(ErrorCode::kIo, shown(r) + ": gave up after " + std::to_string(attempt) + " requests: " + reason +
+      throw Error(ErrorCode::kIo, shown(r) + ": gave up after " + std::to_string(attempt) +
+                                      " requests: " + reason +
                                       " (HPCT_DATA_FETCH_ATTEMPTS bounds the requests)");
     }
     counters->retries += 1;

@@ -33,35 +33,35 @@
 namespace hpct::data {
 
 struct HttpOptions {
-  std::string ca_file;        // empty: the system's CA store
-  Millis timeout{20000};      // to connect, and the longest gap without a byte
-  int attempts = 10;          // requests per object, first one included
-  Millis backoff{100};        // first wait before a retry
+  std::string ca_file;    // empty: the system's CA store
+  Millis timeout{20000};  // to connect, and the longest gap without a byte
+  int attempts = 10;      // requests per object, first one included
+  Millis backoff{100};    // first wait before a retry
   Millis backoff_max{3000};
 };
 
 // Counters of one source (a host or a bucket). Updated by fetch threads with
 // relaxed atomics; read by anyone.
 struct SourceCounters {
-  std::atomic<std::uint64_t> bytes{0};      // body bytes received
+  std::atomic<std::uint64_t> bytes{0};  // body bytes received
   std::atomic<std::uint64_t> requests{0};
-  std::atomic<std::uint64_t> retries{0};    // requests repeated after a failure with no bytes
-  std::atomic<std::uint64_t> resumes{0};    // range requests after a cut
-  std::atomic<std::uint64_t> stalls{0};     // reads that waited for bytes not yet arrived
-  std::atomic<std::uint64_t> stall_us{0};   // time spent in those waits
+  std::atomic<std::uint64_t> retries{0};      // requests repeated after a failure with no bytes
+  std::atomic<std::uint64_t> resumes{0};      // range requests after a cut
+  std::atomic<std::uint64_t> stalls{0};       // reads that waited for bytes not yet arrived
+  std::atomic<std::uint64_t> stall_us{0};     // time spent in those waits
   std::atomic<std::uint64_t> ttfb_us_sum{0};  // time to first byte, summed over objects
   std::atomic<std::uint64_t> ttfb_count{0};
-  std::atomic<std::uint64_t> cache_hits{0};   // shards read from the cache, not the server
+  std::atomic<std::uint64_t> cache_hits{0};  // shards read from the cache, not the server
 };
 
 struct HttpRequest {
   std::string method = "GET";
-  std::string url;                  // what is requested
-  std::string shown;                // what the user wrote (s3://b/k), for messages; empty: url
-  const S3Settings* s3 = nullptr;   // sign with SigV4 when set
+  std::string url;                 // what is requested
+  std::string shown;               // what the user wrote (s3://b/k), for messages; empty: url
+  const S3Settings* s3 = nullptr;  // sign with SigV4 when set
   std::vector<std::string> headers;
-  std::string body;                 // sent with PUT and POST
-  std::uint64_t range_from = 0;     // > 0: "Range: bytes=<range_from>-"
+  std::string body;              // sent with PUT and POST
+  std::uint64_t range_from = 0;  // > 0: "Range: bytes=<range_from>-"
 };
 
 struct HttpResult {
@@ -71,7 +71,7 @@ struct HttpResult {
   std::map<std::string, std::string> headers;  // of the final response, names in lower case
   std::string error_body;                      // a non-2xx answer's body (first 64 KiB)
   std::uint64_t body_bytes = 0;
-  std::uint64_t ttfb_us = 0;                   // to the first body byte, 0 when none came
+  std::uint64_t ttfb_us = 0;  // to the first body byte, 0 when none came
 };
 
 using BodySink = std::function<bool(const char* data, size_t n)>;  // false: stop the transfer
@@ -84,9 +84,9 @@ HttpResult http_perform(const HttpRequest& r, const HttpOptions& o, const BodySi
 // Reads an object from byte `offset` to its end by the fault policy above.
 // on_size gets the object's size once, before any body byte; on_body gets the
 // bytes in order, each once. Returns early (no error) when *cancel is set.
-void fetch_object(const HttpRequest& r, const HttpOptions& o, std::uint64_t offset, SourceCounters* counters,
-                  const std::function<void(std::uint64_t)>& on_size, const BodySink& on_body,
-                  const std::atomic<bool>* cancel);
+void fetch_object(const HttpRequest& r, const HttpOptions& o, std::uint64_t offset,
+                  SourceCounters* counters, const std::function<void(std::uint64_t)>& on_size,
+                  const BodySink& on_body, const std::atomic<bool>* cancel);
 
 // A small request (listing, multipart calls) with the same retries; returns
 // the 2xx answer's body, and its headers in *headers when given.

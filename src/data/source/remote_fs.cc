@@ -11,14 +11,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <cstring>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 #include <mutex>
-#include <thread>
-
 #include <nlohmann/json.hpp>
+#include <thread>
 
 #include "core/error.h"
 #include "core/fd.h"
@@ -33,9 +32,9 @@ namespace fs = std::filesystem;
 constexpr size_t kPartBytes = 8 << 20;  // S3 wants >= 5 MiB per part but the last
 
 std::uint64_t now_us() {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now().time_since_epoch())
-          .count());
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
 }
 
 std::string hex64(std::uint64_t v) {
@@ -61,21 +60,21 @@ std::string base_name(const std::string& url) {
 // that a read of bytes already there is a memcpy, with no lock and no system
 // call (a tar walk reads two small pieces per member).
 struct Spool {
-  std::string url;             // as the user wrote it
-  std::string source;          // metrics key
+  std::string url;     // as the user wrote it
+  std::string source;  // metrics key
   HttpRequest request;
   std::mutex mu;
   std::condition_variable cv;
-  bool queued = false;         // guarded by mu
-  bool size_known = false;     // guarded by mu
-  bool done = false;           // guarded by mu
-  std::uint64_t size = 0;      // written once under mu before size_known
+  bool queued = false;                      // guarded by mu
+  bool size_known = false;                  // guarded by mu
+  bool done = false;                        // guarded by mu
+  std::uint64_t size = 0;                   // written once under mu before size_known
   std::atomic<std::uint64_t> available{0};  // bytes [0, available) are in map
   std::atomic<int> waiters{0};              // readers waiting for bytes
-  std::exception_ptr error;    // guarded by mu
-  UniqueFd fd;                 // set before size_known
-  char* map = nullptr;         // size bytes of fd, set before size_known
-  std::uint64_t written = 0;   // the fetch thread's
+  std::exception_ptr error;                 // guarded by mu
+  UniqueFd fd;                              // set before size_known
+  char* map = nullptr;                      // size bytes of fd, set before size_known
+  std::uint64_t written = 0;                // the fetch thread's
 
   ~Spool() {
     if (map != nullptr) ::munmap(map, size);
@@ -85,8 +84,10 @@ struct Spool {
   void set_size(std::uint64_t n, bool writable) {
     std::lock_guard<std::mutex> lock(mu);
     if (n > 0) {
-      if (writable && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0) throw_io("size the spool of " + url, errno);
-      void* m = ::mmap(nullptr, n, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd.get(), 0);
+      if (writable && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0)
+        throw_io("size the spool of " + url, errno);
+      void* m = ::mmap(nullptr, n, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                       fd.get(), 0);
       if (m == MAP_FAILED) throw_io("map the spool of " + url, errno);
       map = static_cast<char*>(m);
     }
@@ -96,7 +97,9 @@ struct Spool {
   }
   // The fetch thread: the next bytes of the object.
   void append(const char* data, size_t n) {
-    if (written + n > size) throw_data_corrupt(url + ": the server sent more than the " + std::to_string(size) + " bytes it announced");
+    if (written + n > size)
+      throw_data_corrupt(url + ": the server sent more than the " + std::to_string(size) +
+                         " bytes it announced");
     std::memcpy(map + written, data, n);
     written += n;
     available.store(written);
@@ -121,10 +124,11 @@ struct ShardFileSystem::Impl {
 
   mutable std::mutex mu;
   std::condition_variable cv;
-  std::map<std::string, std::shared_ptr<Spool>> spools;      // guarded by mu
-  std::deque<std::shared_ptr<Spool>> queue;                   // guarded by mu
-  std::map<std::string, std::unique_ptr<SourceCounters>> counters;  // guarded by mu; entries never removed
-  std::unique_ptr<S3Settings> s3;                             // guarded by mu; read on first use
+  std::map<std::string, std::shared_ptr<Spool>> spools;  // guarded by mu
+  std::deque<std::shared_ptr<Spool>> queue;              // guarded by mu
+  std::map<std::string, std::unique_ptr<SourceCounters>>
+      counters;                    // guarded by mu; entries never removed
+  std::unique_ptr<S3Settings> s3;  // guarded by mu; read on first use
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
   std::atomic<std::uint64_t> part_seq{0};
@@ -145,7 +149,8 @@ struct ShardFileSystem::Impl {
     r.shown = url;
     S3Location loc;
     if (parse_s3_url(url, &loc)) {
-      if (loc.key.empty()) throw_invalid_argument(url + ": no object key; expected s3://BUCKET/KEY");
+      if (loc.key.empty())
+        throw_invalid_argument(url + ": no object key; expected s3://BUCKET/KEY");
       r.s3 = &s3_settings();
       r.url = s3_object_url(*r.s3, loc);
     } else {
@@ -164,7 +169,8 @@ struct ShardFileSystem::Impl {
     for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this] { fetcher(); });
   }
   Millis read_bound() const {
-    return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) + 60000);
+    return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) +
+                  60000);
   }
 };
 
@@ -191,18 +197,20 @@ class RemoteFile final : public RandomAccessFile {
     s_->waiters += 1;
     const std::uint64_t t0 = now_us();
     c_->stalls += 1;
-    const bool arrived = s_->cv.wait_for(lock, bound_, [&] { return s_->available.load() >= want || s_->error; });
+    const bool arrived =
+        s_->cv.wait_for(lock, bound_, [&] { return s_->available.load() >= want || s_->error; });
     c_->stall_us += now_us() - t0;
     s_->waiters -= 1;
     if (!arrived) {
-      throw_timeout(s_->url + ": byte offset " + std::to_string(offset) + " did not arrive within " +
-                    std::to_string(bound_.count() / 1000) + " s");
+      throw_timeout(s_->url + ": byte offset " + std::to_string(offset) +
+                    " did not arrive within " + std::to_string(bound_.count() / 1000) + " s");
     }
     if (s_->available.load() < want) {
       try {
         std::rethrow_exception(s_->error);
       } catch (const Error& e) {
-        throw Error(e.code(), std::string(e.what()) + " (reading byte offset " + std::to_string(offset) + ")");
+        throw Error(e.code(), std::string(e.what()) + " (reading byte offset " +
+                                  std::to_string(offset) + ")");
       }
     }
   }
@@ -222,7 +230,8 @@ class S3Writer final : public WritableFile {
     const std::string body = http_call(r, http_, c_);
     auto ids = xml_values(body, "UploadId");
     if (ids.empty() || ids[0].empty()) {
-      throw Error(ErrorCode::kIo, url_ + ": the server started no multipart upload (no UploadId in its answer)");
+      throw Error(ErrorCode::kIo,
+                  url_ + ": the server started no multipart upload (no UploadId in its answer)");
     }
     upload_id_ = ids[0];
   }
@@ -250,7 +259,8 @@ class S3Writer final : public WritableFile {
     buf_.clear();
     std::string xml = "<CompleteMultipartUpload>";
     for (size_t i = 0; i < etags_.size(); ++i) {
-      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] + "</ETag></Part>";
+      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] +
+             "</ETag></Part>";
     }
     xml += "</CompleteMultipartUpload>";
     HttpRequest r = base_;
@@ -260,7 +270,8 @@ class S3Writer final : public WritableFile {
     r.headers.push_back("Content-Type: application/xml");
     const std::string answer = http_call(r, http_, c_);
     if (answer.find("<Error>") != std::string::npos) {
-      throw Error(ErrorCode::kIo, url_ + ": completing the upload failed: " + answer.substr(0, 300));
+      throw Error(ErrorCode::kIo,
+                  url_ + ": completing the upload failed: " + answer.substr(0, 300));
     }
     committed_ = true;
   }
@@ -270,13 +281,15 @@ class S3Writer final : public WritableFile {
   void send_part(const std::string& data) {
     HttpRequest r = base_;
     r.method = "PUT";
-    r.url += "?partNumber=" + std::to_string(etags_.size() + 1) + "&uploadId=" + uri_encode(upload_id_, false);
+    r.url += "?partNumber=" + std::to_string(etags_.size() + 1) +
+             "&uploadId=" + uri_encode(upload_id_, false);
     r.body = data;
     r.headers.push_back("Content-Type: application/octet-stream");
     std::map<std::string, std::string> headers;
     http_call(r, http_, c_, &headers);
     auto it = headers.find("etag");
-    if (it == headers.end()) throw Error(ErrorCode::kIo, url_ + ": the server returned no ETag for a part");
+    if (it == headers.end())
+      throw Error(ErrorCode::kIo, url_ + ": the server returned no ETag for a part");
     etags_.push_back(it->second);
     c_->bytes += data.size();
   }
@@ -356,9 +369,10 @@ void ShardFileSystem::Impl::fetch(Spool& s) {
         return !stopping.load();
       },
       &stopping);
-  s.finish(s.written < s.size || !s.size_known
-               ? std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled"))
-               : nullptr);
+  s.finish(
+      s.written < s.size || !s.size_known
+          ? std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled"))
+          : nullptr);
 }
 
 bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
@@ -366,7 +380,8 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
   fs::create_directories(o.cache_dir, ec);
   const std::string name = hex64(fnv1a(s.url)) + "-" + base_name(s.url);
   const std::string final_path = o.cache_dir + "/" + name;
-  UniqueFd lock_fd(::open((o.cache_dir + "/." + name + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  UniqueFd lock_fd(
+      ::open((o.cache_dir + "/." + name + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (!lock_fd.valid()) throw_io("open a lock file in the cache " + o.cache_dir, errno);
   // Another rank of this host may be downloading it: wait for its lock.
   const auto deadline = std::chrono::steady_clock::now() + read_bound();
@@ -395,7 +410,8 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
     s.finish(nullptr);
     return true;
   }
-  const std::string part = final_path + ".part-" + std::to_string(::getpid()) + "-" + std::to_string(part_seq++);
+  const std::string part =
+      final_path + ".part-" + std::to_string(::getpid()) + "-" + std::to_string(part_seq++);
   UniqueFd fd(::open(part.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (!fd.valid()) throw_io("create " + part, errno);
   const int raw = fd.get();
@@ -424,18 +440,21 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
   // already closing); a shard larger than the whole cache is read from its
   // part file and never kept.
   const bool complete = s.size_known && s.written == s.size;
-  if (complete && !too_big && ::fsync(raw) == 0 && ::rename(part.c_str(), final_path.c_str()) == 0) {
+  if (complete && !too_big && ::fsync(raw) == 0 &&
+      ::rename(part.c_str(), final_path.c_str()) == 0) {
     evict(final_path);
   } else {
     ::unlink(part.c_str());
   }
   s.finish(complete ? nullptr
-                    : std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled")));
+                    : std::make_exception_ptr(
+                          Error(ErrorCode::kIo, s.url + ": the download was cancelled")));
   return true;
 }
 
 void ShardFileSystem::Impl::evict(const std::string& keep) {
-  UniqueFd lock_fd(::open((o.cache_dir + "/.evict.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  UniqueFd lock_fd(
+      ::open((o.cache_dir + "/.evict.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
   if (!lock_fd.valid() || ::flock(lock_fd.get(), LOCK_EX) != 0) return;
   struct Entry {
     std::string path;
@@ -460,7 +479,8 @@ void ShardFileSystem::Impl::evict(const std::string& keep) {
     entries.push_back({e.path().string(), bytes, e.last_write_time(ec)});
     total += bytes;
   }
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.used < b.used; });
   for (const auto& e : entries) {
     if (total <= o.cache_bytes) break;
     if (e.path == keep) continue;
@@ -471,7 +491,8 @@ void ShardFileSystem::Impl::evict(const std::string& keep) {
 ShardSourceOptions shard_source_options(const Config& config, const Logger& log) {
   ShardSourceOptions o;
   if (config.data_fetches < 1) {
-    throw_invalid_argument("HPCT_DATA_FETCHES must be at least 1, got " + std::to_string(config.data_fetches));
+    throw_invalid_argument("HPCT_DATA_FETCHES must be at least 1, got " +
+                           std::to_string(config.data_fetches));
   }
   if (config.data_fetch_attempts < 1) {
     throw_invalid_argument("HPCT_DATA_FETCH_ATTEMPTS must be at least 1, got " +
@@ -519,7 +540,8 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   SourceCounters* c = m.counters_for(s->source);
   std::unique_lock<std::mutex> lock(s->mu);
   if (!s->cv.wait_for(lock, m.read_bound(), [&] { return s->size_known || s->error; })) {
-    throw_timeout(path + ": no answer within " + std::to_string(m.read_bound().count() / 1000) + " s");
+    throw_timeout(path + ": no answer within " + std::to_string(m.read_bound().count() / 1000) +
+                  " s");
   }
   if (!s->size_known) std::rethrow_exception(s->error);
   return std::make_unique<RemoteFile>(s, c, m.read_bound());
@@ -529,7 +551,8 @@ std::unique_ptr<WritableFile> ShardFileSystem::open_write(const std::string& pat
   if (!is_remote_url(path)) return PosixFileSystem().open_write(strip_file_scheme(path));
   S3Location loc;
   if (!parse_s3_url(path, &loc)) {
-    throw_invalid_argument(path + ": only s3:// URLs can be written (http(s) servers take no uploads)");
+    throw_invalid_argument(path +
+                           ": only s3:// URLs can be written (http(s) servers take no uploads)");
   }
   Impl& m = *impl_;
   HttpRequest base = m.request_for(path);
@@ -553,8 +576,10 @@ std::vector<std::string> ShardFileSystem::glob(const std::string& pattern) {
   S3Location loc;
   if (!parse_s3_url(pattern, &loc)) {
     if (is_remote_url(pattern)) {
-      throw_invalid_argument(pattern + ": an http(s) server cannot be listed, so '*' cannot be expanded: name "
-                             "the shards with a brace range, e.g. train-{000000..000099}.tar");
+      throw_invalid_argument(
+          pattern +
+          ": an http(s) server cannot be listed, so '*' cannot be expanded: name "
+          "the shards with a brace range, e.g. train-{000000..000099}.tar");
     }
     return FileSystem::glob(strip_file_scheme(pattern));
   }
@@ -575,7 +600,8 @@ std::vector<std::string> ShardFileSystem::glob(const std::string& pattern) {
     r.url = s3.endpoint + "/" + uri_encode(loc.bucket, false) + "?" + query;
     const std::string xml = http_call(r, m.o.http, c);
     for (const auto& key : xml_values(xml, "Key")) {
-      if (::fnmatch(loc.key.c_str(), key.c_str(), FNM_PATHNAME) == 0) out.push_back("s3://" + loc.bucket + "/" + key);
+      if (::fnmatch(loc.key.c_str(), key.c_str(), FNM_PATHNAME) == 0)
+        out.push_back("s3://" + loc.bucket + "/" + key);
     }
     auto truncated = xml_values(xml, "IsTruncated");
     auto next = xml_values(xml, "NextContinuationToken");
@@ -619,7 +645,8 @@ std::vector<double> ShardFileSystem::totals() const {
 }
 
 std::shared_ptr<ShardFileSystem> make_shard_file_system(const Config& config, const Logger& log) {
-  return std::make_shared<ShardFileSystem>(shard_source_options(config, log), std::make_shared<ProcessEnv>());
+  return std::make_shared<ShardFileSystem>(shard_source_options(config, log),
+                                           std::make_shared<ProcessEnv>());
 }
 
 std::shared_ptr<FileSystem> default_file_system() {

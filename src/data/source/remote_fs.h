@@ -33,10 +33,9 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "core/config.h"
 #include "core/env.h"
@@ -48,8 +47,8 @@ namespace hpct::data {
 
 struct ShardSourceOptions {
   HttpOptions http;
-  int fetches = 4;                   // downloads in flight
-  std::string cache_dir;             // empty: no cache
+  int fetches = 4;        // downloads in flight
+  std::string cache_dir;  // empty: no cache
   std::uint64_t cache_bytes = 10ull << 30;
   Logger logger;
 };

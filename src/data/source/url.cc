@@ -19,7 +19,8 @@ std::string trim(const std::string& s) {
 // The "key = value" lines of one [section] of an AWS INI file (empty when
 // the file or the section is missing). Nested sub-sections ("s3 =" followed
 // by indented lines) are skipped.
-std::map<std::string, std::string> ini_section(const std::string& path, const std::string& section) {
+std::map<std::string, std::string> ini_section(const std::string& path,
+                                               const std::string& section) {
   std::map<std::string, std::string> out;
   std::ifstream in(path);
   std::string line;
@@ -44,7 +45,8 @@ std::string get(const Env& env, const char* name) { return env.get(name).value_o
 }  // namespace
 
 bool is_remote_url(const std::string& path) {
-  return starts_with(path, "http://") || starts_with(path, "https://") || starts_with(path, "s3://");
+  return starts_with(path, "http://") || starts_with(path, "https://") ||
+         starts_with(path, "s3://");
 }
 
 std::string strip_file_scheme(const std::string& path) {
@@ -91,13 +93,15 @@ S3Settings s3_settings_from(const Env& env) {
         s.access_key = (*section)["aws_access_key_id"];
         s.secret_key = (*section)["aws_secret_access_key"];
         s.session_token = (*section)["aws_session_token"];
-        s.credentials_from = "profile " + s.profile + " in " + (section == &creds ? cred_file : conf_file);
+        s.credentials_from =
+            "profile " + s.profile + " in " + (section == &creds ? cred_file : conf_file);
       }
     }
     if (s.access_key.empty() || s.secret_key.empty()) {
-      throw_invalid_argument("s3://: no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
-                             "aws_access_key_id and aws_secret_access_key for profile '" + s.profile +
-                             "' in " + cred_file + " (AWS_PROFILE picks the profile)");
+      throw_invalid_argument(
+          "s3://: no AWS credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or "
+          "aws_access_key_id and aws_secret_access_key for profile '" +
+          s.profile + "' in " + cred_file + " (AWS_PROFILE picks the profile)");
     }
   }
   for (const char* v : {"AWS_REGION", "AWS_DEFAULT_REGION"}) {
@@ -106,7 +110,8 @@ S3Settings s3_settings_from(const Env& env) {
       break;
     }
   }
-  if (get(env, "AWS_REGION").empty() && get(env, "AWS_DEFAULT_REGION").empty() && conf.count("region")) {
+  if (get(env, "AWS_REGION").empty() && get(env, "AWS_DEFAULT_REGION").empty() &&
+      conf.count("region")) {
     s.region = conf["region"];
   }
   for (const char* v : {"AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"}) {
@@ -116,8 +121,9 @@ S3Settings s3_settings_from(const Env& env) {
   if (s.endpoint.empty()) s.endpoint = "https://s3." + s.region + ".amazonaws.com";
   while (!s.endpoint.empty() && s.endpoint.back() == '/') s.endpoint.pop_back();
   if (!starts_with(s.endpoint, "http://") && !starts_with(s.endpoint, "https://")) {
-    throw_invalid_argument("S3 endpoint '" + s.endpoint +
-                           "' (AWS_ENDPOINT_URL or endpoint_url) must start with http:// or https://");
+    throw_invalid_argument(
+        "S3 endpoint '" + s.endpoint +
+        "' (AWS_ENDPOINT_URL or endpoint_url) must start with http:// or https://");
   }
   return s;
 }
@@ -126,8 +132,8 @@ std::string uri_encode(const std::string& s, bool keep_slash) {
   static const char* hex = "0123456789ABCDEF";
   std::string out;
   for (unsigned char c : s) {
-    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' || c == '_' ||
-        c == '.' || c == '~' || (keep_slash && c == '/')) {
+    if ((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-' ||
+        c == '_' || c == '.' || c == '~' || (keep_slash && c == '/')) {
       out.push_back(static_cast<char>(c));
     } else {
       out.push_back('%');

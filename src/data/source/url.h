@@ -36,8 +36,8 @@ struct S3Settings {
   std::string secret_key;
   std::string session_token;  // empty unless temporary credentials
   std::string region = "us-east-1";
-  std::string endpoint;       // scheme://host[:port], no trailing slash
-  std::string profile;        // where the credentials came from, for messages
+  std::string endpoint;          // scheme://host[:port], no trailing slash
+  std::string profile;           // where the credentials came from, for messages
   std::string credentials_from;  // "environment" or "profile NAME in FILE"
 };
 

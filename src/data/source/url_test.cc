@@ -36,12 +36,14 @@ TEST(Url, S3SettingsComeAsTheAwsCliTakesThem) {
   ASSERT_NE(::mkdtemp(tmpl), nullptr);
   const std::string home = tmpl;
   fs::create_directories(home + "/.aws");
-  std::ofstream(home + "/.aws/credentials") << "[default]\naws_access_key_id = DEF\naws_secret_access_key = defsecret\n"
-                                            << "[team]\naws_access_key_id=TEAM\naws_secret_access_key=teamsecret\n"
-                                            << "aws_session_token = tok\n";
-  std::ofstream(home + "/.aws/config") << "[default]\nregion = eu-west-1\n"
-                                       << "[profile team]\nregion = ap-south-1\nendpoint_url = http://minio:9000/\n"
-                                       << "s3 =\n  addressing_style = path\n";
+  std::ofstream(home + "/.aws/credentials")
+      << "[default]\naws_access_key_id = DEF\naws_secret_access_key = defsecret\n"
+      << "[team]\naws_access_key_id=TEAM\naws_secret_access_key=teamsecret\n"
+      << "aws_session_token = tok\n";
+  std::ofstream(home + "/.aws/config")
+      << "[default]\nregion = eu-west-1\n"
+      << "[profile team]\nregion = ap-south-1\nendpoint_url = http://minio:9000/\n"
+      << "s3 =\n  addressing_style = path\n";
   MapEnv env{{"HOME", home}};
   S3Settings s = s3_settings_from(env);
   EXPECT_EQ(s.access_key, "DEF");
@@ -81,7 +83,8 @@ TEST(Url, S3SettingsComeAsTheAwsCliTakesThem) {
 }
 
 TEST(Url, XmlValuesDecodeEntities) {
-  auto v = xml_values("<R><Key>a&amp;b.tar</Key><Key>c</Key><IsTruncated>false</IsTruncated></R>", "Key");
+  auto v = xml_values("<R><Key>a&amp;b.tar</Key><Key>c</Key><IsTruncated>false</IsTruncated></R>",
+                      "Key");
   ASSERT_EQ(v.size(), 2u);
   EXPECT_EQ(v[0], "a&b.tar");
   EXPECT_EQ(v[1], "c");
