@@ -134,6 +134,19 @@ class ObjectStore(unittest.TestCase):
         self.assertEqual(s["remote_reads"]["requests"], 2 * len(shards), out)
         self.assertEqual(s["remote_reads"]["bytes"], 2 * sum(os.path.getsize(f) for f in shards), out)
 
+    def test_resume_from_a_checkpoint_continues_at_the_same_sample(self):
+        # A run from s3:// checkpointed at step 6 and resumed there by a new
+        # job ends with the parameters of the uninterrupted run from disk.
+        local = self.local_crc()
+        ckpt = self.dir + "/ckpt-s3"
+        s, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env(),
+                            extra=["--checkpoint-dir", ckpt, "--checkpoint-every", "6"])
+        self.assertEqual(s["params_crc32c"], local, out)
+        again, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env(),
+                                extra=["--checkpoint-dir", ckpt, "--resume", ckpt + "/ckpt-0000000006.pt"])
+        self.assertEqual(again["resumed_from_step"], 6, out)
+        self.assertEqual(again["params_crc32c"], local, out)
+
     # Acceptance 2.
     def test_cut_and_failing_responses_lose_nothing(self):
         local = self.local_crc()
