@@ -18,8 +18,9 @@
 #include "core/env.h"
 #include "core/error.h"
 #include "core/world.h"
-#include "data/crc32c.h"
+#include "data/formats/crc32c.h"
 #include "data/loader.h"
+#include "data/source/remote_fs.h"
 #include "engine/engine.h"
 #include "metrics/rank_metrics.h"
 #include "train/checkpoint.h"
@@ -122,9 +123,12 @@ void average_buffers(Context& ctx, Model& model) {
 // One sample of the training data, [1, C, H, W]: its channels shape
 // resnet20, and a forward pass on it checks the model fits the data before
 // any rank starts training.
-torch::Tensor probe_sample(const TrainOptions& o, const Logger& log) {
+torch::Tensor probe_sample(const TrainOptions& o, const Logger& log, std::shared_ptr<data::FileSystem> fs,
+                           const Config& config) {
   data::LoaderOptions lo;
   lo.shards = o.data;
+  lo.fs = std::move(fs);
+  lo.on_error = data::parse_on_error(config.data_on_error);  // a shard skipped in training is skipped here too
   lo.batch_size = 1;
   lo.shuffle = false;
   lo.threads = 1;
@@ -336,7 +340,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   at::set_num_threads(o.threads);
   auto wall_start = Clock::now();
 
-  auto sample = probe_sample(o, log);
+  // One file system for every loader of the run: remote shards are fetched
+  // once (into spools or the cache) and their counts go to the metrics.
+  auto shard_fs = data::make_shard_file_system(ctx.config(), log);
+  auto sample = probe_sample(o, log, shard_fs, ctx.config());
   torch::manual_seed(o.seed);
   auto model = open_model(o.model, static_cast<int>(sample.size(1)));
   {
@@ -358,6 +365,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   lo.drop_last = true;  // full batches: the global batch is the same every step
   lo.threads = o.data_threads;
   data::apply_config(ctx.config(), &lo);
+  lo.fs = shard_fs;
   lo.normalize = true;
   lo.logger = log;
   data::Loader loader(lo);
@@ -550,6 +558,8 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
           j["sync_wait_ms"] = row[2].item<double>() * 1e3;
           j["optimizer_ms"] = row[3].item<double>() * 1e3;
           j["slowest_rank"] = slowest;
+          auto sources = shard_fs->stats();
+          if (!sources.empty()) j["sources"] = sources;  // rank 0's remote reads so far
           metrics.write(j);
           if (!o.progress) {
             std::printf("epoch %lld step %lld loss %.4f lr %.4g %.0f samples/s (slowest rank %lld: data %.1f ms, "
@@ -651,6 +661,15 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   std::snprintf(crc_hex, sizeof crc_hex, "%08x", static_cast<unsigned>(crcs[0].item<double>()));
   s["params_crc32c"] = crc_hex;
   s["params_identical_across_ranks"] = identical;
+  {
+    // Remote reads of every rank: bytes, requests, retries, resumes, stalls.
+    auto t = shard_fs->totals();
+    auto sums = allreduce(ctx, "train/source_totals", torch::tensor(t, torch::kDouble), false);
+    if (sums[1].item<double>() > 0 || sums[6].item<double>() > 0) {
+      const char* names[] = {"bytes", "requests", "retries", "resumes", "stalls", "stall_ms", "cache_hits"};
+      for (size_t i = 0; i < t.size(); ++i) s["remote_reads"][names[i]] = sums[static_cast<std::int64_t>(i)].item<double>();
+    }
+  }
   metrics.write(s);
   return s;
 }

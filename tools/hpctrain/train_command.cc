@@ -111,11 +111,14 @@ void add_train_command(CLI::App& app, Cli& cli) {
                 "allreduce, ps or ps-async (parameter servers: launch --servers K; default HPCT_SYNC)");
   c->add_option("--staleness", o->staleness,
                 "ps-async: steps a worker may run ahead of the slowest (default HPCT_PS_STALENESS)");
+  auto source_flags = std::make_shared<SourceFlags>();
+  add_source_flags(c, source_flags.get());
   auto progress = std::make_shared<std::string>("auto");
   c->add_option("--progress", *progress, "auto (bar when stdout is a terminal), bar or lines")
       ->capture_default_str();
-  c->callback([&cli, o, progress, on_signal] {
-    cli.run = [&cli, o, progress, on_signal] {
+  c->callback([&cli, o, progress, on_signal, source_flags] {
+    cli.run = [&cli, o, progress, on_signal, source_flags] {
+      apply_source_flags(*source_flags, &cli.config);
       if (*progress != "auto" && *progress != "bar" && *progress != "lines") {
         throw_invalid_argument("--progress " + *progress + ": choose auto, bar or lines");
       }
