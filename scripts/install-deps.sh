@@ -15,6 +15,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libssl-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libdeflate-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3
+  # Prometheus endpoints of the ranks (prometheus-cpp), and a real Prometheus and promtool for their test
+  prometheus-cpp-dev prometheus
   # multi-host tests: sshd in network namespaces, a real Slurm
   openssh-server openssh-client iproute2 iptables slurm-wlm
   # bare test hosts (netns-cluster.sh --bare), the .deb and its bundle, the apt proxy
@@ -23,6 +25,9 @@ packages=(
   ansible-core ansible-lint sshfs
   # offline checks of the deploy recipes (scripts/check-deploy.sh; HCL through npm's @cdktf/hcl2json)
   python3-yaml python3-jsonschema shellcheck nodejs
+  # shards in object storage (tests/objstore): nginx for HTTP(S), the AWS CLI and botocore
+  # (the signature check in front of s3rver), boto3 for scripts
+  nginx awscli python3-botocore python3-boto3 openssl
   # real data
   dataset-fashion-mnist
   # the peer baseline (PyTorch DDP) for benchmarks only
@@ -52,8 +57,19 @@ hcl_parser() {
     echo "install-deps: npm could not install @cdktf/hcl2json; check-deploy will skip Terraform" >&2
 }
 
+# s3rver, the S3 server of tests/objstore, into a cache folder once (npm only).
+s3rver_cache=/var/cache/hpctrain/s3rver
+s3rver_server() {
+  [ -f "$s3rver_cache/node_modules/s3rver/package.json" ] && return 0
+  command -v npm >/dev/null || return 0
+  mkdir -p "$s3rver_cache" 2>/dev/null || return 0
+  timeout 300 npm install --prefix "$s3rver_cache" --no-audit --no-fund s3rver@3.7.1 >/dev/null 2>&1 ||
+    echo "install-deps: npm could not install s3rver; the objstore tests will fail" >&2
+}
+
 if [ ${#missing[@]} -eq 0 ]; then
   hcl_parser
+  s3rver_server
   echo "install-deps: all ${#packages[@]} packages present"
   exit 0
 fi
@@ -69,4 +85,5 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
 hcl_parser
+s3rver_server
 echo "install-deps: done"

@@ -13,12 +13,12 @@
 
 #include "shell_run.h"
 
-#include "data/data_client.h"
-#include "data/idx.h"
-#include "data/image.h"
-#include "data/tar.h"
+#include "data/source/data_client.h"
+#include "data/formats/idx.h"
+#include "data/decode/image.h"
+#include "data/formats/tar.h"
 #include "data/test_files.h"
-#include "data/tfrecord.h"
+#include "data/formats/tfrecord.h"
 
 namespace hpct::data {
 namespace {

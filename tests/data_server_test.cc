@@ -9,8 +9,8 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/data_client.h"
-#include "data/data_server.h"
+#include "data/source/data_client.h"
+#include "data/serve/data_server.h"
 #include "data/loader.h"
 #include "data/shard_index.h"
 #include "data/test_files.h"

@@ -23,15 +23,27 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "hpctrain's engine for hpctrain.torch (use hpctrain.torch, not this module)";
   m.attr("TORCH_BUILD_VERSION") = HPCT_TORCH_BUILD_VERSION;
 
-  // The module's attribute holds the class; the translator borrows it.
+  // The module's attributes hold the classes; the translator borrows them.
+  // A bad argument (a duplicate pending name, an unknown op, ...) is also a
+  // ValueError, as Horovod raises it; every other error is a RuntimeError.
   static PyObject* error_type = py::exception<hpct::Error>(m, "HpctError", PyExc_RuntimeError).ptr();
+  py::object value_error = py::reinterpret_borrow<py::object>(reinterpret_cast<PyObject*>(&PyType_Type))(
+      "HpctValueError",
+      py::make_tuple(py::reinterpret_borrow<py::object>(error_type),
+                     py::reinterpret_borrow<py::object>(PyExc_ValueError)),
+      py::dict(py::arg("__module__") = "hpctrain.torch._C",
+               py::arg("__doc__") = "HpctError with code invalid-argument; also a ValueError"));
+  m.attr("HpctValueError") = value_error;
+  static PyObject* value_error_type = value_error.ptr();
   py::register_exception_translator([](std::exception_ptr p) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const hpct::Error& e) {
-      py::object exc = py::reinterpret_borrow<py::object>(error_type)(e.what());
+      PyObject* type =
+          e.code() == hpct::ErrorCode::kInvalidArgument ? value_error_type : error_type;
+      py::object exc = py::reinterpret_borrow<py::object>(type)(e.what());
       exc.attr("code") = hpct::error_code_name(e.code());
-      PyErr_SetObject(error_type, exc.ptr());
+      PyErr_SetObject(type, exc.ptr());
     }
   });
 
@@ -40,20 +52,24 @@ PYBIND11_MODULE(_C, m) {
       .def("wait", &Operation::wait, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("name", &Operation::name);
 
-  // Waits for every operation (one GIL release for all); raises the first
-  // error after all are done, so no operation still writes into a tensor.
+  // Waits for every operation (one GIL release for all) and returns their
+  // output tensors; raises the first error after all are done, so no
+  // operation still writes into a tensor.
   m.def(
       "wait_all",
       [](const std::vector<Operation>& ops) {
+        std::vector<torch::Tensor> outs;
+        outs.reserve(ops.size());
         std::exception_ptr first;
         for (const auto& op : ops) {
           try {
-            op.wait();
+            outs.push_back(op.wait());
           } catch (...) {
             if (!first) first = std::current_exception();
           }
         }
         if (first) std::rethrow_exception(first);
+        return outs;
       },
       py::call_guard<py::gil_scoped_release>());
 

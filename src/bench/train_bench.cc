@@ -10,7 +10,7 @@
 
 #include "bench/pacer.h"
 #include "core/error.h"
-#include "data/idx.h"
+#include "data/formats/idx.h"
 #include "data/loader.h"
 #include "engine/engine.h"
 #include "train/models.h"

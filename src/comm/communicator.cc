@@ -42,7 +42,6 @@ Opts with_timeout(const Communicator& c, const char* op, Opts o) {
 
 void allreduce(Communicator& comm, const AllreduceOptions& opts) {
   need_buffer(comm, "allreduce", opts.output, opts.count, "output");
-  check_reducible(opts.dtype, opts.op);
   AllreduceOptions o = with_timeout(comm, "allreduce", opts);
   if (o.input == nullptr) o.input = o.output;
   if (comm.size() == 1) {
@@ -52,16 +51,38 @@ void allreduce(Communicator& comm, const AllreduceOptions& opts) {
     if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
     return;
   }
+  const auto start = SteadyClock::now();
   comm.do_allreduce(o);
+  comm.record_allreduce(o.count * dtype_size(o.dtype), SteadyClock::now() - start);
+}
+
+void Communicator::record_allreduce(size_t bytes, SteadyClock::duration took) {
+  std::string path = algorithm(OpKind::kAllreduce, bytes);
+  path = path.substr(0, path.find(':'));
+  if (path == "hier") path = "hierarchical";
+  std::lock_guard<std::mutex> lk(paths_mu_);
+  PathTotals& t = paths_[path];
+  ++t.calls;
+  t.bytes += bytes;
+  t.seconds += std::chrono::duration<double>(took).count();
+}
+
+std::map<std::string, Communicator::PathTotals> Communicator::allreduce_paths() const {
+  std::lock_guard<std::mutex> lk(paths_mu_);
+  return paths_;
 }
 
 bool try_allreduce_segments(Communicator& comm, const AllreduceSegmentsOptions& opts) {
-  check_reducible(opts.dtype, opts.op);
   for (const auto& seg : opts.segments) {
     need_buffer(comm, "allreduce", seg.data, seg.count, "segment");
   }
   if (comm.size() == 1) return true;  // in place, and one rank's values are the result
-  return comm.do_allreduce_segments(with_timeout(comm, "allreduce", opts));
+  const auto start = SteadyClock::now();
+  if (!comm.do_allreduce_segments(with_timeout(comm, "allreduce", opts))) return false;
+  size_t count = 0;
+  for (const auto& seg : opts.segments) count += seg.count;
+  comm.record_allreduce(count * dtype_size(opts.dtype), SteadyClock::now() - start);
+  return true;
 }
 
 void broadcast(Communicator& comm, const BroadcastOptions& opts) {
@@ -92,7 +113,6 @@ void allgatherv(Communicator& comm, const AllgathervOptions& opts) {
 void reduce_scatter(Communicator& comm, const ReduceScatterOptions& opts) {
   need_buffer(comm, "reduce_scatter", opts.input, opts.count, "input");
   need_buffer(comm, "reduce_scatter", opts.output, opts.count, "output");
-  check_reducible(opts.dtype, opts.op);
   comm.do_reduce_scatter(with_timeout(comm, "reduce_scatter", opts));
 }
 

@@ -22,6 +22,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -137,6 +139,16 @@ class Communicator {
   virtual std::string algorithm(OpKind op, size_t bytes) const = 0;
   Millis default_timeout() const { return default_timeout_; }
 
+  // Allreduces so far by the path that carried them: "shm", "direct",
+  // "ring", "hierarchical" or "mpi" (the part of algorithm() before ':'),
+  // for the metrics endpoint. A thread-safe copy.
+  struct PathTotals {
+    std::uint64_t calls = 0;
+    std::uint64_t bytes = 0;
+    double seconds = 0;
+  };
+  std::map<std::string, PathTotals> allreduce_paths() const;
+
  protected:
   explicit Communicator(Millis default_timeout) : default_timeout_(default_timeout) {}
 
@@ -155,6 +167,9 @@ class Communicator {
 
  private:
   Millis default_timeout_;
+  void record_allreduce(size_t bytes, SteadyClock::duration took);
+  mutable std::mutex paths_mu_;
+  std::map<std::string, PathTotals> paths_;  // GUARDED_BY(paths_mu_)
 
   friend void allreduce(Communicator&, const AllreduceOptions&);
   friend bool try_allreduce_segments(Communicator&, const AllreduceSegmentsOptions&);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -72,7 +73,7 @@ std::shared_ptr<store::Store> open_base_store(const Config& config, const WorldI
     store::TcpStoreOptions o;
     o.host = host;
     o.port = port;
-    o.secret = store::read_secret_from_fd(static_cast<int>(config.secret_fd));
+    o.secret = store::job_secret(static_cast<int>(config.secret_fd));
     if (world.launcher == Launcher::kKubernetes && world.rank == 0) {
       // No launcher process runs beside an Indexed Job's pods: rank 0 serves
       // the store, bound to its own address (HPCT_STORE_ADDR names rank 0's
@@ -106,8 +107,15 @@ std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& 
                                          const Env& env, std::string* store_host,
                                          std::shared_ptr<store::TcpStoreServer>* server,
                                          const Logger& log) {
-  return std::make_shared<store::PrefixStore>(job_store_prefix(world, env),
-                                              open_base_store(config, world, store_host, server, log));
+  // Keys of a restarted job must not meet the keys of its earlier run, nor
+  // those of this process's earlier joins (every rank of a job that leaves
+  // and joins again, as Horovod's init/shutdown/init, does so the same
+  // number of times, so the counts agree).
+  static std::atomic<int> joins{0};
+  const int join = joins++;
+  std::string prefix = job_store_prefix(world, env);
+  if (join > 0) prefix += "/join" + std::to_string(join);
+  return std::make_shared<store::PrefixStore>(prefix, open_base_store(config, world, store_host, server, log));
 }
 
 }  // namespace

@@ -90,12 +90,11 @@ void sum_and_average(void* out, const void* a, const void* b, size_t count, Data
   }
 }
 
-void check_reducible(DataType dtype, ReduceOp op) {
-  if (op == ReduceOp::kAvg && !is_floating(dtype)) {
-    throw_invalid_argument(std::string("avg of ") + dtype_name(dtype) +
-                           " is not defined (it would truncate); reduce with sum and divide, "
-                           "or use a floating dtype");
-  }
+template <typename T>
+void divide_integers(void* data, size_t count, int divisor) {
+  auto* p = static_cast<T*>(data);
+  const T d = static_cast<T>(divisor);
+  for (size_t i = 0; i < count; ++i) p[i] = static_cast<T>(p[i] / d);
 }
 
 void reduce_elements_portable(void* out, const void* a, const void* b, size_t count,
@@ -106,6 +105,8 @@ void reduce_elements_portable(void* out, const void* a, const void* b, size_t co
     case DataType::kInt32: reduce_typed<std::int32_t>(out, a, b, count, op); break;
     case DataType::kInt64: reduce_typed<std::int64_t>(out, a, b, count, op); break;
     case DataType::kUInt8: reduce_typed<std::uint8_t>(out, a, b, count, op); break;
+    case DataType::kInt8: reduce_typed<std::int8_t>(out, a, b, count, op); break;
+    case DataType::kInt16: reduce_typed<std::int16_t>(out, a, b, count, op); break;
     case DataType::kFloat16:
       reduce_16<half_to_float, float_to_half>(out, a, b, count, op);
       break;
@@ -156,8 +157,12 @@ void finish_average_portable(void* data, size_t count, DataType dtype, int divis
       }
       break;
     }
-    default:
-      check_reducible(dtype, ReduceOp::kAvg);
+    // C++ integer division truncates toward zero, as Horovod's integer average does.
+    case DataType::kInt32: divide_integers<std::int32_t>(data, count, divisor); break;
+    case DataType::kInt64: divide_integers<std::int64_t>(data, count, divisor); break;
+    case DataType::kInt16: divide_integers<std::int16_t>(data, count, divisor); break;
+    case DataType::kInt8: divide_integers<std::int8_t>(data, count, divisor); break;
+    case DataType::kUInt8: divide_integers<std::uint8_t>(data, count, divisor); break;
   }
 }
 

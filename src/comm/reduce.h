@@ -23,7 +23,8 @@ namespace hpct::comm {
 void reduce_elements(void* out, const void* a, const void* b, size_t count, DataType dtype,
                      ReduceOp op);
 
-// data[i] /= divisor, for kAvg after a sum. Floating dtypes only.
+// data[i] /= divisor, for kAvg after a sum. Integer dtypes truncate toward
+// zero, as Horovod's average of an integer tensor does.
 void finish_average(void* data, size_t count, DataType dtype, int divisor);
 
 // out[i] = (a[i] + b[i]) / divisor: kAvg's last reduction step and the
@@ -31,9 +32,6 @@ void finish_average(void* data, size_t count, DataType dtype, int divisor);
 // by finish_average. out may alias a or b.
 void sum_and_average(void* out, const void* a, const void* b, size_t count, DataType dtype,
                      int divisor);
-
-// InvalidArgument when op cannot apply to dtype (avg of an integer type).
-void check_reducible(DataType dtype, ReduceOp op);
 
 // Casts between float32 and a 16-bit float dtype (kFloat16 or kBFloat16),
 // with the bits of float_to_half / float_to_bfloat16 and back:

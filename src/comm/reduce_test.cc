@@ -64,12 +64,24 @@ TEST(Reduce, HalfSumsInFloat) {
   for (int i = 0; i < 300; ++i) EXPECT_EQ(half_to_float(out[i]), i + 0.5f) << i;
 }
 
-TEST(Reduce, AverageDividesAndRefusesIntegers) {
+TEST(Reduce, AverageDividesFloatsAndTruncatesIntegersTowardZero) {
   double d[2] = {3, 5};
   finish_average(d, 2, DataType::kFloat64, 2);
   EXPECT_EQ(d[0], 1.5);
-  EXPECT_THROW(check_reducible(DataType::kInt32, ReduceOp::kAvg), Error);
-  EXPECT_NO_THROW(check_reducible(DataType::kBFloat16, ReduceOp::kAvg));
+  // Horovod's average of an integer tensor: the sum over ranks, divided and
+  // truncated toward zero (-7 / 2 is -3, not -4).
+  std::int32_t i32[3] = {7, -7, 6};
+  finish_average(i32, 3, DataType::kInt32, 2);
+  EXPECT_EQ(i32[0], 3);
+  EXPECT_EQ(i32[1], -3);
+  EXPECT_EQ(i32[2], 3);
+  std::int8_t i8[2] = {-100, 101};
+  finish_average(i8, 2, DataType::kInt8, 3);
+  EXPECT_EQ(i8[0], -33);
+  EXPECT_EQ(i8[1], 33);
+  std::int16_t i16[1] = {-30001};
+  finish_average(i16, 1, DataType::kInt16, 2);
+  EXPECT_EQ(i16[0], -15000);
 }
 
 

@@ -51,6 +51,8 @@ std::vector<std::uint8_t> input_of(int rank, std::size_t count, DataType dtype) 
       case DataType::kInt32: *static_cast<std::int32_t*>(p) = static_cast<std::int32_t>(v); break;
       case DataType::kInt64: *static_cast<std::int64_t*>(p) = static_cast<std::int64_t>(v); break;
       case DataType::kUInt8: *static_cast<std::uint8_t*>(p) = static_cast<std::uint8_t>(v + 6); break;
+      case DataType::kInt8: *static_cast<std::int8_t*>(p) = static_cast<std::int8_t>(v); break;
+      case DataType::kInt16: *static_cast<std::int16_t*>(p) = static_cast<std::int16_t>(v); break;
       case DataType::kFloat16: *static_cast<std::uint16_t*>(p) = float_to_half(static_cast<float>(v)); break;
       case DataType::kBFloat16:
         *static_cast<std::uint16_t*>(p) = float_to_bfloat16(static_cast<float>(v));
@@ -82,7 +84,7 @@ std::vector<Case> all_cases() {
   std::vector<Case> cases;
   const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kInt32,
                              DataType::kInt64,   DataType::kFloat16, DataType::kBFloat16,
-                             DataType::kUInt8};
+                             DataType::kUInt8,   DataType::kInt8,    DataType::kInt16};
   const ReduceOp ops[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
                           ReduceOp::kProduct};
   // With 16 KiB slots a piece is 8 KiB: 5000 float32 spans three pieces,
@@ -91,7 +93,6 @@ std::vector<Case> all_cases() {
                             std::size_t{5000}}) {
     for (DataType d : dtypes) {
       for (ReduceOp op : ops) {
-        if (op == ReduceOp::kAvg && !is_floating(d)) continue;
         for (bool in_place : {true, false}) cases.push_back({count, d, op, in_place});
       }
     }

@@ -39,10 +39,12 @@ DataType dtype_of(const at::Tensor& t) {
     case at::kInt: return DataType::kInt32;
     case at::kLong: return DataType::kInt64;
     case at::kByte: return DataType::kUInt8;
+    case at::kChar: return DataType::kInt8;
+    case at::kShort: return DataType::kInt16;
     default:
       throw_invalid_argument(std::string("tensor dtype ") + c10::toString(t.scalar_type()) +
                              " cannot be communicated; use float32, float64, float16, bfloat16, "
-                             "int32, int64 or uint8");
+                             "int64, int32, int16, int8 or uint8");
   }
 }
 

@@ -15,6 +15,8 @@ size_t dtype_size(DataType t) {
     case DataType::kInt32: return 4;
     case DataType::kInt64: return 8;
     case DataType::kUInt8: return 1;
+    case DataType::kInt8: return 1;
+    case DataType::kInt16: return 2;
   }
   return 0;
 }
@@ -28,6 +30,8 @@ const char* dtype_name(DataType t) {
     case DataType::kInt32: return "int32";
     case DataType::kInt64: return "int64";
     case DataType::kUInt8: return "uint8";
+    case DataType::kInt8: return "int8";
+    case DataType::kInt16: return "int16";
   }
   return "?";
 }
@@ -56,8 +60,11 @@ DataType parse_dtype(const std::string& s) {
   if (s == "int32" || s == "i32" || s == "int") return DataType::kInt32;
   if (s == "int64" || s == "i64" || s == "long") return DataType::kInt64;
   if (s == "uint8" || s == "u8" || s == "byte") return DataType::kUInt8;
+  if (s == "int8" || s == "i8" || s == "char") return DataType::kInt8;
+  if (s == "int16" || s == "i16" || s == "short") return DataType::kInt16;
   throw_invalid_argument("unknown dtype '" + s +
-                         "'; choose float32, float64, float16, bfloat16, int32, int64 or uint8");
+                         "'; choose float32, float64, float16, bfloat16, int64, int32, int16, "
+                         "int8 or uint8");
 }
 
 ReduceOp parse_reduce_op(const std::string& s) {

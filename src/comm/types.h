@@ -7,7 +7,7 @@
 
 namespace hpct::comm {
 
-enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8 };
+enum class DataType { kFloat32, kFloat64, kFloat16, kBFloat16, kInt32, kInt64, kUInt8, kInt8, kInt16 };
 enum class ReduceOp { kSum, kAvg, kMin, kMax, kProduct };
 
 size_t dtype_size(DataType t);

@@ -55,6 +55,22 @@ namespace hpct {
     "of preempting the ranks' compute (docs/data.md)")                                          \
   X(std::int64_t, data_reconnects, "HPCT_DATA_RECONNECTS", 10,                                  \
     "data: attempts a data server client makes to reconnect before it gives up")                \
+  X(std::int64_t, data_fetches, "HPCT_DATA_FETCHES", 4,                                        \
+    "data: remote shards (http, https, s3) a rank downloads at once, ahead of reading them")    \
+  X(std::int64_t, data_fetch_attempts, "HPCT_DATA_FETCH_ATTEMPTS", 10,                          \
+    "data: requests per remote shard (first try, resumes after a cut, retries after a 5xx or "  \
+    "a timeout) before the shard fails")                                                         \
+  X(double, data_fetch_timeout_s, "HPCT_DATA_FETCH_TIMEOUT_S", 20.0,                            \
+    "data: seconds a remote request may take to connect, or go without a byte, before it is "   \
+    "retried")                                                                                   \
+  X(std::string, data_ca_file, "HPCT_DATA_CA_FILE", "",                                         \
+    "data: PEM file of the CAs https:// and s3:// servers are verified against (empty: the "    \
+    "system store)")                                                                             \
+  X(std::string, data_cache_dir, "HPCT_DATA_CACHE_DIR", "",                                     \
+    "data: directory where whole remote shards are kept between epochs and runs, shared by "    \
+    "a host's ranks (empty: no cache)")                                                          \
+  X(std::string, data_cache_size, "HPCT_DATA_CACHE_SIZE", "10G",                                \
+    "data: most bytes the shard cache holds; least recently used shards are dropped first")     \
   X(bool, mpi_yield, "HPCT_MPI_YIELD", true,                                                    \
     "Let MPI yield the core while it waits (mpi_yield_when_idle); spinning starves 2-core ranks") \
   X(bool, shm, "HPCT_SHM", true,                                                               \
@@ -80,8 +96,12 @@ namespace hpct {
     "Engine: tensors remembered by the response cache that skips negotiation (0: no cache)")  \
   X(double, stall_warn_s, "HPCT_STALL_WARN_S", 60.0,                                            \
     "Engine: warn when a tensor is submitted by some ranks but not others for this long")      \
-  X(double, stall_abort_s, "HPCT_STALL_ABORT_S", 0.0,                                           \
-    "Engine: fail such a tensor on every rank after this long (0: never, only warn)")          \
+  X(double, stall_abort_s, "HPCT_STALL_ABORT_S", -1.0,                                          \
+    "Engine: fail such a tensor with Timeout on every rank that submitted it after this long " \
+    "(-1: HPCT_TIMEOUT_S; 0: never, only warn)")                                                \
+  X(std::int64_t, metrics_port, "HPCT_METRICS_PORT", 0,                                        \
+    "Prometheus /metrics of each rank on this port + its local rank (0: off; hpctrain launch "  \
+    "--metrics-port sets it; docs/metrics.md)")                                                 \
   X(std::string, timeline, "HPCT_TIMELINE", "",                                                 \
     "Engine: rank 0 writes a Chrome-trace JSON of every tensor's phases to this file")         \
   X(std::string, compression, "HPCT_COMPRESSION", "auto",                                       \

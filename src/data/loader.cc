@@ -12,12 +12,12 @@
 
 #include "core/error.h"
 #include "data/bytes.h"
-#include "data/data_client.h"
-#include "data/fields.h"
+#include "data/source/data_client.h"
+#include "data/decode/fields.h"
 #include "data/random.h"
 #include "data/sampler.h"
 #include "data/shard_index.h"
-#include "data/shard_list.h"
+#include "data/source/shard_list.h"
 
 namespace hpct::data {
 namespace {

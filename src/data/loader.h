@@ -46,8 +46,8 @@
 #include "core/clock.h"
 #include "core/config.h"
 #include "core/log.h"
-#include "data/augment.h"
-#include "data/file.h"
+#include "data/decode/augment.h"
+#include "data/source/file.h"
 #include "data/sample.h"
 
 namespace hpct::data {
@@ -97,7 +97,7 @@ struct LoaderOptions {
   int max_reconnects = 10;
   Millis connect_timeout{30000};
 
-  std::shared_ptr<FileSystem> fs = std::make_shared<PosixFileSystem>();
+  std::shared_ptr<FileSystem> fs = default_file_system();  // local paths and URLs
   Logger logger;
 };
 

@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/tar.h"
+#include "data/formats/tar.h"
 #include "data/test_files.h"
 
 namespace hpct::data {

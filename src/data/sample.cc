@@ -3,7 +3,7 @@
 #include <cctype>
 
 #include "core/error.h"
-#include "data/tfrecord.h"
+#include "data/formats/tfrecord.h"
 
 namespace hpct::data {
 

@@ -2,8 +2,8 @@
 
 #include "core/error.h"
 #include "data/random.h"
-#include "data/tar.h"
-#include "data/tfrecord.h"
+#include "data/formats/tar.h"
+#include "data/formats/tfrecord.h"
 
 namespace hpct::data {
 namespace {
@@ -95,6 +95,7 @@ std::shared_ptr<const ShardIndex> ShardIndex::build(const std::vector<std::strin
                                                     OnError on_error, const Logger& log) {
   auto index = std::make_shared<ShardIndex>();
   index->shards_ = shards;
+  fs->will_read(shards);  // a remote file system starts downloading ahead of the walk
   std::uint64_t h = 0x48504354ull;
   for (size_t s = 0; s < shards.size(); ++s) {
     const auto shard = static_cast<std::uint32_t>(s);

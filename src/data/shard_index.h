@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/log.h"
-#include "data/file.h"
+#include "data/source/file.h"
 #include "data/sample.h"
 
 namespace hpct::data {

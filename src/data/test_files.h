@@ -11,10 +11,10 @@
 #include <string>
 #include <vector>
 
-#include "data/file.h"
-#include "data/idx.h"
-#include "data/image.h"
-#include "data/shard_writer.h"
+#include "data/source/file.h"
+#include "data/formats/idx.h"
+#include "data/decode/image.h"
+#include "data/formats/shard_writer.h"
 
 namespace hpct::data::testing {
 

@@ -11,12 +11,12 @@
 #include <thread>
 
 #include "core/error.h"
-#include "data/example.h"
-#include "data/idx.h"
+#include "data/formats/example.h"
+#include "data/formats/idx.h"
 #include "data/loader.h"
-#include "data/pack.h"
+#include "data/formats/pack.h"
 #include "data/test_files.h"
-#include "data/tfrecord.h"
+#include "data/formats/tfrecord.h"
 
 namespace hpct::data {
 namespace {

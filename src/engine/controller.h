@@ -95,6 +95,8 @@ class Controller {
   std::vector<Response> plan_cached(const std::vector<std::size_t>& ready) const;
 
   ResponseCache& cache() { return cache_; }
+  // Stall warnings logged so far (thread-safe).
+  std::uint64_t stall_warnings() const { return stall_.warnings(); }
   std::size_t fusion_bytes() const { return options_.fusion_bytes; }
 
  private:

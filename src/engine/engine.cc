@@ -73,8 +73,10 @@ EngineOptions EngineOptions::from_config(const Config& c) {
   o.fusion_bytes = static_cast<std::size_t>(c.fusion_bytes);
   o.cycle_ms = c.cycle_ms;
   o.cache_capacity = static_cast<std::size_t>(c.cache_capacity);
-  o.stall_warn_s = c.stall_warn_s;
-  o.stall_abort_s = c.stall_abort_s;
+  // Every wait has a bound: unless set, a tensor some ranks never submit
+  // fails after the communication timeout, and its warning comes first.
+  o.stall_abort_s = c.stall_abort_s < 0 ? c.timeout_s : c.stall_abort_s;
+  o.stall_warn_s = o.stall_abort_s > 0 ? std::min(c.stall_warn_s, o.stall_abort_s / 2) : c.stall_warn_s;
   o.timeline_path = c.timeline;
   o.compression = parse_compression(c.compression);
   return o;
@@ -129,7 +131,9 @@ void Engine::flush() {
 
 Engine::Stats Engine::stats() const {
   std::lock_guard<std::mutex> lk(mu_);
-  return stats_;
+  Stats s = stats_;
+  s.stall_warnings = controller_->stall_warnings();
+  return s;
 }
 
 std::vector<std::pair<int, AutoCompression::Decision>> Engine::auto_compression_decisions() const {
@@ -139,7 +143,6 @@ std::vector<std::pair<int, AutoCompression::Decision>> Engine::auto_compression_
 
 Handle Engine::allreduce_async(const std::string& name, TensorRef t, comm::ReduceOp op,
                                std::optional<Compression> compression) {
-  comm::check_reducible(t.dtype, op);
   Request r;
   r.name = name;
   r.kind = CollectiveKind::kAllreduce;
@@ -658,6 +661,8 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
       {
         std::lock_guard<std::mutex> lk(mu_);
         stats_.in_place_bytes += total * wire_size;
+        stats_.allreduce_tensor_bytes += total * comm::dtype_size(r.dtype);
+        stats_.allreduce_wire_bytes += total * wire_size;
       }
       if (timeline_) {
         const std::string args = "\"fused_tensors\":" + std::to_string(es.size()) +
@@ -714,6 +719,8 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
   {
     std::lock_guard<std::mutex> lk(mu_);
     (adjacent ? stats_.in_place_bytes : stats_.packed_bytes) += total * wire_size;
+    stats_.allreduce_tensor_bytes += total * comm::dtype_size(r.dtype);
+    stats_.allreduce_wire_bytes += total * wire_size;
     if (compressed) ++stats_.compressed_collectives;
   }
   if (timeline_) {

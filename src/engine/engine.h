@@ -26,11 +26,12 @@
 // Errors: a rank mismatch (shape, dtype, op, kind) fails that tensor's
 // handle on every rank with Mismatch naming the tensor, the ranks and their
 // shapes. A stall logs a warning after HPCT_STALL_WARN_S and fails the
-// tensor with Timeout after HPCT_STALL_ABORT_S (when > 0). A communicator
-// error (Timeout, PeerFailure) fails every pending handle with that error and
-// breaks the engine: later submissions raise it at once. shutdown() (and the
-// destructor) fails pending handles on every rank (the shutdown is announced
-// to all ranks) and never hangs longer than the communicator's timeout.
+// tensor with Timeout after HPCT_STALL_ABORT_S (HPCT_TIMEOUT_S unless set; 0:
+// never). A communicator error (Timeout, PeerFailure) fails every pending
+// handle with that error and breaks the engine: later submissions raise it at
+// once. shutdown() (and the destructor) fails pending handles on every rank
+// (the shutdown is announced to all ranks) and never hangs longer than the
+// communicator's timeout.
 //
 // Ownership: tensors are caller-owned memory (TensorRef) that must stay valid
 // and untouched until the handle is done; TensorRef::keepalive is released
@@ -83,7 +84,7 @@ struct EngineOptions {
   double cycle_ms = 5;                  // HPCT_CYCLE_MS
   std::size_t cache_capacity = 1024;    // HPCT_CACHE_CAPACITY (0: no cache)
   double stall_warn_s = 60;             // HPCT_STALL_WARN_S
-  double stall_abort_s = 0;             // HPCT_STALL_ABORT_S (0: never)
+  double stall_abort_s = 0;             // HPCT_STALL_ABORT_S (from_config: -1 becomes HPCT_TIMEOUT_S; 0: never)
   std::string timeline_path;            // HPCT_TIMELINE (rank 0 writes it)
   Compression compression = Compression::kNone;  // HPCT_COMPRESSION, for float32 allreduce (its default: auto)
   // kAuto: which ranks share a host (null: comm::host_identity). Tests only.
@@ -160,6 +161,8 @@ class Engine {
 
   int rank() const { return rank_; }
   int size() const { return size_; }
+  // The communicator it moves tensors with (for its thread-safe statistics).
+  const comm::Communicator& communicator() const { return comm_; }
   const EngineOptions& options() const { return options_; }
 
   // Counters for tests and benchmarks (thread-safe snapshots).
@@ -170,6 +173,9 @@ class Engine {
     std::uint64_t packed_bytes = 0;    // bytes copied into the fusion buffer
     std::uint64_t in_place_bytes = 0;  // bytes sent without the fusion buffer (adjacent, or segments)
     std::uint64_t compressed_collectives = 0;  // allreduces sent as 16-bit floats
+    std::uint64_t allreduce_tensor_bytes = 0;  // allreduced tensors' own bytes
+    std::uint64_t allreduce_wire_bytes = 0;    // the same after compression
+    std::uint64_t stall_warnings = 0;          // stall warnings this rank logged (the coordinator's)
   };
   Stats stats() const;
   // What compression auto decided so far, per size class (thread-safe copy).

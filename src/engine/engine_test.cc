@@ -215,6 +215,61 @@ TEST(Engine, StallWarnsNamingTensorAndMissingRanksThenAborts) {
   EXPECT_TRUE(warned) << "no stall warning among " << lines.size() << " lines:\n" << all;
 }
 
+// A tensor one rank never submits, with nothing but HPCT_TIMEOUT_S set: the
+// plain wait() (no timeout of its own) ends within the bound on the rank
+// that submitted it, with Timeout naming the tensor and the rank that did
+// not; the other rank's own lonely tensor fails the same way; and the next
+// collective of both ranks works.
+TEST(Engine, TensorNeverSubmittedByOneRankFailsWithinHpctTimeoutAndTheNextWorks) {
+  Config c;
+  c.cycle_ms = 1;
+  c.timeout_s = 2;
+  const auto o = EngineOptions::from_config(c);
+  EXPECT_EQ(o.stall_abort_s, 2.0);  // HPCT_STALL_ABORT_S unset: the communication timeout
+  EXPECT_LE(o.stall_warn_s, 1.0);   // and a warning before it
+  run_world(2, o, [&](Engine& e, int rank) {
+    std::vector<float> v(4, 1.0f);
+    const std::string mine = rank == 0 ? "x" : "other";
+    const auto start = SteadyClock::now();
+    auto h = e.allreduce_async(mine, {v.data(), comm::DataType::kFloat32, {4}, nullptr},
+                               comm::ReduceOp::kSum);
+    try {
+      h.wait();
+      ADD_FAILURE() << "rank " << rank << ": '" << mine << "' completed though the other rank never sent it";
+    } catch (const Error& err) {
+      const double waited = std::chrono::duration<double>(SteadyClock::now() - start).count();
+      EXPECT_EQ(err.code(), ErrorCode::kTimeout) << err.what();
+      EXPECT_NE(std::string(err.what()).find("'" + mine + "'"), std::string::npos) << err.what();
+      EXPECT_NE(std::string(err.what()).find("not by ranks [" + std::to_string(1 - rank) + "]"),
+                std::string::npos)
+          << err.what();
+      EXPECT_GE(waited, 1.9);
+      EXPECT_LT(waited, 6.0) << "the bound is 2 s";
+    }
+    std::vector<float> next(4, static_cast<float>(rank + 1));
+    e.allreduce_async("next", {next.data(), comm::DataType::kFloat32, {4}, nullptr}, comm::ReduceOp::kSum)
+        .wait(Millis(10000));
+    EXPECT_EQ(next[0], 3.0f);
+  });
+}
+
+// int8 and int16 tensors travel, and an integer average truncates toward
+// zero (Horovod's): (-7 + 2) / 2 is -2.
+TEST(Engine, SmallIntegersAndIntegerAverage) {
+  run_world(2, fast_options(), [&](Engine& e, int rank) {
+    std::vector<std::int8_t> a = {static_cast<std::int8_t>(rank == 0 ? -7 : 2), 50};
+    std::vector<std::int16_t> b = {static_cast<std::int16_t>(rank == 0 ? -30000 : -1), 3};
+    auto ha = e.allreduce_async("i8", {a.data(), comm::DataType::kInt8, {2}, nullptr}, comm::ReduceOp::kAvg);
+    auto hb = e.allreduce_async("i16", {b.data(), comm::DataType::kInt16, {2}, nullptr}, comm::ReduceOp::kAvg);
+    ha.wait(Millis(10000));
+    hb.wait(Millis(10000));
+    EXPECT_EQ(a[0], -2);
+    EXPECT_EQ(a[1], 50);
+    EXPECT_EQ(b[0], -15000);
+    EXPECT_EQ(b[1], 3);
+  });
+}
+
 TEST(Engine, LateRankCompletesAfterWarning) {
   auto o = fast_options();
   o.stall_warn_s = 0.1;

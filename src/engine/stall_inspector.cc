@@ -35,6 +35,11 @@ std::string StallInspector::describe(const StallCandidate& c, SteadyClock::time_
          " but not by ranks " + rank_list(missing) + " for " + secs + " s";
 }
 
+void StallInspector::warn(const std::string& line) {
+  warnings_.fetch_add(1, std::memory_order_relaxed);
+  logger_.warn("engine", line);
+}
+
 std::vector<std::pair<std::string, std::string>> StallInspector::check(
     const std::vector<StallCandidate>& waiting, SteadyClock::time_point now) {
   std::vector<std::pair<std::string, std::string>> abort;
@@ -46,8 +51,8 @@ std::vector<std::pair<std::string, std::string>> StallInspector::check(
       // A coordinator that looks late (a busy machine) may find a tensor
       // already past the abort age: the log still gets the named warning.
       if (last_warned_.count(c.name) == 0 && age >= warn_s_) {
-        logger_.warn("engine", "stall: " + describe(c, now) +
-                                   "; are the ranks taking different code paths? (HPCT_STALL_WARN_S)");
+        warn("stall: " + describe(c, now) +
+             "; are the ranks taking different code paths? (HPCT_STALL_WARN_S)");
       }
       abort.emplace_back(c.name, "stalled: " + describe(c, now) +
                                      " (HPCT_STALL_ABORT_S); every rank must submit the same "
@@ -58,8 +63,14 @@ std::vector<std::pair<std::string, std::string>> StallInspector::check(
     auto it = last_warned_.find(c.name);
     if (it != last_warned_.end() && seconds(now - it->second) < warn_s_) continue;
     last_warned_[c.name] = now;
-    logger_.warn("engine", "stall: " + describe(c, now) +
-                               "; are the ranks taking different code paths? (HPCT_STALL_WARN_S)");
+    std::string until;
+    if (abort_s_ > 0) {
+      char secs[32];
+      std::snprintf(secs, sizeof(secs), "%.0f", abort_s_);
+      until = "; it fails with a timeout after " + std::string(secs) + " s (HPCT_STALL_ABORT_S)";
+    }
+    warn("stall: " + describe(c, now) +
+         "; are the ranks taking different code paths? (HPCT_STALL_WARN_S)" + until);
   }
   for (auto it = last_warned_.begin(); it != last_warned_.end();) {
     it = still.count(it->first) ? std::next(it) : last_warned_.erase(it);

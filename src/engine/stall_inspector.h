@@ -3,14 +3,17 @@
 //
 // After HPCT_STALL_WARN_S it logs a warning naming the tensor, the ranks that
 // submitted it and the ranks that did not (again every HPCT_STALL_WARN_S while
-// it lasts). After HPCT_STALL_ABORT_S (0: never) it tells the coordinator to
-// fail the tensor on every rank with a Timeout error carrying the same names.
+// it lasts). After HPCT_STALL_ABORT_S (HPCT_TIMEOUT_S unless set; 0: never)
+// it tells the coordinator to fail the tensor on every rank with a Timeout
+// error carrying the same names.
 // A stall is usually a program bug: ranks taking different branches, or one
 // rank skipping a step.
 //
 // Not thread-safe: used by the coordinator (rank 0's background thread).
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -40,7 +43,12 @@ class StallInspector {
   // "tensor 'x' (allreduce ...) submitted by ranks [0] but not by ranks [1] for 2.0 s"
   std::string describe(const StallCandidate& c, SteadyClock::time_point now) const;
 
+  // Warnings logged so far (any thread may read it).
+  std::uint64_t warnings() const { return warnings_.load(std::memory_order_relaxed); }
+
  private:
+  void warn(const std::string& line);
+  std::atomic<std::uint64_t> warnings_{0};
   double warn_s_;
   double abort_s_;
   int size_;

@@ -7,9 +7,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+
+#include <nlohmann/json.hpp>
 
 #include "comm/connect.h"
 #include "core/error.h"
@@ -359,6 +363,28 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   spec.store_addr = store.address();
   spec.job_id = make_job_id();
   spec.grace_s = o.grace_s;
+  if (o.metrics_port != 0) {
+    if (o.metrics_port < 0 || o.metrics_port > 65535) {
+      throw_invalid_argument("--metrics-port " + std::to_string(o.metrics_port) +
+                             ": a base port in 1..65535 (rank r listens on base + its local rank)");
+    }
+    spec.env["HPCT_METRICS_PORT"] = std::to_string(o.metrics_port);
+  }
+  if (!o.metrics_sd.empty()) {
+    if (o.metrics_port == 0 || spawner == "srun") {
+      throw_invalid_argument("--metrics-sd needs --metrics-port, and ranks placed by hpctrain launch "
+                             "(not --spawner srun: Slurm places them)");
+    }
+    // Written whole under another name and renamed, so Prometheus never reads half a file.
+    const std::string tmp = o.metrics_sd + ".tmp";
+    {
+      std::ofstream f(tmp);
+      f << prometheus_targets(layout.ranks, o.metrics_port, remote_hosts.empty(), spec.job_id);
+      if (!f) throw_io("write " + tmp, errno ? errno : EIO);
+    }
+    std::filesystem::rename(tmp, o.metrics_sd);
+    logger.info("launch", "Prometheus targets of job " + spec.job_id + " in " + o.metrics_sd);
+  }
 
   std::vector<std::string> host_by_rank;
   for (const auto& r : layout.ranks) host_by_rank.push_back(spawner == "srun" ? "?" : r.host);
@@ -399,6 +425,19 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
     }
   }
   return exit_code;
+}
+
+std::string prometheus_targets(const std::vector<RankPlacement>& ranks, int base_port, bool all_local,
+                               const std::string& job_id) {
+  nlohmann::json targets = nlohmann::json::array();
+  for (const auto& r : ranks) {
+    targets.push_back((all_local ? std::string("127.0.0.1") : r.host) + ":" +
+                      std::to_string(base_port + r.local_rank));
+  }
+  nlohmann::json group;
+  group["targets"] = targets;
+  group["labels"] = {{"job", job_id}};
+  return nlohmann::json::array({group}).dump(2) + "\n";
 }
 
 }  // namespace hpct::launch

@@ -14,6 +14,7 @@
 #include "core/env.h"
 #include "core/log.h"
 #include "launch/hostfile.h"
+#include "launch/placement.h"
 #include "launch/ssh_spawner.h"
 
 namespace hpct::launch {
@@ -41,6 +42,11 @@ struct LaunchOptions {
   // workers' hosts. Local and ssh spawners only.
   int servers = 0;
   std::vector<std::string> server_hosts;
+  // Prometheus endpoints (docs/metrics.md): rank r serves /metrics on
+  // metrics_port + its local rank (0: off); metrics_sd names a file the
+  // launcher writes for Prometheus's file-based discovery, one target per rank.
+  int metrics_port = 0;
+  std::string metrics_sd;
   // Elastic jobs (docs/elastic.md, elastic_supervisor.h): any of these set.
   // Workers come from the discovery script (or the hosts), between min_np
   // and max_np of them; a lost host does not end the job.
@@ -52,6 +58,12 @@ struct LaunchOptions {
   double elastic_timeout_s = 60;       // HPCT_ELASTIC_TIMEOUT_S
   bool elastic() const { return min_np > 0 || max_np > 0 || !host_discovery_script.empty(); }
 };
+
+// The file_sd_configs document for the ranks placed as `ranks`: one group
+// with every rank's host:port and the job's label. all_local: every rank
+// listens on loopback.
+std::string prometheus_targets(const std::vector<RankPlacement>& ranks, int base_port, bool all_local,
+                               const std::string& job_id);
 
 // Runs the job to its end and returns the launcher's exit code: 0, the
 // failed rank's exit code (128+n for a signal), 124 when a rank did not

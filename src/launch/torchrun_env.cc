@@ -29,6 +29,13 @@ void add_torchrun_rank_env(std::map<std::string, std::string>& env, const RankPl
   env["WORLD_SIZE"] = std::to_string(size);
   env["LOCAL_RANK"] = std::to_string(p.local_rank);
   env["LOCAL_WORLD_SIZE"] = std::to_string(p.local_size);
+  env["HOROVOD_RANK"] = std::to_string(p.rank);
+  env["HOROVOD_SIZE"] = std::to_string(size);
+  env["HOROVOD_LOCAL_RANK"] = std::to_string(p.local_rank);
+  env["HOROVOD_LOCAL_SIZE"] = std::to_string(p.local_size);
+  env["HOROVOD_CROSS_RANK"] = std::to_string(p.cross_rank);
+  env["HOROVOD_CROSS_SIZE"] = std::to_string(p.cross_size);
+  env["HOROVOD_HOSTNAME"] = p.host;
 }
 
 int pick_free_port() {

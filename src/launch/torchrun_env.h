@@ -8,6 +8,10 @@
 // taken). Per rank: RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, the same
 // numbers as HPCT_RANK, HPCT_SIZE, HPCT_LOCAL_RANK and HPCT_LOCAL_SIZE.
 // MASTER_ADDR and MASTER_PORT the user set (--env) are kept.
+//
+// Horovod's too, as horovodrun sets them, for scripts that read them:
+// HOROVOD_RANK, HOROVOD_SIZE, HOROVOD_LOCAL_RANK, HOROVOD_LOCAL_SIZE,
+// HOROVOD_CROSS_RANK, HOROVOD_CROSS_SIZE and HOROVOD_HOSTNAME.
 #pragma once
 
 #include <map>
@@ -25,7 +29,8 @@ namespace hpct::launch {
 void add_torchrun_master_env(std::map<std::string, std::string>& env,
                              const std::vector<RankPlacement>& ranks, bool all_local, int port);
 
-// Sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE for rank p of size.
+// Sets RANK, WORLD_SIZE, LOCAL_RANK and LOCAL_WORLD_SIZE, and Horovod's
+// HOROVOD_* equivalents, for rank p of size.
 void add_torchrun_rank_env(std::map<std::string, std::string>& env, const RankPlacement& p, int size);
 
 // A TCP port that is free on this host's loopback now (Io if none can be bound).

@@ -18,6 +18,13 @@ TEST(TorchrunEnv, RanksGetTorchrunsNumbers) {
   EXPECT_EQ(env["WORLD_SIZE"], "3");
   EXPECT_EQ(env["LOCAL_RANK"], "0");
   EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "1");
+  EXPECT_EQ(env["HOROVOD_RANK"], "2");
+  EXPECT_EQ(env["HOROVOD_SIZE"], "3");
+  EXPECT_EQ(env["HOROVOD_LOCAL_RANK"], "0");
+  EXPECT_EQ(env["HOROVOD_LOCAL_SIZE"], "1");
+  EXPECT_EQ(env["HOROVOD_CROSS_RANK"], "1");
+  EXPECT_EQ(env["HOROVOD_CROSS_SIZE"], "2");
+  EXPECT_EQ(env["HOROVOD_HOSTNAME"], "node-b");
   add_torchrun_rank_env(env, ranks[1], 3);
   EXPECT_EQ(env["RANK"], "1");
   EXPECT_EQ(env["LOCAL_RANK"], "1");

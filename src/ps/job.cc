@@ -50,7 +50,7 @@ std::shared_ptr<store::Store> open_job_store(const Config& config, const Env& en
   o.host = text.substr(0, colon);
   if (o.host.size() > 2 && o.host.front() == '[') o.host = o.host.substr(1, o.host.size() - 2);
   o.port = std::atoi(text.c_str() + colon + 1);
-  *secret = store::read_secret_from_fd(static_cast<int>(config.secret_fd));
+  *secret = store::job_secret(static_cast<int>(config.secret_fd));
   o.secret = *secret;
   o.connect_timeout = seconds_to_millis(config.timeout_s);
   o.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <map>
+#include <mutex>
 
 #include "core/error.h"
 
@@ -58,6 +60,16 @@ std::string read_secret_from_fd(int fd, Millis timeout) {
   if (!secret.empty() && secret.back() == '\r') secret.pop_back();
   if (secret.empty()) throw_invalid_argument(what + " is empty");
   return secret;
+}
+
+std::string job_secret(int fd) {
+  // Process-wide by nature: the fd's bytes can be read once per process.
+  static std::mutex mu;
+  static std::map<int, std::string> read;
+  std::lock_guard<std::mutex> lk(mu);
+  auto it = read.find(fd);
+  if (it == read.end()) it = read.emplace(fd, read_secret_from_fd(fd)).first;
+  return it->second;
 }
 
 }  // namespace hpct::store

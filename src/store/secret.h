@@ -22,4 +22,10 @@ std::string generate_secret();
 // when the read fails. Does not close fd (the caller owns it).
 std::string read_secret_from_fd(int fd, Millis timeout = Millis(10000));
 
+// The job's secret for a rank process: read from fd (read_secret_from_fd)
+// the first time, the same value on every later call with that fd. A rank
+// that leaves the job and joins it again (hvd.shutdown(), hvd.init()) meets
+// a launcher that wrote the secret once. Thread-safe.
+std::string job_secret(int fd);
+
 }  // namespace hpct::store

@@ -253,6 +253,59 @@ TEST(DistributedOptimizer, UnusedParameterGetsTheOtherRanksAverage) {
   EXPECT_TRUE(torch::allclose(b_grads[0], b_grads[2] / 2));  // rank 1 contributed zeros
 }
 
+// Rank 1 skips a step (it caught an error before it) and goes on to a
+// collective of its own: rank 0's step() ends within HPCT_TIMEOUT_S with
+// Timeout naming a gradient and rank 1, instead of waiting for ever; then
+// both ranks' next step works and leaves identical parameters.
+TEST(DistributedOptimizer, StepOneRankSkipsFailsWithinTheBoundAndTheNextStepWorks) {
+  std::mutex mu;
+  std::vector<torch::Tensor> after(2);
+  comm::testing::run_gloo_world(2, Millis(30000), [&](comm::GlooCommunicator& comm) {
+    Config c = test_config(64 << 20);
+    c.timeout_s = 2;
+    auto ctx = make_context(comm, c, quiet(comm.rank()));
+    const int r = ctx->rank();
+    std::shared_ptr<SmallMlp> m;
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      torch::manual_seed(5);
+      m = std::make_shared<SmallMlp>();
+    }
+    torch::optim::SGD sgd(m->parameters(), torch::optim::SGDOptions(0.05));
+    DistributedOptimizer opt(*ctx, sgd, m->named_parameters());
+    auto [x, y] = batch(0, 4, {20});
+    opt.zero_grad();
+    if (r == 0) {
+      torch::nn::functional::cross_entropy(m->forward(x), y).backward();
+      const auto start = SteadyClock::now();
+      try {
+        opt.step();
+        ADD_FAILURE() << "step() completed though rank 1 never sent its gradients";
+      } catch (const Error& e) {
+        const double waited = std::chrono::duration<double>(SteadyClock::now() - start).count();
+        EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+        EXPECT_NE(std::string(e.what()).find("not by ranks [1]"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("fc"), std::string::npos) << "names the gradient: " << e.what();
+        EXPECT_LT(waited, 6.0) << "the bound is 2 s";
+      }
+    } else {
+      auto t = torch::ones({3});
+      try {
+        allreduce(*ctx, "rank1-only", t, false);
+        ADD_FAILURE() << "rank 1's lonely collective completed";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+      }
+    }
+    opt.zero_grad();
+    torch::nn::functional::cross_entropy(m->forward(x), y).backward();
+    opt.step();
+    std::lock_guard<std::mutex> lk(mu);
+    after[static_cast<size_t>(r)] = flat_params(*m);
+  });
+  EXPECT_TRUE(torch::equal(after[0], after[1]));
+}
+
 TEST(Broadcast, OptimizerStateAndMetrics) {
   comm::testing::run_gloo_world(3, Millis(30000), [&](comm::GlooCommunicator& comm) {
     auto ctx = make_context(comm, test_config(64 << 20), quiet(comm.rank()));

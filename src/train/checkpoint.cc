@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/fd.h"
-#include "data/crc32c.h"
+#include "data/formats/crc32c.h"
 
 namespace hpct::train {
 namespace {

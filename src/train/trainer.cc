@@ -18,10 +18,15 @@
 #include <unistd.h>
 
 #include "core/clock.h"
+#include "core/env.h"
 #include "core/error.h"
-#include "data/crc32c.h"
+#include "core/world.h"
+#include "data/formats/crc32c.h"
 #include "data/loader.h"
+#include "data/source/remote_fs.h"
 #include "elastic/elastic.h"
+#include "engine/engine.h"
+#include "metrics/rank_metrics.h"
 #include "train/checkpoint.h"
 #include "train/models.h"
 #include "train/scripted_model.h"
@@ -122,9 +127,12 @@ void average_buffers(Context& ctx, Model& model) {
 // One sample of the training data, [1, C, H, W]: its channels shape
 // resnet20, and a forward pass on it checks the model fits the data before
 // any rank starts training.
-torch::Tensor probe_sample(const TrainOptions& o, const Logger& log) {
+torch::Tensor probe_sample(const TrainOptions& o, const Logger& log, std::shared_ptr<data::FileSystem> fs,
+                           const Config& config) {
   data::LoaderOptions lo;
   lo.shards = o.data;
+  lo.fs = std::move(fs);
+  lo.on_error = data::parse_on_error(config.data_on_error);  // a shard skipped in training is skipped here too
   lo.batch_size = 1;
   lo.shuffle = false;
   lo.threads = 1;
@@ -336,7 +344,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   at::set_num_threads(o.threads);
   auto wall_start = Clock::now();
 
-  auto sample = probe_sample(o, log);
+  // One file system for every loader of the run: remote shards are fetched
+  // once (into spools or the cache) and their counts go to the metrics.
+  auto shard_fs = data::make_shard_file_system(ctx.config(), log);
+  auto sample = probe_sample(o, log, shard_fs, ctx.config());
   torch::manual_seed(o.seed);
   auto model = open_model(o.model, static_cast<int>(sample.size(1)));
   {
@@ -358,6 +369,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   lo.drop_last = true;  // full batches: the global batch is the same every step
   lo.threads = o.data_threads;
   data::apply_config(ctx.config(), &lo);
+  lo.fs = shard_fs;
   lo.normalize = true;
   lo.logger = log;
   data::Loader loader(lo);
@@ -419,6 +431,9 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
 
   MetricsFile metrics(lead ? o.metrics : "");
+  const auto prometheus = metrics::rank_metrics_from_config(
+      ctx.config(), discover_world(ProcessEnv()), ProcessEnv(), &ctx.engine(), &ctx.engine().communicator());
+  if (prometheus) log.info("train", "metrics at " + prometheus->url());
   const std::int64_t global_batch = o.batch * ctx.size();
   double val_loss = NAN, val_acc = NAN, last_loss = NAN;
   std::int64_t trained_samples = 0;
@@ -502,6 +517,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
       interval.compute += D(t2 - t1).count();
       interval.sync += D(t3 - t2).count();
       interval.optim += D(t4 - t3).count();
+      if (prometheus) {
+        prometheus->record_step(batch.labels.size(0), D(t1 - t0).count(), D(t2 - t1).count(),
+                                D(t3 - t2).count(), D(t4 - t3).count());
+      }
       loss_interval += last_loss;
       ++steps_interval;
       epoch_samples += global_batch;
@@ -543,6 +562,8 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
           j["sync_wait_ms"] = row[2].item<double>() * 1e3;
           j["optimizer_ms"] = row[3].item<double>() * 1e3;
           j["slowest_rank"] = slowest;
+          auto sources = shard_fs->stats();
+          if (!sources.empty()) j["sources"] = sources;  // rank 0's remote reads so far
           metrics.write(j);
           if (!o.progress) {
             std::printf("epoch %lld step %lld loss %.4f lr %.4g %.0f samples/s (slowest rank %lld: data %.1f ms, "
@@ -644,6 +665,15 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   std::snprintf(crc_hex, sizeof crc_hex, "%08x", static_cast<unsigned>(crcs[0].item<double>()));
   s["params_crc32c"] = crc_hex;
   s["params_identical_across_ranks"] = identical;
+  {
+    // Remote reads of every rank: bytes, requests, retries, resumes, stalls.
+    auto t = shard_fs->totals();
+    auto sums = allreduce(ctx, "train/source_totals", torch::tensor(t, torch::kDouble), false);
+    if (sums[1].item<double>() > 0 || sums[6].item<double>() > 0) {
+      const char* names[] = {"bytes", "requests", "retries", "resumes", "stalls", "stall_ms", "cache_hits"};
+      for (size_t i = 0; i < t.size(); ++i) s["remote_reads"][names[i]] = sums[static_cast<std::int64_t>(i)].item<double>();
+    }
+  }
   metrics.write(s);
   return s;
 }
@@ -661,7 +691,8 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
   at::set_num_threads(o.threads);
   const auto wall_start = Clock::now();
   Logger log = base_log;
-  auto sample = probe_sample(o, log);
+  auto shard_fs = data::make_shard_file_system(config, log);
+  auto sample = probe_sample(o, log, shard_fs, config);
   torch::manual_seed(o.seed);
   auto model = open_model(o.model, static_cast<int>(sample.size(1)));
   {
@@ -674,6 +705,7 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
 
   data::LoaderOptions lo;
   lo.shards = o.data;
+  lo.fs = shard_fs;
   lo.seed = o.seed;
   lo.batch_size = o.batch;
   lo.drop_last = true;

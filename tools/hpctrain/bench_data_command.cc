@@ -2,6 +2,13 @@
 // libjpeg-turbo's own decode loop on the same images, and the Loader's
 // throughput with 1..N decode threads, as JSON lines.
 //
+// With --source URL... it measures reading remote shards instead: each round
+// streams the shards through hpctrain's reader (ShardFileSystem: download,
+// walk the tar, read every member) and, alternating with it, downloads them
+// with `curl -s -o /dev/null` (http and https only); it reports both rates,
+// their ratio (median of the rounds' paired ratios) and the time from the
+// start to the first sample read and decoded.
+//
 // The images are Fashion-MNIST test images scaled to --size (bilinear, grey
 // replicated to RGB) and encoded as JPEG quality 90, packed into tar shards
 // in a temporary directory, so the benchmark needs no download.
@@ -18,12 +25,15 @@
 #include "commands.h"
 #include "core/clock.h"
 #include "core/error.h"
-#include "data/augment.h"
-#include "data/idx.h"
-#include "data/image.h"
-#include "data/jpeg_reference.h"
+#include "data/decode/augment.h"
+#include "data/formats/idx.h"
+#include "data/decode/image.h"
+#include "data/decode/jpeg_reference.h"
 #include "data/loader.h"
-#include "data/shard_writer.h"
+#include "data/source/shard_list.h"
+#include "data/source/remote_fs.h"
+#include "data/formats/tar.h"
+#include "data/formats/shard_writer.h"
 
 namespace hpct::cli {
 namespace {
@@ -36,10 +46,89 @@ struct DataArgs {
   double seconds = 1.5;   // measuring time: seconds x rounds (x max_threads for the loader)
   int rounds = 3;
   std::int64_t batch = 32;
+  std::vector<std::string> sources;  // --source: remote shards to stream
+  SourceFlags source_flags;
 };
 
 double seconds_since(SteadyClock::time_point t0) {
   return std::chrono::duration<double>(SteadyClock::now() - t0).count();
+}
+
+// One pass of hpctrain's reader over the shards: every member read, the
+// first image decoded. Returns bytes; *first_sample_s: from the start to the
+// first sample read and decoded.
+std::uint64_t stream_pass(const Config& config, const std::vector<std::string>& shards, double* first_sample_s,
+                          nlohmann::json* stats) {
+  const auto t0 = SteadyClock::now();
+  auto fs = data::make_shard_file_system(config, Logger::from_config(config, -1));
+  fs->will_read(shards);
+  std::uint64_t bytes = 0;
+  *first_sample_s = -1;
+  for (const auto& url : shards) {
+    auto file = fs->open_read(url);
+    data::TarScanner scan(*file);
+    while (auto m = scan.next()) {
+      std::string body = data::read_member(*file, *m);
+      if (*first_sample_s < 0 && (m->name.size() > 4 && (m->name.substr(m->name.size() - 4) == ".png" ||
+                                                          m->name.substr(m->name.size() - 4) == ".jpg"))) {
+        data::Image img;
+        data::decode_image_into(body, 0, &img);
+        *first_sample_s = seconds_since(t0);
+      }
+    }
+    bytes += file->size();
+  }
+  *stats = fs->stats();
+  return bytes;
+}
+
+int run_bench_source(const DataArgs& a, const Config& config) {
+  auto probe = data::make_shard_file_system(config, Logger::from_config(config, -1));
+  const auto shards = data::expand_shard_list(a.sources, *probe);
+  const bool curl_ok = std::all_of(shards.begin(), shards.end(), [](const std::string& u) {
+    return u.rfind("http://", 0) == 0 || u.rfind("https://", 0) == 0;
+  });
+  std::string curl_cmd = "curl -sSf --max-time 600";
+  if (!config.data_ca_file.empty()) curl_cmd += " --cacert '" + config.data_ca_file + "'";
+  for (const auto& u : shards) curl_cmd += " -o /dev/null '" + u + "'";
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v.empty() ? 0.0 : v[v.size() / 2];
+  };
+  std::vector<double> ours, theirs, ratios, first;
+  std::uint64_t bytes = 0;
+  nlohmann::json stats;
+  for (int r = 0; r < a.rounds; ++r) {
+    double first_s = 0;
+    auto t0 = SteadyClock::now();
+    bytes = stream_pass(config, shards, &first_s, &stats);
+    const double s_ours = seconds_since(t0);
+    ours.push_back(bytes / s_ours);
+    first.push_back(first_s);
+    if (curl_ok) {
+      t0 = SteadyClock::now();
+      if (std::system(curl_cmd.c_str()) != 0) throw Error(ErrorCode::kIo, "bench data: curl failed: " + curl_cmd);
+      const double s_curl = seconds_since(t0);
+      theirs.push_back(bytes / s_curl);
+      ratios.push_back(s_curl / s_ours);
+    }
+  }
+  nlohmann::json j = {{"bench", "data"},
+                      {"what", "stream"},
+                      {"shards", shards.size()},
+                      {"bytes", bytes},
+                      {"rounds", a.rounds},
+                      {"fetches", config.data_fetches},
+                      {"bytes_per_s", median(ours)},
+                      {"first_sample_s", median(first)},
+                      {"sources", stats}};
+  if (curl_ok) {
+    j["curl_bytes_per_s"] = median(theirs);
+    j["ratio_to_curl"] = median(ratios);
+    j["curl_call"] = "curl -o /dev/null, one process for all shards";
+  }
+  std::cout << j.dump() << std::endl;
+  return 0;
 }
 
 int run_bench_data(const DataArgs& a) {
@@ -190,7 +279,16 @@ void add_bench_data_command(CLI::App& bench, Cli& cli) {
   c->add_option("--rounds", args->rounds, "Measure for --seconds x --rounds (x threads for the loader)")
       ->capture_default_str();
   c->add_option("--batch", args->batch, "Loader batch size")->capture_default_str();
-  c->callback([args, &cli] { cli.run = [args] { return run_bench_data(*args); }; });
+  c->add_option("--source", args->sources,
+                 "Instead: stream these remote shards (URLs, brace ranges) and compare with curl -o /dev/null");
+  add_source_flags(c, &args->source_flags);
+  c->callback([args, &cli] {
+    cli.run = [args, &cli] {
+      if (args->sources.empty()) return run_bench_data(*args);
+      apply_source_flags(args->source_flags, &cli.config);
+      return run_bench_source(*args, cli.config);
+    };
+  });
 }
 
 }  // namespace hpct::cli

@@ -40,6 +40,17 @@ void add_forwarded_command(CLI::App& parent, Cli& cli, const std::string& name,
                                char** argv);
 
 void add_config_command(CLI::App& app, Cli& cli);
+
+// --ca-file, --cache-dir and --cache-size, taken by every command that reads
+// shards; they set HPCT_DATA_CA_FILE, HPCT_DATA_CACHE_DIR and
+// HPCT_DATA_CACHE_SIZE (core/config.h) when given.
+struct SourceFlags {
+  std::string ca_file;
+  std::string cache_dir;
+  std::string cache_size;
+};
+void add_source_flags(CLI::App* command, SourceFlags* flags);
+void apply_source_flags(const SourceFlags& flags, Config* config);
 CLI::App& add_bench_command(CLI::App& app);            // the parent; add its subcommands next
 // How the benchmarks start their own local ranks: mpirun with the flags a
 // single small host needs (see shared/notes): oversubscription for np >

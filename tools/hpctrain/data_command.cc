@@ -18,13 +18,14 @@
 #include "core/fd.h"
 #include "core/log.h"
 #include "core/units.h"
-#include "data/data_server.h"
-#include "data/idx.h"
-#include "data/pack.h"
-#include "data/shard_check.h"
+#include "data/serve/data_server.h"
+#include "data/formats/idx.h"
+#include "data/formats/pack.h"
+#include "data/formats/shard_check.h"
 #include "data/shard_index.h"
-#include "data/shard_list.h"
-#include "data/tfrecord.h"
+#include "data/source/shard_list.h"
+#include "data/source/remote_fs.h"
+#include "data/formats/tfrecord.h"
 #include "store/secret.h"
 
 namespace hpct::cli {
@@ -71,8 +72,22 @@ struct PackArgs {
   bool quiet = false;
 };
 
-int run_pack(const PackArgs& a) {
+// Set by SIGINT/SIGTERM; the only state a signal handler may touch.
+volatile std::sig_atomic_t g_stop_requested = 0;
+
+void on_stop_signal(int) { g_stop_requested = 1; }
+
+void install_stop_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+}
+
+int run_pack(const PackArgs& a, const Config& config) {
   data::ShardWriterOptions out;
+  out.fs = data::make_shard_file_system(config, Logger::from_config(config, -1));
   out.pattern = a.output;
   out.max_count = a.max_count;
   out.max_size = parse_bytes(a.max_size);
@@ -92,7 +107,14 @@ int run_pack(const PackArgs& a) {
   out.format = format == "tfrecord" ? data::ShardFormat::kTfRecord : data::ShardFormat::kTar;
   data::format_shard_name(a.output, 0);  // refuse a bad pattern before reading anything
   ProgressBar bar(!a.quiet);
-  auto progress = [&](std::uint64_t d, std::uint64_t t) { bar.update(d, t); };
+  // An interrupted pack stops between samples by throwing: the shard being
+  // written is dropped uncommitted (a local temporary is removed, an S3
+  // multipart upload is aborted), so no half shard appears.
+  install_stop_handlers();
+  auto progress = [&](std::uint64_t d, std::uint64_t t) {
+    if (g_stop_requested != 0) throw Error(ErrorCode::kIo, "pack interrupted by a signal; the shard being written was dropped");
+    bar.update(d, t);
+  };
   data::PackResult r;
   if (a.from.at(0) == "fashion-mnist") {
     if (a.from.size() > 1) throw_invalid_argument("--from fashion-mnist takes no directory (see --dir)");
@@ -109,17 +131,19 @@ int run_pack(const PackArgs& a) {
   return 0;
 }
 
-std::vector<std::string> expand(const std::vector<std::string>& items) {
-  data::PosixFileSystem fs;
+std::vector<std::string> expand(const std::vector<std::string>& items, data::FileSystem& fs) {
   auto shards = data::expand_shard_list(items, fs);
   if (shards.empty()) throw_invalid_argument("no shards given");
   return shards;
 }
 
-int run_inspect(const std::vector<std::string>& items, bool json) {
-  data::PosixFileSystem fs;
+int run_inspect(const std::vector<std::string>& items, bool json, const Config& config) {
+  auto fsp = data::make_shard_file_system(config, Logger::from_config(config, -1));
+  auto& fs = *fsp;
   std::uint64_t samples = 0, bytes = 0;
-  for (const auto& path : expand(items)) {
+  auto shards = expand(items, fs);
+  fs.will_read(shards);
+  for (const auto& path : shards) {
     data::ShardSummary s = data::inspect_shard(fs, path);
     samples += s.samples;
     bytes += s.file_bytes;
@@ -149,10 +173,13 @@ int run_inspect(const std::vector<std::string>& items, bool json) {
   return 0;
 }
 
-int run_verify(const std::vector<std::string>& items, bool all) {
-  data::PosixFileSystem fs;
+int run_verify(const std::vector<std::string>& items, bool all, const Config& config) {
+  auto fsp = data::make_shard_file_system(config, Logger::from_config(config, -1));
+  auto& fs = *fsp;
   std::uint64_t shards = 0, failures = 0;
-  for (const auto& path : expand(items)) {
+  auto paths = expand(items, fs);
+  fs.will_read(paths);
+  for (const auto& path : paths) {
     ++shards;
     for (const auto& f : data::verify_shard(fs, path, all)) {
       std::printf("FAIL %s\n", f.c_str());
@@ -192,22 +219,11 @@ std::string read_secret(const Config& config, const std::string& secret_file) {
   return s;
 }
 
-// Set by SIGINT/SIGTERM; the only state a signal handler may touch.
-volatile std::sig_atomic_t g_stop_requested = 0;
-
-void on_stop_signal(int) { g_stop_requested = 1; }
-
-void install_stop_handlers() {
-  struct sigaction sa {};
-  sa.sa_handler = on_stop_signal;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-}
-
 int run_serve(const ServeArgs& a, const Config& config) {
   data::DataServerOptions o;
-  o.shards = expand(a.shards);
+  auto fs = data::make_shard_file_system(config, Logger::from_config(config, -1));
+  o.fs = fs;
+  o.shards = expand(a.shards, *fs);
   o.secret = read_secret(config, a.secret_file);
   const size_t colon = a.listen.rfind(':');
   if (colon == std::string::npos) throw_invalid_argument("--listen " + a.listen + ": expected ADDR:PORT");
@@ -267,19 +283,40 @@ void add_data_command(CLI::App& app, Cli& cli) {
   p->add_option("--shuffle-seed", pack->shuffle_seed, "folder: shuffle files with this seed (-1: sorted)")
       ->capture_default_str();
   p->add_flag("-q,--quiet", pack->quiet, "No progress bar");
-  p->callback([pack, &cli] { cli.run = [pack] { return run_pack(*pack); }; });
+  auto pack_flags = std::make_shared<SourceFlags>();
+  add_source_flags(p, pack_flags.get());
+  p->callback([pack, pack_flags, &cli] {
+    cli.run = [pack, pack_flags, &cli] {
+      apply_source_flags(*pack_flags, &cli.config);
+      return run_pack(*pack, cli.config);
+    };
+  });
 
   auto inspect = std::make_shared<std::pair<std::vector<std::string>, bool>>();
   auto* i = data->add_subcommand("inspect", "Samples, fields and sizes of shards");
   i->add_option("shards", inspect->first, "Shards, patterns ('a-{000..009}.tar') or @list")->required();
   i->add_flag("--json", inspect->second, "One JSON line per shard");
-  i->callback([inspect, &cli] { cli.run = [inspect] { return run_inspect(inspect->first, inspect->second); }; });
+  auto inspect_flags = std::make_shared<SourceFlags>();
+  add_source_flags(i, inspect_flags.get());
+  i->callback([inspect, inspect_flags, &cli] {
+    cli.run = [inspect, inspect_flags, &cli] {
+      apply_source_flags(*inspect_flags, &cli.config);
+      return run_inspect(inspect->first, inspect->second, cli.config);
+    };
+  });
 
   auto verify = std::make_shared<std::pair<std::vector<std::string>, bool>>();
   auto* v = data->add_subcommand("verify", "Read every member and decode every image; exit 1 on damage");
   v->add_option("shards", verify->first, "Shards, patterns or @list")->required();
   v->add_flag("--all", verify->second, "Report every failure, not only the first");
-  v->callback([verify, &cli] { cli.run = [verify] { return run_verify(verify->first, verify->second); }; });
+  auto verify_flags = std::make_shared<SourceFlags>();
+  add_source_flags(v, verify_flags.get());
+  v->callback([verify, verify_flags, &cli] {
+    cli.run = [verify, verify_flags, &cli] {
+      apply_source_flags(*verify_flags, &cli.config);
+      return run_verify(verify->first, verify->second, cli.config);
+    };
+  });
 
   auto serve = std::make_shared<ServeArgs>();
   auto* s = data->add_subcommand("serve", "Stream samples to a job's ranks over TCP (authenticated)");
@@ -290,7 +327,14 @@ void add_data_command(CLI::App& app, Cli& cli) {
   s->add_flag("--decode", serve->decode, "Send decoded images and labels instead of raw fields");
   s->add_option("--on-error", serve->on_error, "fail or skip damaged shards (default HPCT_DATA_ON_ERROR)");
   s->add_option("--duration-s", serve->duration_s, "Stop after this many seconds (default: until SIGINT/SIGTERM)");
-  s->callback([serve, &cli] { cli.run = [serve, &cli] { return run_serve(*serve, cli.config); }; });
+  auto serve_flags = std::make_shared<SourceFlags>();
+  add_source_flags(s, serve_flags.get());
+  s->callback([serve, serve_flags, &cli] {
+    cli.run = [serve, serve_flags, &cli] {
+      apply_source_flags(*serve_flags, &cli.config);
+      return run_serve(*serve, cli.config);
+    };
+  });
 }
 
 }  // namespace hpct::cli

@@ -53,6 +53,12 @@ void add_launch_command(CLI::App& app, Cli& cli) {
                 "Hosts for the parameter servers, in turn (default: the workers' hosts)")
       ->delimiter(',')
       ->allow_extra_args(false);
+  c->add_option("--metrics-port", a->o.metrics_port,
+                "Every rank serves Prometheus /metrics on BASE + its local rank (docs/metrics.md)")
+      ->type_name("BASE");
+  c->add_option("--metrics-sd", a->o.metrics_sd,
+                "Write every rank's target to FILE for Prometheus's file_sd_configs (with --metrics-port)")
+      ->type_name("FILE");
   // Elastic jobs (docs/elastic.md), with Horovod's option names.
   c->add_option("--min-np", a->o.min_np,
                 "Elastic: fewest workers the job trains with; below it, wait HPCT_ELASTIC_TIMEOUT_S for hosts, then fail");

@@ -121,11 +121,14 @@ void add_train_command(CLI::App& app, Cli& cli) {
   c->add_option("--fault-worker", o->fault_worker, "Tests: the elastic worker id that ends itself")->group("");
   c->add_option("--fault-step", o->fault_step, "Tests: the step at which it does")->group("");
   c->add_option("--fault", o->fault_kind, "Tests: kill (SIGKILL) or exit (an exception)")->group("");
+  auto source_flags = std::make_shared<SourceFlags>();
+  add_source_flags(c, source_flags.get());
   auto progress = std::make_shared<std::string>("auto");
   c->add_option("--progress", *progress, "auto (bar when stdout is a terminal), bar or lines")
       ->capture_default_str();
-  c->callback([&cli, o, progress, on_signal, elastic] {
-    cli.run = [&cli, o, progress, on_signal, elastic] {
+  c->callback([&cli, o, progress, on_signal, source_flags, elastic] {
+    cli.run = [&cli, o, progress, on_signal, source_flags, elastic] {
+      apply_source_flags(*source_flags, &cli.config);
       if (*progress != "auto" && *progress != "bar" && *progress != "lines") {
         throw_invalid_argument("--progress " + *progress + ": choose auto, bar or lines");
       }

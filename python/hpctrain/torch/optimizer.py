@@ -22,11 +22,16 @@ import torch
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=None, gradient_predivide_factor=1.0, sparse_as_dense=False):
-        from . import Average, _rt
+        from .mpi_ops import Average, _op_of, _rt
+        from .compression import engine_name
         super(self.__class__, self).__init__(params)
         self._hvd_rt = _rt()
-        self._hvd_op = Average if op is None else op
-        self._hvd_compression = "" if compression is None else compression.name
+        self._hvd_op = Average if op is None else _op_of(None, op)
+        # A built-in compressor is the engine's wire cast; any other runs in Python.
+        self._hvd_wire = engine_name(compression)
+        self._hvd_compressor = compression if self._hvd_wire is None else None
+        self._hvd_ctx = {}       # id(p) -> (sent tensor, compressor context)
+        self._hvd_sparse_as_dense = sparse_as_dense
         if backward_passes_per_step < 1:
             raise ValueError("backward_passes_per_step must be at least 1")
         if gradient_predivide_factor != 1.0 and self._hvd_op is not Average:
@@ -51,9 +56,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("named_parameters was given but misses %d of the optimizer's "
                              "parameters (indices %s)" % (len(missing), missing[:5]))
         self._hvd_names = {id(p): "grad." + n for n, p in named_parameters}
+        # Horovod's attribute: parameter -> name (scripts and tests read it).
+        self._parameter_names = {p: n for n, p in named_parameters}
         self._hvd_params = [p for p in all_params if p.requires_grad]
         self._hvd_overlap = self._hvd_rt.overlap_default()
-        self._hvd_ops = {}       # id(p) -> Operation submitted this step
+        self._hvd_ops = {}       # id(p) -> Operation submitted this step (or a sparse result callable)
+        self._hvd_dense = {}     # id(p) -> the tensor sent when it is not p.grad itself
         self._hvd_order = []     # params in submission order
         self._hvd_delay = {id(p): backward_passes_per_step for p in self._hvd_params}
         self._hvd_accs = []
@@ -88,13 +96,45 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         g = p.grad
         if g is None:
             p.grad = g = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        if g.is_sparse and not self._hvd_sparse_as_dense:
+            from .mpi_ops import sparse_allreduce_async
+            self._hvd_ops[key] = sparse_allreduce_async(g, self._hvd_names[key], self._hvd_op)
+            self._hvd_order.append(p)
+            return
+        if g.is_sparse:
+            g = g.to_dense()
         elif not g.is_contiguous():
             p.grad = g = g.contiguous()
         if self._hvd_predivide != 1.0:
             g.div_(self._hvd_predivide)
-        self._hvd_ops[key] = self._hvd_rt.allreduce(g, self._hvd_names[key], self._hvd_op.name,
-                                                    self._hvd_compression)
+        wire = self._hvd_wire
+        if self._hvd_compressor is not None:
+            sent, self._hvd_ctx[key] = self._hvd_compressor.compress(g)
+            g = sent.contiguous()
+            wire = "none"
+        if g is not p.grad or self._hvd_compressor is not None:
+            self._hvd_dense[key] = g
+        self._hvd_ops[key] = self._hvd_rt.allreduce(g, self._hvd_names[key], self._hvd_op.name, wire)
         self._hvd_order.append(p)
+
+    def _hvd_finish(self, p):
+        """Puts the reduced gradient of p into p.grad when it was sent as another tensor."""
+        key = id(p)
+        op = self._hvd_ops[key]
+        if callable(op):  # a sparse gradient's allgathers
+            reduced = op()
+            p.grad.zero_().add_(reduced)
+            return
+        sent = self._hvd_dense.pop(key, None)
+        if sent is None:
+            return
+        ctx = self._hvd_ctx.pop(key, None)
+        if self._hvd_compressor is not None:
+            sent = self._hvd_compressor.decompress(sent, ctx)
+        if p.grad.is_sparse:
+            p.grad.zero_().add_(sent.to_sparse())
+        else:
+            p.grad.copy_(sent)
 
     def synchronize(self):
         """Waits until every gradient is reduced over ranks (submitting those not yet submitted)."""
@@ -102,12 +142,16 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         for p in self._hvd_params:
             if id(p) not in self._hvd_ops:
                 self._hvd_submit(p)
-        ops = [self._hvd_ops[id(p)] for p in self._hvd_order]
+        ops = [self._hvd_ops[id(p)] for p in self._hvd_order if not callable(self._hvd_ops[id(p)])]
         predivided = self._hvd_predivide
         try:
             _C.wait_all(ops)  # releases the GIL
+            for p in self._hvd_order:
+                self._hvd_finish(p)
         finally:
             self._hvd_ops.clear()
+            self._hvd_dense.clear()
+            self._hvd_ctx.clear()
             self._hvd_order = []
             for p in self._hvd_params:
                 self._hvd_delay[id(p)] = self.backward_passes_per_step
@@ -129,10 +173,15 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def step(self, closure=None):
         if self._hvd_should_sync:
             if self._hvd_synchronized:
-                warnings.warn("optimizer.step() called after optimizer.synchronize(); wrap step() in "
-                              "optimizer.skip_synchronize() to avoid a second synchronization")
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() context "
+                              "after optimizer.synchronize(): the gradients are reduced a second time. "
+                              "Call step() inside `with optimizer.skip_synchronize():`.")
             self.synchronize()
         self._hvd_synchronized = False
+        return self._hvd_local_step(closure)
+
+    def _hvd_local_step(self, closure=None):
+        """The wrapped optimizer's own step, with no communication."""
         return super(self.__class__, self).step(closure)
 
     def zero_grad(self, *args, **kwargs):
@@ -144,17 +193,18 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0,
-                         sparse_as_dense=False, **unsupported):
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
     """Wraps optimizer: gradients are averaged (op) over ranks before its step().
 
-    Horovod's signature; compression is hvd.Compression.none/fp16/bf16 (done by
-    the engine on the wire). Returns an instance of a subclass of the
-    optimizer's own class over the same param_groups.
+    Horovod's signature. compression: hvd.Compression.none/fp16/bf16 are cast
+    for the wire by the engine; any other Compressor runs in Python around
+    the allreduce. num_groups and groups are accepted: the engine fuses ready
+    gradients by itself. Returns an instance of a subclass of the optimizer's
+    own class over the same param_groups.
     """
-    from . import Compression
-    if unsupported:
-        raise ValueError("DistributedOptimizer: %s not supported by hpctrain.torch"
-                         % ", ".join(sorted(unsupported)))
+    from .compression import Compression
+    from .mpi_ops import _global_only
+    _global_only(process_set, "DistributedOptimizer")
     if compression is None:
         compression = Compression.none
     cls = type(optimizer.__class__.__name__, (optimizer.__class__,),

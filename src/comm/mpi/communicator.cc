@@ -125,6 +125,10 @@ MPI_Datatype mpi_type(DataType t) {
       return MPI_INT64_T;
     case DataType::kUInt8:
       return MPI_UINT8_T;
+    case DataType::kInt8:
+      return MPI_INT8_T;
+    case DataType::kInt16:
+      return MPI_INT16_T;
     // MPI has no 16-bit floats: move them as 2-byte integers and reduce them
     // with our own ops (ops16), never with MPI's integer arithmetic.
     case DataType::kFloat16:

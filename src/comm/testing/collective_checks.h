@@ -23,7 +23,7 @@ struct CheckOptions {
   std::vector<size_t> counts = {0, 1, 7, 1u << 20};
   std::vector<DataType> dtypes = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                                   DataType::kBFloat16, DataType::kInt32,  DataType::kInt64,
-                                  DataType::kUInt8};
+                                  DataType::kUInt8,   DataType::kInt8,    DataType::kInt16};
   std::vector<ReduceOp> ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
                                ReduceOp::kProduct};
 };

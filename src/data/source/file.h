@@ -1,0 +1,73 @@
+// File access for the data tier behind a small interface, so tests can give
+// a reader a torn file or a writer a full disk without touching the OS.
+//
+// Readers use positioned reads (pread), so one open shard serves any number
+// of threads at once; writers append and publish with an atomic rename, so a
+// crash never leaves a half-written shard under its final name.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace hpct::data {
+
+// A file opened for reading at any offset. Thread-safe: read_at does not
+// move a shared position. Owns its descriptor.
+class RandomAccessFile {
+ public:
+  virtual ~RandomAccessFile() = default;
+  // Reads up to n bytes at offset into buf; returns how many were read (fewer
+  // only at end of file). Io naming the file on a failed read. Blocks on disk.
+  virtual size_t read_at(std::uint64_t offset, char* buf, size_t n) const = 0;
+  virtual std::uint64_t size() const = 0;
+  virtual const std::string& name() const = 0;
+};
+
+// A file being written. Not thread-safe (one writer). Owns its descriptor.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  // Io naming the file (e.g. "No space left on device").
+  virtual void append(std::string_view bytes) = 0;
+  // Flushes to disk and publishes the file under its final name (rename of
+  // the temporary). Until then the final name does not exist.
+  virtual void commit() = 0;
+  virtual const std::string& name() const = 0;
+};
+
+class FileSystem {
+ public:
+  virtual ~FileSystem() = default;
+  // Io naming the path when it cannot be opened.
+  virtual std::unique_ptr<RandomAccessFile> open_read(const std::string& path) = 0;
+  // Writes go to "<path>.tmp-<pid>" until commit(); creates missing parent
+  // directories. Dropping the file uncommitted removes the temporary.
+  virtual std::unique_ptr<WritableFile> open_write(const std::string& path) = 0;
+  // A hint: these paths will be opened, in this order. A remote file system
+  // starts fetching them ahead; a local one ignores it.
+  virtual void will_read(const std::vector<std::string>& /*paths*/) {}
+  // The paths a pattern with '*' or '?' names, sorted (a remote file system
+  // lists its bucket). Io when the listing fails.
+  virtual std::vector<std::string> glob(const std::string& pattern);
+};
+
+// The real file system (POSIX calls). Stateless and thread-safe.
+class PosixFileSystem final : public FileSystem {
+ public:
+  std::unique_ptr<RandomAccessFile> open_read(const std::string& path) override;
+  std::unique_ptr<WritableFile> open_write(const std::string& path) override;
+};
+
+// What shard readers and writers use unless given another: local paths and
+// file://, and http(s)/s3 URLs with the default settings and the process's
+// AWS_* environment (a ShardFileSystem, source/remote_fs.h; commands build
+// theirs from the job's config instead). Starts no thread until a URL is used.
+std::shared_ptr<FileSystem> default_file_system();
+
+// The whole file; Io naming it on failure.
+std::string read_whole_file(FileSystem& fs, const std::string& path);
+
+}  // namespace hpct::data

@@ -1,0 +1,656 @@
+#include "data/source/remote_fs.h"
+
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <thread>
+
+#include "core/error.h"
+#include "core/fd.h"
+#include "core/units.h"
+#include "data/source/url.h"
+
+namespace hpct::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kPartBytes = 8 << 20;  // S3 wants >= 5 MiB per part but the last
+
+std::uint64_t now_us() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+std::string hex64(std::uint64_t v) {
+  char b[17];
+  std::snprintf(b, sizeof b, "%016llx", static_cast<unsigned long long>(v));
+  return b;
+}
+
+std::uint64_t fnv1a(const std::string& s) {
+  std::uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+std::string base_name(const std::string& url) {
+  const size_t q = url.find('?');
+  const std::string p = url.substr(0, q);
+  const size_t slash = p.rfind('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+// One remote shard on its way to local disk: a file mapped into memory, so
+// that a read of bytes already there is a memcpy, with no lock and no system
+// call (a tar walk reads two small pieces per member).
+struct Spool {
+  std::string url;     // as the user wrote it
+  std::string source;  // metrics key
+  HttpRequest request;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool queued = false;                      // guarded by mu
+  bool size_known = false;                  // guarded by mu
+  bool done = false;                        // guarded by mu
+  std::uint64_t size = 0;                   // written once under mu before size_known
+  std::atomic<std::uint64_t> available{0};  // bytes [0, available) are in map
+  std::atomic<int> waiters{0};              // readers waiting for bytes
+  std::exception_ptr error;                 // guarded by mu
+  UniqueFd fd;                              // set before size_known
+  char* map = nullptr;                      // size bytes of fd, set before size_known
+  std::uint64_t written = 0;                // the fetch thread's
+
+  ~Spool() {
+    if (map != nullptr) ::munmap(map, size);
+  }
+  // The fetch thread, once the size is known: the file takes that size and
+  // is mapped (writable when it is being downloaded).
+  void set_size(std::uint64_t n, bool writable) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (n > 0) {
+      if (writable && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0)
+        throw_io("size the spool of " + url, errno);
+      void* m = ::mmap(nullptr, n, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
+                       fd.get(), 0);
+      if (m == MAP_FAILED) throw_io("map the spool of " + url, errno);
+      map = static_cast<char*>(m);
+    }
+    size = n;
+    size_known = true;
+    cv.notify_all();
+  }
+  // The fetch thread: the next bytes of the object.
+  void append(const char* data, size_t n) {
+    if (written + n > size)
+      throw_data_corrupt(url + ": the server sent more than the " + std::to_string(size) +
+                         " bytes it announced");
+    std::memcpy(map + written, data, n);
+    written += n;
+    available.store(written);
+    if (waiters.load() > 0) {
+      std::lock_guard<std::mutex> lock(mu);
+      cv.notify_all();
+    }
+  }
+  void finish(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (e && !error) error = e;
+    done = true;
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+struct ShardFileSystem::Impl {
+  ShardSourceOptions o;
+  std::shared_ptr<const Env> env;
+
+  mutable std::mutex mu;
+  std::condition_variable cv;
+  std::map<std::string, std::shared_ptr<Spool>> spools;  // guarded by mu
+  std::deque<std::shared_ptr<Spool>> queue;              // guarded by mu
+  std::map<std::string, std::unique_ptr<SourceCounters>>
+      counters;                    // guarded by mu; entries never removed
+  std::unique_ptr<S3Settings> s3;  // guarded by mu; read on first use
+  std::vector<std::thread> threads;
+  std::atomic<bool> stopping{false};
+  std::atomic<std::uint64_t> part_seq{0};
+
+  const S3Settings& s3_settings() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!s3) s3 = std::make_unique<S3Settings>(s3_settings_from(*env));
+    return *s3;
+  }
+  SourceCounters* counters_for(const std::string& source) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto& c = counters[source];
+    if (!c) c = std::make_unique<SourceCounters>();
+    return c.get();
+  }
+  HttpRequest request_for(const std::string& url) {
+    HttpRequest r;
+    r.shown = url;
+    S3Location loc;
+    if (parse_s3_url(url, &loc)) {
+      if (loc.key.empty())
+        throw_invalid_argument(url + ": no object key; expected s3://BUCKET/KEY");
+      r.s3 = &s3_settings();
+      r.url = s3_object_url(*r.s3, loc);
+    } else {
+      r.url = url;
+    }
+    return r;
+  }
+  // The spool of a URL, made (and queued unless `front`) on first sight.
+  std::shared_ptr<Spool> spool_for(const std::string& url, bool front);
+  void fetcher();
+  void fetch(Spool& s);
+  bool fetch_cached(Spool& s, SourceCounters* c);
+  void evict(const std::string& keep);
+  void start_threads() {
+    if (!threads.empty()) return;
+    for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this] { fetcher(); });
+  }
+  Millis read_bound() const {
+    return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) +
+                  60000);
+  }
+};
+
+namespace {
+
+class RemoteFile final : public RandomAccessFile {
+ public:
+  RemoteFile(std::shared_ptr<Spool> s, SourceCounters* c, Millis bound)
+      : s_(std::move(s)), c_(c), bound_(bound) {}
+  size_t read_at(std::uint64_t offset, char* buf, size_t n) const override {
+    const std::uint64_t want = std::min<std::uint64_t>(s_->size, offset + n);
+    if (s_->available.load() < want) wait_for(offset, want);
+    if (offset >= want) return 0;
+    std::memcpy(buf, s_->map + offset, want - offset);
+    return want - offset;
+  }
+  std::uint64_t size() const override { return s_->size; }
+  const std::string& name() const override { return s_->url; }
+
+ private:
+  // Waits for bytes up to `want` (a stall, counted) or the download's error.
+  void wait_for(std::uint64_t offset, std::uint64_t want) const {
+    std::unique_lock<std::mutex> lock(s_->mu);
+    s_->waiters += 1;
+    const std::uint64_t t0 = now_us();
+    c_->stalls += 1;
+    const bool arrived =
+        s_->cv.wait_for(lock, bound_, [&] { return s_->available.load() >= want || s_->error; });
+    c_->stall_us += now_us() - t0;
+    s_->waiters -= 1;
+    if (!arrived) {
+      throw_timeout(s_->url + ": byte offset " + std::to_string(offset) +
+                    " did not arrive within " + std::to_string(bound_.count() / 1000) + " s");
+    }
+    if (s_->available.load() < want) {
+      try {
+        std::rethrow_exception(s_->error);
+      } catch (const Error& e) {
+        throw Error(e.code(), std::string(e.what()) + " (reading byte offset " +
+                                  std::to_string(offset) + ")");
+      }
+    }
+  }
+  std::shared_ptr<Spool> s_;
+  SourceCounters* c_;
+  Millis bound_;
+};
+
+// An S3 object written as a multipart upload, a part sent as each fills.
+class S3Writer final : public WritableFile {
+ public:
+  S3Writer(std::string url, HttpRequest base, HttpOptions http, SourceCounters* c)
+      : url_(std::move(url)), base_(std::move(base)), http_(std::move(http)), c_(c) {
+    HttpRequest r = base_;
+    r.method = "POST";
+    r.url += "?uploads=";  // "uploads=": SigV4's canonical form, which curl 7.88 signs as written
+    const std::string body = http_call(r, http_, c_);
+    auto ids = xml_values(body, "UploadId");
+    if (ids.empty() || ids[0].empty()) {
+      throw Error(ErrorCode::kIo,
+                  url_ + ": the server started no multipart upload (no UploadId in its answer)");
+    }
+    upload_id_ = ids[0];
+  }
+  ~S3Writer() override {
+    if (committed_) return;
+    // Dropped uncommitted: abort, so no object appears and the parts go.
+    try {
+      HttpRequest r = base_;
+      r.method = "DELETE";
+      r.url += "?uploadId=" + uri_encode(upload_id_, false);
+      http_call(r, http_, c_);
+    } catch (const std::exception&) {
+      // The server drops abandoned uploads by its own lifecycle rules.
+    }
+  }
+  void append(std::string_view bytes) override {
+    buf_.append(bytes);
+    while (buf_.size() >= kPartBytes) {
+      send_part(buf_.substr(0, kPartBytes));
+      buf_.erase(0, kPartBytes);
+    }
+  }
+  void commit() override {
+    if (!buf_.empty() || etags_.empty()) send_part(buf_);
+    buf_.clear();
+    std::string xml = "<CompleteMultipartUpload>";
+    for (size_t i = 0; i < etags_.size(); ++i) {
+      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] +
+             "</ETag></Part>";
+    }
+    xml += "</CompleteMultipartUpload>";
+    HttpRequest r = base_;
+    r.method = "POST";
+    r.url += "?uploadId=" + uri_encode(upload_id_, false);
+    r.body = xml;
+    r.headers.push_back("Content-Type: application/xml");
+    const std::string answer = http_call(r, http_, c_);
+    if (answer.find("<Error>") != std::string::npos) {
+      throw Error(ErrorCode::kIo,
+                  url_ + ": completing the upload failed: " + answer.substr(0, 300));
+    }
+    committed_ = true;
+  }
+  const std::string& name() const override { return url_; }
+
+ private:
+  void send_part(const std::string& data) {
+    HttpRequest r = base_;
+    r.method = "PUT";
+    r.url += "?partNumber=" + std::to_string(etags_.size() + 1) +
+             "&uploadId=" + uri_encode(upload_id_, false);
+    r.body = data;
+    r.headers.push_back("Content-Type: application/octet-stream");
+    std::map<std::string, std::string> headers;
+    http_call(r, http_, c_, &headers);
+    auto it = headers.find("etag");
+    if (it == headers.end())
+      throw Error(ErrorCode::kIo, url_ + ": the server returned no ETag for a part");
+    etags_.push_back(it->second);
+    c_->bytes += data.size();
+  }
+  std::string url_;
+  HttpRequest base_;
+  HttpOptions http_;
+  SourceCounters* c_;
+  std::string upload_id_;
+  std::string buf_;
+  std::vector<std::string> etags_;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, bool front) {
+  HttpRequest r = request_for(url);  // may read AWS settings: outside the lock below
+  std::lock_guard<std::mutex> lock(mu);
+  auto& s = spools[url];
+  if (!s) {
+    s = std::make_shared<Spool>();
+    s->url = url;
+    s->source = source_of(url);
+    s->request = std::move(r);
+  }
+  std::lock_guard<std::mutex> sl(s->mu);
+  if (!s->queued) {
+    s->queued = true;
+    if (front) {
+      queue.push_front(s);
+    } else {
+      queue.push_back(s);
+    }
+    cv.notify_one();
+  } else if (front && !s->size_known) {
+    // Needed now: move it ahead of shards merely announced.
+    auto it = std::find(queue.begin(), queue.end(), s);
+    if (it != queue.end()) {
+      queue.erase(it);
+      queue.push_front(s);
+    }
+  }
+  return s;
+}
+
+void ShardFileSystem::Impl::fetcher() {
+  while (true) {
+    std::shared_ptr<Spool> s;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return stopping.load() || !queue.empty(); });
+      if (stopping) return;
+      s = queue.front();
+      queue.pop_front();
+    }
+    try {
+      fetch(*s);
+    } catch (...) {
+      s->finish(std::current_exception());
+    }
+  }
+}
+
+void ShardFileSystem::Impl::fetch(Spool& s) {
+  SourceCounters* c = counters_for(s.source);
+  if (!o.cache_dir.empty() && fetch_cached(s, c)) return;
+  UniqueFd fd(::open(fs::temp_directory_path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+  if (!fd.valid()) throw_io("create a spool file in " + fs::temp_directory_path().string(), errno);
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.fd = std::move(fd);
+  }
+  fetch_object(
+      s.request, o.http, 0, c, [&](std::uint64_t size) { s.set_size(size, true); },
+      [&](const char* data, size_t n) {
+        s.append(data, n);
+        return !stopping.load();
+      },
+      &stopping);
+  s.finish(
+      s.written < s.size || !s.size_known
+          ? std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled"))
+          : nullptr);
+}
+
+bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
+  std::error_code ec;
+  fs::create_directories(o.cache_dir, ec);
+  const std::string name = hex64(fnv1a(s.url)) + "-" + base_name(s.url);
+  const std::string final_path = o.cache_dir + "/" + name;
+  UniqueFd lock_fd(
+      ::open((o.cache_dir + "/." + name + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock_fd.valid()) throw_io("open a lock file in the cache " + o.cache_dir, errno);
+  // Another rank of this host may be downloading it: wait for its lock.
+  const auto deadline = std::chrono::steady_clock::now() + read_bound();
+  while (::flock(lock_fd.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) throw_io("lock " + final_path, errno);
+    if (stopping) return true;
+    if (std::chrono::steady_clock::now() > deadline) {
+      throw_timeout("the cache entry " + final_path + " stayed locked by another process for " +
+                    std::to_string(read_bound().count() / 1000) + " s");
+    }
+    std::this_thread::sleep_for(Millis(20));
+  }
+  UniqueFd hit(::open(final_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (hit.valid()) {
+    struct stat st {};
+    if (::fstat(hit.get(), &st) != 0) throw_io("stat " + final_path, errno);
+    ::utimensat(AT_FDCWD, final_path.c_str(), nullptr, 0);  // most recently used
+    c->cache_hits += 1;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.fd = std::move(hit);
+    }
+    s.set_size(static_cast<std::uint64_t>(st.st_size), false);
+    s.written = s.size;
+    s.available.store(s.size);
+    s.finish(nullptr);
+    return true;
+  }
+  const std::string part =
+      final_path + ".part-" + std::to_string(::getpid()) + "-" + std::to_string(part_seq++);
+  UniqueFd fd(::open(part.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) throw_io("create " + part, errno);
+  const int raw = fd.get();
+  {
+    std::lock_guard<std::mutex> lock(s.mu);
+    s.fd = std::move(fd);
+  }
+  bool too_big = false;
+  try {
+    fetch_object(
+        s.request, o.http, 0, c,
+        [&](std::uint64_t n) {
+          too_big = n > o.cache_bytes;
+          s.set_size(n, true);
+        },
+        [&](const char* data, size_t n) {
+          s.append(data, n);
+          return !stopping.load();
+        },
+        &stopping);
+  } catch (...) {
+    ::unlink(part.c_str());
+    throw;
+  }
+  // Published only whole and of the announced size (even when the reader is
+  // already closing); a shard larger than the whole cache is read from its
+  // part file and never kept.
+  const bool complete = s.size_known && s.written == s.size;
+  if (complete && !too_big && ::fsync(raw) == 0 &&
+      ::rename(part.c_str(), final_path.c_str()) == 0) {
+    evict(final_path);
+  } else {
+    ::unlink(part.c_str());
+  }
+  s.finish(complete ? nullptr
+                    : std::make_exception_ptr(
+                          Error(ErrorCode::kIo, s.url + ": the download was cancelled")));
+  return true;
+}
+
+void ShardFileSystem::Impl::evict(const std::string& keep) {
+  UniqueFd lock_fd(
+      ::open((o.cache_dir + "/.evict.lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
+  if (!lock_fd.valid() || ::flock(lock_fd.get(), LOCK_EX) != 0) return;
+  struct Entry {
+    std::string path;
+    std::uint64_t bytes;
+    fs::file_time_type used;
+  };
+  std::vector<Entry> entries;
+  std::uint64_t total = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(o.cache_dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n.empty() || n[0] == '.') continue;
+    const size_t part = n.find(".part-");
+    if (part != std::string::npos) {
+      // A part of a process that died mid-download: never to be finished.
+      const pid_t pid = static_cast<pid_t>(std::atol(n.c_str() + part + 6));
+      if (pid > 0 && ::kill(pid, 0) != 0 && errno == ESRCH) fs::remove(e.path(), ec);
+      continue;
+    }
+    const auto bytes = e.file_size(ec);
+    if (ec) continue;
+    entries.push_back({e.path().string(), bytes, e.last_write_time(ec)});
+    total += bytes;
+  }
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.used < b.used; });
+  for (const auto& e : entries) {
+    if (total <= o.cache_bytes) break;
+    if (e.path == keep) continue;
+    if (::unlink(e.path.c_str()) == 0) total -= e.bytes;
+  }
+}
+
+ShardSourceOptions shard_source_options(const Config& config, const Logger& log) {
+  ShardSourceOptions o;
+  if (config.data_fetches < 1) {
+    throw_invalid_argument("HPCT_DATA_FETCHES must be at least 1, got " +
+                           std::to_string(config.data_fetches));
+  }
+  if (config.data_fetch_attempts < 1) {
+    throw_invalid_argument("HPCT_DATA_FETCH_ATTEMPTS must be at least 1, got " +
+                           std::to_string(config.data_fetch_attempts));
+  }
+  if (!(config.data_fetch_timeout_s > 0)) {
+    throw_invalid_argument("HPCT_DATA_FETCH_TIMEOUT_S must be above 0");
+  }
+  o.fetches = static_cast<int>(config.data_fetches);
+  o.http.attempts = static_cast<int>(config.data_fetch_attempts);
+  o.http.timeout = Millis(static_cast<std::int64_t>(config.data_fetch_timeout_s * 1000));
+  o.http.ca_file = config.data_ca_file;
+  if (!o.http.ca_file.empty() && ::access(o.http.ca_file.c_str(), R_OK) != 0) {
+    throw_io("--ca-file " + o.http.ca_file, errno);
+  }
+  o.cache_dir = config.data_cache_dir;
+  o.cache_bytes = parse_bytes(config.data_cache_size);
+  o.logger = log;
+  return o;
+}
+
+ShardFileSystem::ShardFileSystem(ShardSourceOptions options, std::shared_ptr<const Env> env)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->o = std::move(options);
+  impl_->env = std::move(env);
+}
+
+ShardFileSystem::~ShardFileSystem() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->stopping = true;
+    impl_->cv.notify_all();
+  }
+  for (auto& t : impl_->threads) t.join();
+}
+
+std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& path) {
+  if (!is_remote_url(path)) return PosixFileSystem().open_read(strip_file_scheme(path));
+  Impl& m = *impl_;
+  auto s = m.spool_for(path, true);
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.start_threads();
+  }
+  SourceCounters* c = m.counters_for(s->source);
+  std::unique_lock<std::mutex> lock(s->mu);
+  if (!s->cv.wait_for(lock, m.read_bound(), [&] { return s->size_known || s->error; })) {
+    throw_timeout(path + ": no answer within " + std::to_string(m.read_bound().count() / 1000) +
+                  " s");
+  }
+  if (!s->size_known) std::rethrow_exception(s->error);
+  return std::make_unique<RemoteFile>(s, c, m.read_bound());
+}
+
+std::unique_ptr<WritableFile> ShardFileSystem::open_write(const std::string& path) {
+  if (!is_remote_url(path)) return PosixFileSystem().open_write(strip_file_scheme(path));
+  S3Location loc;
+  if (!parse_s3_url(path, &loc)) {
+    throw_invalid_argument(path +
+                           ": only s3:// URLs can be written (http(s) servers take no uploads)");
+  }
+  Impl& m = *impl_;
+  HttpRequest base = m.request_for(path);
+  return std::make_unique<S3Writer>(path, base, m.o.http, m.counters_for(source_of(path)));
+}
+
+void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
+  bool any = false;
+  for (const auto& p : paths) {
+    if (!is_remote_url(p)) continue;
+    impl_->spool_for(p, false);
+    any = true;
+  }
+  if (any) {
+    std::lock_guard<std::mutex> lock(impl_->mu);
+    impl_->start_threads();
+  }
+}
+
+std::vector<std::string> ShardFileSystem::glob(const std::string& pattern) {
+  S3Location loc;
+  if (!parse_s3_url(pattern, &loc)) {
+    if (is_remote_url(pattern)) {
+      throw_invalid_argument(
+          pattern +
+          ": an http(s) server cannot be listed, so '*' cannot be expanded: name "
+          "the shards with a brace range, e.g. train-{000000..000099}.tar");
+    }
+    return FileSystem::glob(strip_file_scheme(pattern));
+  }
+  Impl& m = *impl_;
+  const S3Settings& s3 = m.s3_settings();
+  const size_t wild = loc.key.find_first_of("*?[");
+  const std::string prefix = loc.key.substr(0, wild);
+  SourceCounters* c = m.counters_for(source_of(pattern));
+  std::vector<std::string> out;
+  std::string token;
+  for (int page = 0; page < 100000; ++page) {
+    // Query parameters in SigV4's canonical (sorted) order.
+    std::string query = token.empty() ? "" : "continuation-token=" + uri_encode(token, false) + "&";
+    query += "list-type=2&prefix=" + uri_encode(prefix, false);
+    HttpRequest r;
+    r.s3 = &s3;
+    r.shown = "s3://" + loc.bucket + "/" + prefix;
+    r.url = s3.endpoint + "/" + uri_encode(loc.bucket, false) + "?" + query;
+    const std::string xml = http_call(r, m.o.http, c);
+    for (const auto& key : xml_values(xml, "Key")) {
+      if (::fnmatch(loc.key.c_str(), key.c_str(), FNM_PATHNAME) == 0)
+        out.push_back("s3://" + loc.bucket + "/" + key);
+    }
+    auto truncated = xml_values(xml, "IsTruncated");
+    auto next = xml_values(xml, "NextContinuationToken");
+    if (truncated.empty() || truncated[0] != "true" || next.empty()) break;
+    token = next[0];
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+nlohmann::json ShardFileSystem::stats() const {
+  nlohmann::json j = nlohmann::json::object();
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const auto& [source, c] : impl_->counters) {
+    const std::uint64_t n = c->ttfb_count.load();
+    j[source] = {{"bytes", c->bytes.load()},
+                 {"requests", c->requests.load()},
+                 {"retries", c->retries.load()},
+                 {"resumes", c->resumes.load()},
+                 {"stalls", c->stalls.load()},
+                 {"stall_ms", c->stall_us.load() / 1000.0},
+                 {"ttfb_ms", n ? c->ttfb_us_sum.load() / 1000.0 / n : 0.0},
+                 {"cache_hits", c->cache_hits.load()}};
+  }
+  return j;
+}
+
+std::vector<double> ShardFileSystem::totals() const {
+  std::vector<double> t(7, 0.0);
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const auto& [source, c] : impl_->counters) {
+    t[0] += c->bytes.load();
+    t[1] += c->requests.load();
+    t[2] += c->retries.load();
+    t[3] += c->resumes.load();
+    t[4] += c->stalls.load();
+    t[5] += c->stall_us.load() / 1000.0;
+    t[6] += c->cache_hits.load();
+  }
+  return t;
+}
+
+std::shared_ptr<ShardFileSystem> make_shard_file_system(const Config& config, const Logger& log) {
+  return std::make_shared<ShardFileSystem>(shard_source_options(config, log),
+                                           std::make_shared<ProcessEnv>());
+}
+
+std::shared_ptr<FileSystem> default_file_system() {
+  return std::make_shared<ShardFileSystem>(ShardSourceOptions(), std::make_shared<ProcessEnv>());
+}
+
+}  // namespace hpct::data

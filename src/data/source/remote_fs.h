@@ -1,0 +1,93 @@
+// ShardFileSystem: the FileSystem the data tier reads shards through. Plain
+// paths and file:// go to the local disk; http://, https:// and s3:// are
+// streamed (http.h) and s3:// globs are expanded by listing the bucket.
+//
+// Streaming: a remote shard is downloaded by one of `fetches` threads into a
+// spool file (an unlinked temporary, or the cache's temporary name), and
+// read_at returns as soon as the bytes it asks for have arrived, so a
+// shard's first sample is read while the rest is still on the wire.
+// will_read() queues the shards in reading order, so the next few download
+// while the current one is read; open_read() moves a shard to the front.
+// Spools are kept for the file system's life (a second Loader over the same
+// shards reads them from local disk, not the server).
+//
+// Cache (cache_dir): a shard is downloaded under "<name>.part-<pid>-<n>"
+// while holding an exclusive flock on "<name>.lock", checked against the
+// size the server announced, and renamed to its final name; only final
+// names are ever read, so a crash mid-download leaves nothing a later run
+// uses (stale parts of dead processes are removed). The ranks of a host
+// share the directory: a rank that finds the lock taken waits for it and
+// then reads the finished file. After each download the least recently
+// used files (mtime, touched on every hit) are removed until the total is
+// within cache_bytes.
+//
+// Uploads: open_write("s3://b/k") returns a writer that sends each 8 MiB
+// part as it fills (S3 multipart upload) and completes the upload on
+// commit(); dropped uncommitted it aborts the upload, so the object never
+// appears. Other remote schemes cannot be written (InvalidArgument).
+//
+// Thread-safe. Owns its fetch threads; the destructor cancels transfers in
+// flight and joins them (bounded by the transfer timeout).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/env.h"
+#include "core/log.h"
+#include "data/source/file.h"
+#include "data/source/http.h"
+
+namespace hpct::data {
+
+struct ShardSourceOptions {
+  HttpOptions http;
+  int fetches = 4;        // downloads in flight
+  std::string cache_dir;  // empty: no cache
+  std::uint64_t cache_bytes = 10ull << 30;
+  Logger logger;
+};
+
+// From HPCT_DATA_FETCHES, _FETCH_ATTEMPTS, _FETCH_TIMEOUT_S, _CA_FILE,
+// _CACHE_DIR and _CACHE_SIZE. InvalidArgument on a bad value.
+ShardSourceOptions shard_source_options(const Config& config, const Logger& log);
+
+class ShardFileSystem final : public FileSystem {
+ public:
+  // env: where AWS_* settings come from (read on the first s3:// use).
+  ShardFileSystem(ShardSourceOptions options, std::shared_ptr<const Env> env);
+  ~ShardFileSystem() override;
+  ShardFileSystem(const ShardFileSystem&) = delete;
+  ShardFileSystem& operator=(const ShardFileSystem&) = delete;
+
+  // Blocks until the shard's size is known (its answer has begun). Errors
+  // as http.h: Auth for refused credentials or certificates, Io for a
+  // missing bucket/key/page or after the retries.
+  std::unique_ptr<RandomAccessFile> open_read(const std::string& path) override;
+  std::unique_ptr<WritableFile> open_write(const std::string& path) override;
+  void will_read(const std::vector<std::string>& paths) override;
+  std::vector<std::string> glob(const std::string& pattern) override;
+
+  // Per source ("s3://bucket", "https://host:port"): bytes, requests,
+  // retries, resumes, stalls, stall_ms, ttfb_ms (mean), cache_hits.
+  nlohmann::json stats() const;
+  // The same figures summed over sources, in a fixed order (for summing
+  // across ranks): bytes, requests, retries, resumes, stalls, stall_ms,
+  // cache_hits.
+  std::vector<double> totals() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+// A ShardFileSystem set from the config and the process environment.
+std::shared_ptr<ShardFileSystem> make_shard_file_system(const Config& config, const Logger& log);
+
+}  // namespace hpct::data

@@ -1,0 +1,339 @@
+#include "metrics/rank_metrics.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cerrno>
+#include <cstring>
+#include <exception>
+#include <fcntl.h>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <prometheus/collectable.h>
+#include <prometheus/counter.h>
+#include <prometheus/histogram.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/registry.h>
+#include <prometheus/text_serializer.h>
+
+#include "comm/communicator.h"
+#include "comm/connect.h"
+#include "core/config.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/fd.h"
+#include "core/world.h"
+#include "engine/engine.h"
+#include "metrics/process_stats.h"
+
+namespace hpct::metrics {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+
+// Step times from 1 ms to about 65 s, doubling.
+prometheus::Histogram::BucketBoundaries step_buckets() {
+  prometheus::Histogram::BucketBoundaries b;
+  for (double s = 0.001; s < 70; s *= 2) b.push_back(s);
+  return b;
+}
+
+// The families read at scrape time from the engine, the communicator and /proc.
+class ScrapeTimeFamilies : public prometheus::Collectable {
+ public:
+  ScrapeTimeFamilies(std::vector<ClientMetric::Label> labels, int restarts,
+                     const engine::Engine* engine, const comm::Communicator* comm)
+      : labels_(std::move(labels)), restarts_(restarts), engine_(engine), comm_(comm) {}
+
+  std::vector<MetricFamily> Collect() const override {
+    std::vector<MetricFamily> out;
+    if (comm_ != nullptr) {
+      MetricFamily calls = family("hpctrain_allreduce_calls_total",
+                                  "Allreduces by the path that carried them", MetricType::Counter);
+      MetricFamily bytes = family("hpctrain_allreduce_bytes_total",
+                                  "Bytes allreduced by path (the tensors' bytes as sent)", MetricType::Counter);
+      MetricFamily secs = family("hpctrain_allreduce_seconds_total",
+                                 "Time spent in allreduces by path", MetricType::Counter);
+      for (const auto& [path, t] : comm_->allreduce_paths()) {
+        calls.metric.push_back(counter(static_cast<double>(t.calls), {"path", path}));
+        bytes.metric.push_back(counter(static_cast<double>(t.bytes), {"path", path}));
+        secs.metric.push_back(counter(t.seconds, {"path", path}));
+      }
+      out.push_back(std::move(calls));
+      out.push_back(std::move(bytes));
+      out.push_back(std::move(secs));
+    }
+    if (engine_ != nullptr) {
+      const auto s = engine_->stats();
+      MetricFamily ratio = family("hpctrain_compression_ratio",
+                                  "Allreduced tensor bytes per byte on the wire (1: uncompressed)",
+                                  MetricType::Gauge);
+      ClientMetric m = base();
+      m.gauge.value = s.allreduce_wire_bytes == 0
+                          ? 1.0
+                          : static_cast<double>(s.allreduce_tensor_bytes) /
+                                static_cast<double>(s.allreduce_wire_bytes);
+      ratio.metric.push_back(m);
+      out.push_back(std::move(ratio));
+      MetricFamily stalls = family("hpctrain_stall_warnings_total",
+                                   "Stall warnings: tensors some ranks submitted and others not",
+                                   MetricType::Counter);
+      stalls.metric.push_back(counter(static_cast<double>(s.stall_warnings)));
+      out.push_back(std::move(stalls));
+    }
+    MetricFamily restarts = family("hpctrain_restarts_total",
+                                   "Times the launcher restarted the job before this run", MetricType::Counter);
+    restarts.metric.push_back(counter(restarts_));
+    out.push_back(std::move(restarts));
+    const auto p = read_process_stats();
+    MetricFamily cpu = family("hpctrain_process_cpu_seconds_total",
+                              "CPU time of the rank's process, user and system", MetricType::Counter);
+    cpu.metric.push_back(counter(p.cpu_seconds));
+    out.push_back(std::move(cpu));
+    MetricFamily mem = family("hpctrain_process_resident_memory_bytes",
+                              "Resident memory of the rank's process", MetricType::Gauge);
+    ClientMetric g = base();
+    g.gauge.value = static_cast<double>(p.resident_bytes);
+    mem.metric.push_back(g);
+    out.push_back(std::move(mem));
+    return out;
+  }
+
+ private:
+  static MetricFamily family(const char* name, const char* help, MetricType type) {
+    MetricFamily f;
+    f.name = name;
+    f.help = help;
+    f.type = type;
+    return f;
+  }
+  ClientMetric base() const {
+    ClientMetric m;
+    m.label = labels_;
+    return m;
+  }
+  ClientMetric counter(double v, ClientMetric::Label extra = {}) const {
+    ClientMetric m = base();
+    if (!extra.name.empty()) m.label.push_back(std::move(extra));
+    m.counter.value = v;
+    return m;
+  }
+
+  std::vector<ClientMetric::Label> labels_;
+  double restarts_;
+  const engine::Engine* engine_;
+  const comm::Communicator* comm_;
+};
+
+// The endpoint's server: one thread answers GET /metrics, one connection at
+// a time, each read and write bounded (a scraper that stalls is dropped
+// after kIoTimeout). prometheus-cpp encodes the body (TextSerializer).
+// Not civetweb (prometheus-cpp's own server): its threads ask for a small
+// fixed stack, which a process that loads libtorch and OpenBLAS cannot give
+// them (their static TLS alone takes more), so its server never starts there.
+class MetricsServer {
+ public:
+  using Body = std::function<std::string()>;
+  MetricsServer(const std::string& address, int port, Body body) : body_(std::move(body)) {
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<std::uint16_t>(port));
+    if (::inet_pton(AF_INET, address.c_str(), &a.sin_addr) != 1) {
+      throw_invalid_argument("metrics endpoint: '" + address + "' is not an IPv4 address");
+    }
+    listener_ = UniqueFd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    int one = 1;
+    ::setsockopt(listener_.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    if (!listener_.valid() || ::bind(listener_.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        ::listen(listener_.get(), 16) != 0) {
+      throw Error(ErrorCode::kIo, std::strerror(errno));
+    }
+    socklen_t len = sizeof a;
+    ::getsockname(listener_.get(), reinterpret_cast<sockaddr*>(&a), &len);
+    port_ = ntohs(a.sin_port);
+    int p[2];
+    if (::pipe2(p, O_CLOEXEC) != 0) throw Error(ErrorCode::kIo, std::strerror(errno));
+    stop_read_ = UniqueFd(p[0]);
+    stop_write_ = UniqueFd(p[1]);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~MetricsServer() {
+    char c = 0;
+    (void)!::write(stop_write_.get(), &c, 1);
+    thread_.join();
+  }
+  int port() const { return port_; }
+
+ private:
+  static constexpr int kIoTimeoutMs = 2000;
+
+  void serve() {
+    while (true) {
+      pollfd fds[2] = {{listener_.get(), POLLIN, 0}, {stop_read_.get(), POLLIN, 0}};
+      if (::poll(fds, 2, -1) < 0) {
+        if (errno == EINTR) continue;
+        return;
+      }
+      if (fds[1].revents != 0) return;
+      UniqueFd c(::accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (c.valid()) answer(c.get());
+    }
+  }
+
+  void answer(int fd) {
+    timeval tv{kIoTimeoutMs / 1000, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    std::string request;
+    char buf[2048];
+    while (request.find("\r\n\r\n") == std::string::npos && request.size() < 16384) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+      if (n <= 0) return;  // closed, or silent past the bound
+      request.append(buf, static_cast<size_t>(n));
+    }
+    const bool metrics = request.rfind("GET /metrics ", 0) == 0 || request.rfind("GET /metrics?", 0) == 0;
+    const std::string body = metrics ? body_() : "not found: this endpoint serves GET /metrics\n";
+    std::string reply = std::string(metrics ? "HTTP/1.1 200 OK" : "HTTP/1.1 404 Not Found") +
+                        "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
+                        std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
+    size_t off = 0;
+    while (off < reply.size()) {
+      ssize_t n = ::send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
+      if (n <= 0) return;
+      off += static_cast<size_t>(n);
+    }
+  }
+
+  Body body_;
+  UniqueFd listener_;
+  UniqueFd stop_read_;
+  UniqueFd stop_write_;
+  int port_ = 0;
+  std::thread thread_;
+};
+
+}  // namespace
+
+struct RankMetrics::Impl {
+  std::string address;
+  std::shared_ptr<prometheus::Registry> registry = std::make_shared<prometheus::Registry>();
+  std::shared_ptr<ScrapeTimeFamilies> scraped;
+  std::unique_ptr<MetricsServer> server;
+  prometheus::Counter* samples = nullptr;
+  prometheus::Counter* steps = nullptr;
+  prometheus::Histogram* step = nullptr;
+  std::array<prometheus::Histogram*, 4> phases{};
+  std::mutex mu;  // prometheus-cpp's metrics are thread-safe; this orders a step's updates
+
+  std::string scrape() const {
+    auto families = registry->Collect();
+    auto more = scraped->Collect();
+    families.insert(families.end(), more.begin(), more.end());
+    std::ostringstream out;
+    prometheus::TextSerializer().Serialize(out, families);
+    return out.str();
+  }
+};
+
+RankMetrics::RankMetrics(const RankMetricsOptions& o) : impl_(std::make_unique<Impl>()) {
+  const std::map<std::string, std::string> labels = {
+      {"rank", std::to_string(o.rank)}, {"host", o.host}, {"job", o.job}};
+  auto& r = *impl_->registry;
+  impl_->samples = &prometheus::BuildCounter()
+                        .Name("hpctrain_samples_total")
+                        .Help("Training samples this rank has processed")
+                        .Labels(labels)
+                        .Register(r)
+                        .Add({});
+  impl_->steps = &prometheus::BuildCounter()
+                      .Name("hpctrain_steps_total")
+                      .Help("Training steps this rank has finished")
+                      .Labels(labels)
+                      .Register(r)
+                      .Add({});
+  impl_->step = &prometheus::BuildHistogram()
+                     .Name("hpctrain_step_seconds")
+                     .Help("Time of a whole training step")
+                     .Labels(labels)
+                     .Register(r)
+                     .Add({}, step_buckets());
+  auto& phases = prometheus::BuildHistogram()
+                     .Name("hpctrain_step_phase_seconds")
+                     .Help("Time of a step's parts: data wait, forward and backward, gradient sync, optimizer")
+                     .Labels(labels)
+                     .Register(r);
+  const char* names[4] = {"data", "compute", "sync", "optimizer"};
+  for (int i = 0; i < 4; ++i) impl_->phases[i] = &phases.Add({{"phase", names[i]}}, step_buckets());
+  std::vector<ClientMetric::Label> flat;
+  for (const auto& [k, v] : labels) flat.push_back({k, v});
+  impl_->scraped = std::make_shared<ScrapeTimeFamilies>(flat, o.restarts, o.engine, o.comm);
+
+  const std::string listen = o.bind_address + ":" + std::to_string(o.port);
+  try {
+    impl_->server = std::make_unique<MetricsServer>(o.bind_address, o.port, [impl = impl_.get()] {
+      return impl->scrape();
+    });
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kIo, "metrics endpoint of rank " + std::to_string(o.rank) + ": cannot listen on " +
+                                    listen + " (" + e.what() +
+                                    "); choose another base port with hpctrain launch --metrics-port or "
+                                    "HPCT_METRICS_PORT, or 0 to turn the endpoints off");
+  }
+  impl_->address = o.bind_address;
+}
+
+RankMetrics::~RankMetrics() = default;
+
+int RankMetrics::port() const { return impl_->server->port(); }
+
+std::string RankMetrics::url() const {
+  return "http://" + impl_->address + ":" + std::to_string(port()) + "/metrics";
+}
+
+void RankMetrics::record_step(std::int64_t samples, double data_s, double compute_s, double sync_s,
+                              double optimizer_s) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->samples->Increment(static_cast<double>(samples));
+  impl_->steps->Increment();
+  impl_->step->Observe(data_s + compute_s + sync_s + optimizer_s);
+  const double parts[4] = {data_s, compute_s, sync_s, optimizer_s};
+  for (int i = 0; i < 4; ++i) impl_->phases[i]->Observe(parts[i]);
+}
+
+std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, const WorldInfo& world,
+                                                      const Env& env, const engine::Engine* engine,
+                                                      const comm::Communicator* comm) {
+  if (config.metrics_port == 0) return nullptr;
+  if (config.metrics_port < 0 || config.metrics_port + world.local_rank > 65535) {
+    throw_invalid_argument("HPCT_METRICS_PORT=" + std::to_string(config.metrics_port) +
+                           ": a base port in 1..65535 (rank r listens on base + local rank), or 0 for off");
+  }
+  RankMetricsOptions o;
+  o.port = static_cast<int>(config.metrics_port) + world.local_rank;
+  o.rank = world.rank;
+  o.restarts = world.restart;
+  o.engine = engine;
+  o.comm = comm;
+  o.job = env.get("HPCT_JOB_ID").value_or("hpctrain");
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  o.host = env.get("HPCT_HOSTNAME").value_or(name);
+  if (!config.bind_address.empty()) {
+    o.bind_address = config.bind_address;
+  } else if (!config.store_addr.empty()) {
+    o.bind_address = comm::local_address_towards(config.store_addr.substr(0, config.store_addr.rfind(':')));
+  }
+  return std::make_unique<RankMetrics>(o);
+}
+
+}  // namespace hpct::metrics

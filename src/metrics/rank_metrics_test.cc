@@ -1,0 +1,119 @@
+// Each rank's Prometheus endpoint on real Gloo ranks living as threads of
+// this process: what a scrape returns after some training steps and
+// allreduces, read over HTTP with libcurl as Prometheus would.
+#include "metrics/rank_metrics.h"
+
+#include <curl/curl.h>
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <string>
+
+#include "comm/testing/thread_world.h"
+#include "core/config.h"
+#include "core/env.h"
+#include "core/error.h"
+#include "core/world.h"
+#include "engine/engine.h"
+
+namespace hpct::metrics {
+namespace {
+
+std::string get(const std::string& url) {
+  CURL* c = curl_easy_init();
+  std::string body;
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_TIMEOUT, 10L);
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, +[](char* p, size_t s, size_t n, void* out) {
+    static_cast<std::string*>(out)->append(p, s * n);
+    return s * n;
+  });
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  CURLcode rc = curl_easy_perform(c);
+  curl_easy_cleanup(c);
+  if (rc != CURLE_OK) ADD_FAILURE() << "GET " << url << ": " << curl_easy_strerror(rc);
+  return body;
+}
+
+// The value of the first series of `name` whose labels include `labels`.
+double value_of(const std::string& text, const std::string& name, const std::string& labels) {
+  std::regex line("^" + name + "\\{([^}]*)\\} ([0-9.e+-]+)$");
+  std::smatch m;
+  std::string::size_type start = 0;
+  while (start < text.size()) {
+    auto end = text.find('\n', start);
+    std::string l = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (std::regex_match(l, m, line) && m[1].str().find(labels) != std::string::npos) {
+      return std::stod(m[2].str());
+    }
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  ADD_FAILURE() << "no " << name << "{..." << labels << "...} in\n" << text;
+  return -1;
+}
+
+TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
+  comm::testing::run_gloo_world(2, Millis(20000), [&](comm::GlooCommunicator& comm) {
+    engine::EngineOptions eo;
+    eo.cycle_ms = 1;
+    engine::Engine e(comm, eo, Logger(LogLevel::kWarn, "all", comm.rank(), [](const std::string&) {}));
+    RankMetricsOptions o;
+    o.rank = comm.rank();
+    o.host = "host-" + std::to_string(comm.rank());
+    o.job = "test-job";
+    o.restarts = 2;
+    o.engine = &e;
+    o.comm = &comm;
+    RankMetrics m(o);
+    ASSERT_GT(m.port(), 0);
+    std::vector<float> v(1 << 16, 1.0f);
+    for (int i = 0; i < 3; ++i) {
+      e.allreduce_async("g", {v.data(), comm::DataType::kFloat32, {1 << 16}, nullptr}, comm::ReduceOp::kSum)
+          .wait(Millis(10000));
+      m.record_step(64, 0.001, 0.010, 0.004, 0.002);
+    }
+    const std::string text = get(m.url());
+    const std::string me = "rank=\"" + std::to_string(comm.rank()) + "\"";
+    EXPECT_EQ(value_of(text, "hpctrain_samples_total", me), 192);
+    EXPECT_EQ(value_of(text, "hpctrain_steps_total", "job=\"test-job\""), 3);
+    EXPECT_EQ(value_of(text, "hpctrain_step_seconds_count", "host=\"host-" + std::to_string(comm.rank())), 3);
+    EXPECT_NEAR(value_of(text, "hpctrain_step_phase_seconds_sum", "phase=\"compute\""), 0.030, 1e-9);
+    EXPECT_EQ(value_of(text, "hpctrain_restarts_total", me), 2);
+    EXPECT_EQ(value_of(text, "hpctrain_compression_ratio", me), 1);
+    // The gradient went by one path; its bytes are counted there.
+    const std::string path = comm.algorithm(comm::OpKind::kAllreduce, v.size() * 4);
+    const std::string label = "path=\"" + path.substr(0, path.find(':')) + "\"";
+    EXPECT_GE(value_of(text, "hpctrain_allreduce_bytes_total", label), 3.0 * v.size() * 4);
+    EXPECT_GT(value_of(text, "hpctrain_process_cpu_seconds_total", me), 0);
+    EXPECT_GT(value_of(text, "hpctrain_process_resident_memory_bytes", me), 1e6);
+    EXPECT_NE(text.find("# TYPE hpctrain_samples_total counter"), std::string::npos);
+    EXPECT_NE(text.find("# TYPE hpctrain_step_seconds histogram"), std::string::npos);
+  });
+}
+
+TEST(RankMetrics, PortInUseIsOneLineNamingTheAddressAndTheFix) {
+  RankMetricsOptions o;
+  RankMetrics first(o);
+  o.port = first.port();
+  try {
+    RankMetrics second(o);
+    ADD_FAILURE() << "two endpoints on port " << o.port;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kIo);
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(o.port)), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--metrics-port"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RankMetrics, OffUnlessTheBasePortIsSetAndEachLocalRankGetsItsOwn) {
+  Config c;
+  WorldInfo w;
+  MapEnv env{{"HPCT_JOB_ID", "j1"}, {"HPCT_HOSTNAME", "node-a"}};
+  EXPECT_EQ(rank_metrics_from_config(c, w, env, nullptr, nullptr), nullptr);
+  c.metrics_port = -3;
+  EXPECT_THROW(rank_metrics_from_config(c, w, env, nullptr, nullptr), Error);
+}
+
+}  // namespace
+}  // namespace hpct::metrics
