@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -108,11 +110,18 @@ std::shared_ptr<store::Store> open_store(const Config& config, const WorldInfo& 
                                          std::shared_ptr<store::TcpStoreServer>* server,
                                          const Logger& log) {
   // Keys of a restarted job must not meet the keys of its earlier run, nor
-  // those of this process's earlier joins (every rank of a job that leaves
+  // those of this rank's earlier joins (every rank of a job that leaves
   // and joins again, as Horovod's init/shutdown/init, does so the same
-  // number of times, so the counts agree).
-  static std::atomic<int> joins{0};
-  const int join = joins++;
+  // number of times, so the counts agree). Counted per rank: ranks living
+  // as threads of one process (tests, Kubernetes pods played by threads)
+  // each join once.
+  static std::mutex joins_mu;
+  static std::map<int, int> joins;
+  int join = 0;
+  {
+    std::lock_guard<std::mutex> lock(joins_mu);
+    join = joins[world.rank]++;
+  }
   std::string prefix = job_store_prefix(world, env);
   if (join > 0) prefix += "/join" + std::to_string(join);
   return std::make_shared<store::PrefixStore>(prefix, open_base_store(config, world, store_host, server, log));
