@@ -175,16 +175,19 @@ TEST(Cli, BenchCommPrintsOneJsonLinePerBackendAndSize) {
 
 // The regression guard: from 1 MiB up the shared-memory allreduce must not be
 // slower than MPI_Allreduce in the same run. On a shared, noisy machine one
-// run may land in a bad moment, so up to 3 runs are allowed; a path that is
-// slower fails all three. A bound no path can meet shows the check can fail.
+// run may land in a bad moment, so up to 5 runs (about 2.5 s each) are
+// allowed; a path that is slower fails all five. A bound no path can meet
+// shows the check can fail.
 TEST(Cli, BenchCommCheckHoldsSharedMemoryToTheRawMpiCall) {
   const std::string cmd = "bench comm --backend mpi --np 2 --sizes 64K,1M,4M --budget-s 0.3 --check";
   CliRun r;
-  for (int attempt = 0; attempt < 3; ++attempt) {
+  std::string failed_runs;
+  for (int attempt = 0; attempt < 5; ++attempt) {
     r = run(cmd);
     if (r.exit_code == 0) break;
+    failed_runs += r.out;
   }
-  ASSERT_EQ(r.exit_code, 0) << r.out;
+  ASSERT_EQ(r.exit_code, 0) << failed_runs;
   auto lines = json_lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
   EXPECT_FALSE(lines[0].contains("check")) << "64 KiB is below the checked sizes: " << r.out;
