@@ -173,4 +173,39 @@ TEST(Cli, BenchCommPrintsOneJsonLinePerBackendAndSize) {
   EXPECT_EQ(lines[3]["bytes"], 65536);
 }
 
+// The regression guard: from 1 MiB up the shared-memory allreduce must not be
+// slower than MPI_Allreduce in the same run. On a shared, noisy machine one
+// run may land in a bad moment, so up to 5 runs (about 2.5 s each) are
+// allowed; a path that is slower fails all five. A bound no path can meet
+// shows the check can fail.
+TEST(Cli, BenchCommCheckHoldsSharedMemoryToTheRawMpiCall) {
+  const std::string cmd = "bench comm --backend mpi --np 2 --sizes 64K,1M,4M --budget-s 0.3 --check";
+  CliRun r;
+  std::string failed_runs;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    r = run(cmd);
+    if (r.exit_code == 0) break;
+    failed_runs += r.out;
+  }
+  ASSERT_EQ(r.exit_code, 0) << failed_runs;
+  auto lines = json_lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_FALSE(lines[0].contains("check")) << "64 KiB is below the checked sizes: " << r.out;
+  for (size_t i = 1; i < 3; ++i) {
+    EXPECT_EQ(lines[i]["check"], "ok") << r.out;
+    EXPECT_LE(lines[i]["overhead_ratio"].get<double>(), 1.0) << r.out;
+  }
+
+  CliRun tight = run(cmd + " --check-ratio 0.001");
+  EXPECT_NE(tight.exit_code, 0) << tight.out;
+  EXPECT_NE(tight.out.find("bench comm --check failed: the shared-memory allreduce of 1048576 bytes took"),
+            std::string::npos) << tight.out;
+  for (const auto& j : json_lines(tight.out)) {
+    if (j["bytes"] >= 1048576) {
+      EXPECT_EQ(j["check"], "slower than MPI_Allreduce") << tight.out;
+    }
+  }
+  EXPECT_EQ(run("bench comm --check-ratio 0").exit_code, 2);
+}
+
 }  // namespace

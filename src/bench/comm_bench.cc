@@ -146,9 +146,11 @@ std::vector<OpKind> parse_ops(const std::string& text) {
   return out;
 }
 
-void run_comm_bench(comm::Communicator& c, const CommBenchOptions& opts, RawAllreduce* raw,
-                    const std::function<void(const nlohmann::json&)>& emit) {
+std::vector<std::string> run_comm_bench(comm::Communicator& c, const CommBenchOptions& opts,
+                                        RawAllreduce* raw,
+                                        const std::function<void(const nlohmann::json&)>& emit) {
   const int n = c.size();
+  std::vector<std::string> failed;
   for (OpKind op : opts.ops) {
     const auto sizes = op == OpKind::kBarrier ? std::vector<std::uint64_t>{0} : opts.sizes;
     for (std::uint64_t bytes : sizes) {
@@ -218,12 +220,27 @@ void run_comm_bench(comm::Communicator& c, const CommBenchOptions& opts, RawAllr
         for (size_t i = 0; i < ours.size() && i < theirs.size(); ++i) {
           if (theirs[i] > 0) ratios.push_back(ours[i] / theirs[i]);
         }
-        j["overhead_ratio"] = median(ratios);
+        const double ratio = median(ratios);
+        j["overhead_ratio"] = ratio;
         j["raw_min_us"] = *std::min_element(theirs.begin(), theirs.end()) * 1e6;
+        const std::string algorithm = j["algorithm"];
+        if (algorithm.rfind("shm:", 0) == 0 && bytes >= opts.check_min_bytes) {
+          const bool ok = ratio <= opts.check_max_ratio;
+          j["check"] = ok ? "ok" : "slower than " + raw->name();
+          if (!ok) {
+            std::ostringstream line;
+            line.precision(2);
+            line << std::fixed << "the shared-memory allreduce of " << bytes << " bytes took "
+                 << ratio << "x the time of " << raw->name() << " (at most "
+                 << opts.check_max_ratio << "x allowed)";
+            failed.push_back(line.str());
+          }
+        }
       }
       emit(j);
     }
   }
+  return failed;
 }
 
 }  // namespace hpct::bench

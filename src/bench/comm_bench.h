@@ -34,6 +34,12 @@ struct CommBenchOptions {
   int iters = 0;                                        // 0: about budget_s per size
   double budget_s = 0.4;
   int warmup = 2;
+  // The check: from check_min_bytes up, an allreduce through shared memory
+  // ("shm:" algorithms) must take at most check_max_ratio times the raw
+  // call's time (the median of paired ratios, same run). Those lines carry
+  // "check": "ok" or "slower than <raw call>".
+  std::uint64_t check_min_bytes = 1 << 20;
+  double check_max_ratio = 1.0;
 };
 
 // Parses "allreduce,broadcast,allgather,reduce_scatter,barrier" (or "all").
@@ -41,7 +47,9 @@ std::vector<comm::OpKind> parse_ops(const std::string& text);
 const char* op_name(comm::OpKind op);
 
 // Blocks for the whole benchmark; raw may be null (no raw comparison).
-void run_comm_bench(comm::Communicator& comm, const CommBenchOptions& opts, RawAllreduce* raw,
+// Returns, on rank 0, one sentence per line whose check failed (empty on
+// the other ranks and when every check held).
+std::vector<std::string> run_comm_bench(comm::Communicator& comm, const CommBenchOptions& opts, RawAllreduce* raw,
                     const std::function<void(const nlohmann::json&)>& emit);
 
 }  // namespace hpct::bench

@@ -1,6 +1,7 @@
 #include "comm/shm_allreduce.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -29,6 +30,7 @@ constexpr std::size_t kSlotAlign = 8192;       // slot halves stay page-aligned
 constexpr std::size_t kChunkAlign = 64;        // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
 constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kPauseSpin = std::chrono::microseconds(2);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 
 struct Header {
@@ -235,7 +237,16 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
     while (c->load(std::memory_order_acquire) < generation) {
       const auto now = Clock::now();
       if (now - start < kSpin) {
-        cpu_relax();
+        // Past the first microseconds, each poll gives the core away: when
+        // the ranks outnumber the free cores (a loaded machine, ranks sharing
+        // a core), the rank waited for may need this very core, and a 50 us
+        // pause loop held it from that rank twice per piece. sched_yield
+        // returns at once when nothing else wants the core.
+        if (now - start < kPauseSpin) {
+          cpu_relax();
+        } else {
+          sched_yield();
+        }
         continue;
       }
       if (now >= deadline.end()) {

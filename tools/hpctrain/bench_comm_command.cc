@@ -43,8 +43,19 @@ struct CommArgs {
   double timeout_s = 1800;
   bool worker = false;
   int rtt_pings = 200;
+  bool check = false;
+  double check_ratio = 1.0;
   BenchHosts hosts;
 };
+
+// The worker's arguments that both the local and the across-hosts runs pass.
+std::vector<std::string> worker_args(const CommArgs& a) {
+  std::vector<std::string> v = {"bench", "comm", "--worker", "--sizes", a.sizes, "--ops", a.ops,
+                                "--iters", std::to_string(a.iters), "--budget-s",
+                                std::to_string(a.budget_s)};
+  if (a.check) v.insert(v.end(), {"--check", "--check-ratio", std::to_string(a.check_ratio)});
+  return v;
+}
 
 // Across hosts: one `hpctrain launch` per backend, on the user's hosts.
 // Runs one backend's benchmark job and waits for it (bounded by timeout_s:
@@ -70,10 +81,9 @@ int run_comm_across_hosts(const CommArgs& a, const std::vector<std::string>& bac
   for (const auto& b : backends) {
     std::vector<std::string> argv = a.hosts.launch_prefix(
         a.np, b, {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}});
-    argv.insert(argv.end(), {self_executable(), "bench", "comm", "--worker", "--sizes", a.sizes,
-                             "--ops", a.ops, "--iters", std::to_string(a.iters), "--budget-s",
-                             std::to_string(a.budget_s), "--rtt-pings",
-                             std::to_string(a.rtt_pings)});
+    argv.push_back(self_executable());
+    for (const auto& w : worker_args(a)) argv.push_back(w);
+    argv.insert(argv.end(), {"--rtt-pings", std::to_string(a.rtt_pings)});
     const int code = run_backend_job(b, argv, {}, a.timeout_s);
     worst = worst ? worst : code;
   }
@@ -89,6 +99,10 @@ int run_comm_parent(const CommArgs& a) {
     backends = {a.backend};
   }
   parse_byte_sizes(a.sizes);   // refuse bad input before starting anything
+  if (!(a.check_ratio > 0)) {
+    throw_invalid_argument("--check-ratio must be a positive bound on our time over the raw "
+                           "call's, got " + std::to_string(a.check_ratio));
+  }
   bench::parse_ops(a.ops);
   if (a.np < 0) throw_invalid_argument("--np must be at least 1 (0: every slot of the hosts)");
   if (a.hosts.any()) {
@@ -108,9 +122,8 @@ int run_comm_parent(const CommArgs& a) {
     if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
     std::vector<std::string> argv = local_mpirun_prefix(np);
     argv.insert(argv.end(), {"-x", "HPCT_BACKEND", "-x", "HPCT_STORE_DIR", "-x", "HPCT_JOB_ID",
-                             "-x", "OMP_NUM_THREADS", self_executable(), "bench", "comm", "--worker",
-                             "--sizes", a.sizes, "--ops", a.ops, "--iters", std::to_string(a.iters),
-                             "--budget-s", std::to_string(a.budget_s)});
+                             "-x", "OMP_NUM_THREADS", self_executable()});
+    for (const auto& w : worker_args(a)) argv.push_back(w);
     std::map<std::string, std::string> env = {{"HPCT_BACKEND", b},
                                               {"HPCT_STORE_DIR", tmpl},
                                               {"HPCT_JOB_ID", "bench-" + std::to_string(::getpid())},
@@ -138,6 +151,7 @@ int run_comm_worker(const CommArgs& a, const Config& config) {
   o.ops = bench::parse_ops(a.ops);
   o.iters = a.iters;
   o.budget_s = a.budget_s;
+  o.check_max_ratio = a.check_ratio;
   auto raw = bench::make_raw_allreduce(*world.comm);
   // The round trip first, on idle links: what a small allreduce is held to.
   comm::barrier(*world.comm);
@@ -160,14 +174,21 @@ int run_comm_worker(const CommArgs& a, const Config& config) {
                 << std::endl;
     }
   }
-  bench::run_comm_bench(*world.comm, o, raw.get(), [rtt_us](nlohmann::json j) {
+  const auto failed = bench::run_comm_bench(*world.comm, o, raw.get(), [rtt_us](nlohmann::json j) {
     if (rtt_us > 0 && j.value("op", "") == "allreduce") {
       j["tcp_rtt_us"] = rtt_us;
       j["time_over_rtt"] = j["time_us"].get<double>() / rtt_us;
     }
     std::cout << j.dump() << std::endl;
   });
-  return 0;
+  if (!a.check || failed.empty()) return 0;
+  for (const auto& f : failed) {
+    std::fprintf(stderr,
+                 "hpctrain: bench comm --check failed: %s; on a quiet machine the shared-memory "
+                 "path has regressed (docs/comm.md), on a loaded one rerun it\n",
+                 f.c_str());
+  }
+  return 1;
 }
 
 }  // namespace
@@ -188,6 +209,11 @@ void add_bench_comm_command(CLI::App& bench, Cli& cli) {
   c->add_option("--iters", a->iters, "Timed iterations per size (0: fill --budget-s)")
       ->capture_default_str();
   c->add_option("--budget-s", a->budget_s, "Seconds of timing per size when --iters is 0")
+      ->capture_default_str();
+  c->add_flag("--check", a->check,
+              "Exit 1 when the shared-memory allreduce takes more than --check-ratio times the "
+              "raw call's time at 1 MiB or more (lines carry \"check\")");
+  c->add_option("--check-ratio", a->check_ratio, "The bound --check holds the paired ratio to")
       ->capture_default_str();
   c->add_option("--timeout-s", a->timeout_s, "Bound on each backend's whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");

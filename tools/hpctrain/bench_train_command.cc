@@ -28,15 +28,17 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
+#include "bench/ddp_peer.h"
 #include "bench/pacer.h"
+#include "bench/scaling_plot.h"
 #include "bench/train_bench.h"
-#include "comm/connect.h"
 #include "bench_hosts.h"
+#include "comm/connect.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/subprocess.h"
@@ -62,7 +64,7 @@ struct TrainArgs {
   std::string peer;     // "ddp": also run PyTorch DDP on the same ranks and print the ratio
   std::string ddp_script = HPCT_DDP_PEER_SCRIPT;
   std::string python = "/usr/bin/python3";
-  int ddp_port = 0;     // 0: 29500 + pid % 1000
+  int ddp_port = 0;  // 0: 29500 + pid % 1000
 };
 
 std::vector<int> parse_np_list(const std::string& list) {
@@ -76,63 +78,24 @@ std::vector<int> parse_np_list(const std::string& list) {
       if (used != item.size() || n < 1) throw std::invalid_argument(item);
       out.push_back(n);
     } catch (const std::exception&) {
-      throw_invalid_argument("--np " + list + ": '" + item + "' is not a rank count (e.g. --np 1,2,4)");
+      throw_invalid_argument("--np " + list + ": '" + item +
+                             "' is not a rank count (e.g. --np 1,2,4)");
     }
   }
   if (out.empty()) throw_invalid_argument("--np: no rank count given");
   return out;
 }
 
-// Samples/s (left axis) and scaling efficiency (right axis, %) against ranks.
-void write_plot(const std::string& path, const std::vector<nlohmann::json>& runs) {
-  const double w = 640, h = 400, l = 70, r = 70, t = 40, b = 50;
-  double max_np = 1, max_sps = 1;
-  for (const auto& j : runs) {
-    max_np = std::max(max_np, j["np"].get<double>());
-    max_sps = std::max(max_sps, j["samples_per_s"].get<double>());
-  }
-  max_sps *= 1.15;
-  auto x = [&](double np) { return l + (max_np > 1 ? (np - 1) / (max_np - 1) : 0.5) * (w - l - r); };
-  auto ys = [&](double v) { return h - b - v / max_sps * (h - t - b); };
-  auto ye = [&](double e) { return h - b - e / 1.2 * (h - t - b); };
-  std::ostringstream o;
-  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << w << "' height='" << h << "' font-family='sans-serif' font-size='12'>\n"
-    << "<rect width='100%' height='100%' fill='white'/>\n"
-    << "<text x='" << w / 2 << "' y='20' text-anchor='middle'>hpctrain bench train: "
-    << runs[0]["model"].get<std::string>() << ", batch " << runs[0]["batch_per_rank"] << " per rank</text>\n"
-    << "<line x1='" << l << "' y1='" << h - b << "' x2='" << w - r << "' y2='" << h - b << "' stroke='black'/>\n"
-    << "<line x1='" << l << "' y1='" << t << "' x2='" << l << "' y2='" << h - b << "' stroke='black'/>\n"
-    << "<line x1='" << w - r << "' y1='" << t << "' x2='" << w - r << "' y2='" << h - b << "' stroke='black'/>\n"
-    << "<text x='" << w / 2 << "' y='" << h - 12 << "' text-anchor='middle'>ranks</text>\n"
-    << "<text x='15' y='" << t - 10 << "' fill='steelblue'>samples/s</text>\n"
-    << "<text x='" << w - r - 20 << "' y='" << t - 10 << "' fill='darkorange'>efficiency %</text>\n";
-  for (int i = 0; i <= 4; ++i) {
-    double v = max_sps * i / 4, e = 1.2 * i / 4;
-    o << "<text x='" << l - 5 << "' y='" << ys(v) + 4 << "' text-anchor='end'>" << static_cast<long>(v) << "</text>\n"
-      << "<text x='" << w - r + 5 << "' y='" << ye(e) + 4 << "'>" << static_cast<long>(e * 100) << "</text>\n";
-  }
-  std::string sps_pts, eff_pts;
-  for (const auto& j : runs) {
-    double np = j["np"].get<double>();
-    sps_pts += std::to_string(x(np)) + "," + std::to_string(ys(j["samples_per_s"].get<double>())) + " ";
-    eff_pts += std::to_string(x(np)) + "," + std::to_string(ye(j["scaling_efficiency"].get<double>())) + " ";
-    o << "<text x='" << x(np) << "' y='" << h - b + 16 << "' text-anchor='middle'>" << j["np"] << "</text>\n"
-      << "<circle cx='" << x(np) << "' cy='" << ys(j["samples_per_s"].get<double>()) << "' r='4' fill='steelblue'/>\n"
-      << "<circle cx='" << x(np) << "' cy='" << ye(j["scaling_efficiency"].get<double>()) << "' r='4' fill='darkorange'/>\n";
-  }
-  o << "<polyline points='" << sps_pts << "' fill='none' stroke='steelblue' stroke-width='2'/>\n"
-    << "<polyline points='" << eff_pts << "' fill='none' stroke='darkorange' stroke-width='2'/>\n</svg>\n";
-  std::ofstream f(path);
-  if (!(f << o.str())) throw_io("write " + path, errno ? errno : EIO);
-}
-
 void check_args(const TrainArgs& a) {
   if (a.o.synthetic && !a.o.shards.empty()) {
-    throw_invalid_argument("--synthetic and --data exclude each other: pick random images or the shards");
+    throw_invalid_argument(
+        "--synthetic and --data exclude each other: pick random images or the shards");
   }
-  if (a.o.batch < 1 || a.o.threads < 1) throw_invalid_argument("--batch and --threads must be at least 1");
+  if (a.o.batch < 1 || a.o.threads < 1)
+    throw_invalid_argument("--batch and --threads must be at least 1");
   if (a.o.steps < 2 || a.phase_steps < 2) {
-    throw_invalid_argument("--steps and --phase-steps must be at least 2 (the first step of each turn is not timed)");
+    throw_invalid_argument(
+        "--steps and --phase-steps must be at least 2 (the first step of each turn is not timed)");
   }
   if (a.o.data_threads < 1) throw_invalid_argument("--data-threads must be at least 1");
   train::make_model(a.o.model);  // refuse an unknown model before starting ranks
@@ -157,7 +120,9 @@ struct Job {
 
   std::string name() const {
     return std::to_string(np) + "-rank job" +
-           (mode == Mode::kAlone ? " (ranks alone)" : mode == Mode::kLockstep ? " (lockstep, no gradients)" : "");
+           (mode == Mode::kAlone      ? " (ranks alone)"
+            : mode == Mode::kLockstep ? " (lockstep, no gradients)"
+                                      : "");
   }
 };
 
@@ -169,8 +134,9 @@ void prepare(const TrainArgs& a, const Config& config, Job* job) {
   job->dir = tmpl;
   if (a.hosts.any()) {
     // hpctrain launch brings its own store; the settings go as --env.
-    std::map<std::string, std::string> env = {{"OMP_NUM_THREADS", std::to_string(a.o.threads)},
-                                              {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}};
+    std::map<std::string, std::string> env = {
+        {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
+        {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}};
     for (const auto& e : config.describe()) {
       if (e.source != ConfigSource::kDefault) env[e.env_name] = e.value;
     }
@@ -191,19 +157,26 @@ void prepare(const TrainArgs& a, const Config& config, Job* job) {
     }
   }
   auto& argv = job->argv;
-  argv.insert(argv.end(), {self_executable(), "bench", "train", "--worker", "--model", a.o.model,
-                           "--steps", std::to_string(a.o.steps), "--batch", std::to_string(a.o.batch),
-                           "--threads", std::to_string(a.o.threads), "--warmup",
-                           std::to_string(a.o.warmup), "--result-file", tmpl + "/result.json",
-                           "--pace-file", tmpl + "/pace", "--step-log", tmpl + "/steps",
-                           "--timeout-s", std::to_string(a.timeout_s)});
+  argv.insert(argv.end(), {self_executable(), "bench",
+                           "train",           "--worker",
+                           "--model",         a.o.model,
+                           "--steps",         std::to_string(a.o.steps),
+                           "--batch",         std::to_string(a.o.batch),
+                           "--threads",       std::to_string(a.o.threads),
+                           "--warmup",        std::to_string(a.o.warmup),
+                           "--result-file",   tmpl + "/result.json",
+                           "--pace-file",     tmpl + "/pace",
+                           "--step-log",      tmpl + "/steps",
+                           "--timeout-s",     std::to_string(a.timeout_s)});
   if (a.o.synthetic) argv.push_back("--synthetic");
   if (a.no_overlap) argv.push_back("--no-overlap");
   if (job->mode != Mode::kSync || !a.o.sync) argv.push_back("--no-sync");
-  if (job->mode == Mode::kLockstep || (job->mode == Mode::kSync && a.o.lockstep)) argv.push_back("--lockstep");
+  if (job->mode == Mode::kLockstep || (job->mode == Mode::kSync && a.o.lockstep))
+    argv.push_back("--lockstep");
   if (!a.o.data_dir.empty()) argv.insert(argv.end(), {"--data-dir", a.o.data_dir});
   for (const auto& s : a.o.shards) argv.insert(argv.end(), {"--data", s});
-  if (!a.o.shards.empty()) argv.insert(argv.end(), {"--data-threads", std::to_string(a.o.data_threads)});
+  if (!a.o.shards.empty())
+    argv.insert(argv.end(), {"--data-threads", std::to_string(a.o.data_threads)});
   job->pace = std::make_unique<bench::PaceParent>(tmpl + "/pace", job->np);
 }
 
@@ -227,7 +200,8 @@ struct JobFailed {
 
 [[noreturn]] void job_failed(const Job& job) {
   if (job.error) std::rethrow_exception(job.error);
-  if (job.result.timed_out) throw_timeout("bench train: the " + job.name() + " did not finish: " + join_command(job.argv));
+  if (job.result.timed_out)
+    throw_timeout("bench train: the " + job.name() + " did not finish: " + join_command(job.argv));
   const int code = job.result.signal != 0 ? 128 + job.result.signal : job.result.exit_code;
   throw JobFailed{code != 0 ? code : 1, join_command(job.argv)};
 }
@@ -331,72 +305,36 @@ std::string first_host(const BenchHosts& h) {
   return text.substr(0, end);
 }
 
-// --peer ddp: PyTorch DDP (gloo) with the same model, batch, steps and
-// threads, started the same way (hpctrain launch on the same hosts, with
-// GLOO_SOCKET_IFNAME; or locally by bench/ddp_peer.py), after our runs; one
-// JSON line of its own and one summary line with the ratio.
+// --peer ddp: the DDP runner (bench/ddp_peer.h) with this run's settings
+// and, across hosts, hpctrain launch on the same hosts.
 int run_ddp_peer(const TrainArgs& a, const std::vector<nlohmann::json>& ours) {
-  namespace fs = std::filesystem;
-  int worst = 0;
-  for (const auto& j : ours) {
-    const int np = j["np"].get<int>();
-    const fs::path base = a.tmp_dir.empty() ? fs::temp_directory_path() : fs::path(a.tmp_dir);
-    std::string dir = (base / "hpctrain-ddp-XXXXXX").string();
-    if (::mkdtemp(dir.data()) == nullptr) throw_io("mkdtemp " + dir, errno);
-    const std::string result = dir + "/result.json";
-    std::vector<std::string> argv;
-    const std::vector<std::string> common = {"--model", a.o.model, "--steps", std::to_string(a.o.steps),
-                                             "--batch", std::to_string(a.o.batch), "--threads",
-                                             std::to_string(a.o.threads), "--warmup",
-                                             std::to_string(a.o.warmup)};
-    if (a.hosts.any()) {
-      const int port = a.ddp_port > 0 ? a.ddp_port : 29500 + ::getpid() % 1000;
-      const std::string iface = a.hosts.network_interface.empty() ? "eth0" : a.hosts.network_interface;
-      argv = a.hosts.launch_prefix(np, "gloo",
-                                   {{"GLOO_SOCKET_IFNAME", iface},
-                                    {"MASTER_ADDR", first_host(a.hosts)},
-                                    {"MASTER_PORT", std::to_string(port)},
-                                    {"OMP_NUM_THREADS", std::to_string(a.o.threads)},
-                                    {"OPENBLAS_NUM_THREADS", std::to_string(a.o.threads)}});
-      argv.insert(argv.end(), {a.python, a.ddp_script, "ddp-rank", "--result-file", result});
-    } else {
-      argv = {a.python, a.ddp_script, "ddp", "--np", std::to_string(np)};
-    }
-    argv.insert(argv.end(), common.begin(), common.end());
-    std::fflush(stdout);
-    auto r = run_subprocess(argv, {}, seconds_to_millis(a.timeout_s));
-    nlohmann::json d;
-    if (a.hosts.any()) {
-      std::ifstream in(result);
-      std::string line;
-      if (std::getline(in, line)) d = nlohmann::json::parse(line, nullptr, false);
-    }
-    std::error_code ec;
-    fs::remove_all(dir, ec);
-    if (r.timed_out || r.signal != 0 || r.exit_code != 0 || (a.hosts.any() && !d.is_object())) {
-      std::fprintf(stderr, "hpctrain: bench train --peer ddp failed: %s\n", join_command(argv).c_str());
-      worst = worst ? worst : 1;
-      continue;
-    }
-    if (!a.hosts.any()) continue;  // ddp_peer.py printed its line; no file to read it back from
-    const double ours_sps = j["samples_per_s"].get<double>();
-    const double theirs = d["samples_per_s"].get<double>();
-    std::cout << nlohmann::json{{"bench", "train"},
-                                {"summary", a.o.model},
-                                {"np", np},
-                                {"hpctrain_samples_per_s", ours_sps},
-                                {"ddp_samples_per_s", theirs},
-                                {"ratio", theirs > 0 ? ours_sps / theirs : 0.0}}
-                     .dump()
-              << std::endl;
+  bench::DdpPeerOptions d;
+  d.model = a.o.model;
+  d.steps = a.o.steps;
+  d.batch = a.o.batch;
+  d.threads = a.o.threads;
+  d.warmup = a.o.warmup;
+  d.python = a.python;
+  d.script = a.ddp_script;
+  d.tmp_dir = a.tmp_dir;
+  d.timeout_s = a.timeout_s;
+  if (a.hosts.any()) {
+    d.port = a.ddp_port > 0 ? a.ddp_port : 29500 + ::getpid() % 1000;
+    d.interface = a.hosts.network_interface.empty() ? "eth0" : a.hosts.network_interface;
+    d.master = first_host(a.hosts);
+    d.launch_prefix = [&a](int np, const std::map<std::string, std::string>& env) {
+      return a.hosts.launch_prefix(np, "gloo", env);
+    };
   }
-  return worst;
+  return bench::run_ddp_peer(d, ours);
 }
 
 // Every job is started once and parks before its first timed step; then, in
 // each round, every job in turn runs --phase-steps timed steps while the
 // others sleep. A drift in the host's speed thus reaches every rank count
 // alike, and each round pairs turns a second or two apart.
+// Over 100 lines: starting the jobs, their turns and the result lines share
+// one job table; moving this orchestration into src/bench/ is still to do.
 int run_parent(const TrainArgs& a, const Config& config) {
   check_args(a);
   auto nps = parse_np_list(a.np);
@@ -432,7 +370,8 @@ int run_parent(const TrainArgs& a, const Config& config) {
     for (auto& job : jobs) {
       prepare(a, config, job.get());
       start(job.get(), deadline.remaining());
-      if (!job->pace->wait_parked(0, deadline.remaining(), [&] { return job->ended.load(); })) job_failed(*job);
+      if (!job->pace->wait_parked(0, deadline.remaining(), [&] { return job->ended.load(); }))
+        job_failed(*job);
     }
     for (int done = 0; done < a.o.steps;) {
       int next = std::min(a.o.steps, done + a.phase_steps);
@@ -441,12 +380,14 @@ int run_parent(const TrainArgs& a, const Config& config) {
         job->turn_start.push_back(done);
         job->pace->run_until(next);
         if (next < a.o.steps) {
-          if (!job->pace->wait_parked(next, deadline.remaining(), [&] { return job->ended.load(); })) {
+          if (!job->pace->wait_parked(next, deadline.remaining(),
+                                      [&] { return job->ended.load(); })) {
             job_failed(*job);
           }
         } else {
           job->thread.join();  // its last turn: it ends before the next job's
-          if (job->error || job->result.timed_out || job->result.signal != 0 || job->result.exit_code != 0) {
+          if (job->error || job->result.timed_out || job->result.signal != 0 ||
+              job->result.exit_code != 0) {
             job_failed(*job);
           }
         }
@@ -468,10 +409,11 @@ int run_parent(const TrainArgs& a, const Config& config) {
   for (size_t i = 0; i < jobs.size(); ++i) {
     std::ifstream in(jobs[i]->dir + "/result.json");
     std::string line;
-    if (!std::getline(in, line) || !(measured[i] = nlohmann::json::parse(line, nullptr, false)).is_object()) {
+    if (!std::getline(in, line) ||
+        !(measured[i] = nlohmann::json::parse(line, nullptr, false)).is_object()) {
       cleanup();
-      throw_data_corrupt("bench train: rank 0 of the " + jobs[i]->name() + " wrote no result (" + jobs[i]->dir +
-                         "/result.json)");
+      throw_data_corrupt("bench train: rank 0 of the " + jobs[i]->name() + " wrote no result (" +
+                         jobs[i]->dir + "/result.json)");
     }
     try {
       measured[i].update(measure(a, *jobs[i], &rounds[i]));
@@ -523,7 +465,7 @@ int run_parent(const TrainArgs& a, const Config& config) {
     lines.push_back(j);
   }
   if (!a.plot.empty()) {
-    write_plot(a.plot, lines);
+    bench::write_scaling_plot(a.plot, lines);
     std::fprintf(stderr, "hpctrain: plot written to %s\n", a.plot.c_str());
   }
   if (a.peer == "ddp") return run_ddp_peer(a, lines);
@@ -548,11 +490,13 @@ int run_worker(TrainArgs a, const Config& config) {
 
 void add_bench_train_command(CLI::App& bench, Cli& cli) {
   auto a = std::make_shared<TrainArgs>();
-  auto* c = bench.add_subcommand("train", "Data-parallel training speed of a built-in model (JSON)");
+  auto* c =
+      bench.add_subcommand("train", "Data-parallel training speed of a built-in model (JSON)");
   c->add_option("--model", a->o.model, "mlp, cnn or resnet20")->capture_default_str();
   c->add_option("--np", a->np, "Ranks to start on this host, or a list (1,2,4): one run each")
       ->capture_default_str();
-  c->add_option("--plot", a->plot, "Write an SVG of samples/s and scaling efficiency against ranks");
+  c->add_option("--plot", a->plot,
+                "Write an SVG of samples/s and scaling efficiency against ranks");
   c->add_option("--steps", a->o.steps, "Timed steps")->capture_default_str();
   c->add_option("--batch", a->o.batch, "Batch per rank")->capture_default_str();
   c->add_option("--threads", a->o.threads, "Intra-op threads per rank")->capture_default_str();
@@ -573,11 +517,14 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
               "For each np > 1 also time the same ranks training alone (no gradient sync) and in "
               "lockstep (meeting every step, no gradients): separates what the host allows from "
               "what moving gradients costs");
-  c->add_flag("--no-sync", [a](std::int64_t) { a->o.sync = false; },
-              "Every rank trains alone (no gradient allreduce)");
+  c->add_flag(
+      "--no-sync", [a](std::int64_t) { a->o.sync = false; },
+      "Every rank trains alone (no gradient allreduce)");
   c->add_flag("--lockstep", a->o.lockstep,
               "With --no-sync: the ranks still meet once a step (a one-number allreduce)");
-  c->add_flag("--no-overlap", a->no_overlap, "Allreduce all gradients in step(), not during backward (default: HPCT_OVERLAP, auto)");
+  c->add_flag(
+      "--no-overlap", a->no_overlap,
+      "Allreduce all gradients in step(), not during backward (default: HPCT_OVERLAP, auto)");
   c->add_option("--timeout-s", a->timeout_s, "Bound on the whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");
   add_bench_host_options(c, &a->hosts);
@@ -588,15 +535,20 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   c->add_option("--ddp-script", a->ddp_script, "bench/ddp_peer.py, as every host sees it")
       ->capture_default_str();
   c->add_option("--python", a->python, "Python with torch, on every host")->capture_default_str();
-  c->add_option("--ddp-port", a->ddp_port, "DDP's store port on the first host (0: 29500 + pid % 1000)");
+  c->add_option("--ddp-port", a->ddp_port,
+                "DDP's store port on the first host (0: 29500 + pid % 1000)");
   c->add_option("--tmp-dir", a->tmp_dir,
                 "Directory for each job's pace page, step logs and result; across hosts it must be "
                 "shared by every host (default: the system temp directory)");
-  c->add_option("--result-file", a->result_file, "Internal: where rank 0 writes its result")->group("");
+  c->add_option("--result-file", a->result_file, "Internal: where rank 0 writes its result")
+      ->group("");
   c->add_option("--pace-file", a->o.pace_file, "Internal: the pacing page of this job")->group("");
-  c->add_option("--step-log", a->o.step_log, "Internal: per-step timings, one file per rank")->group("");
+  c->add_option("--step-log", a->o.step_log, "Internal: per-step timings, one file per rank")
+      ->group("");
   c->callback([&cli, a] {
-    cli.run = [&cli, a] { return a->worker ? run_worker(*a, cli.config) : run_parent(*a, cli.config); };
+    cli.run = [&cli, a] {
+      return a->worker ? run_worker(*a, cli.config) : run_parent(*a, cli.config);
+    };
   });
 }
 

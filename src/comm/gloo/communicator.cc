@@ -2,7 +2,6 @@
 
 #include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
-#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
@@ -15,23 +14,25 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cstring>
 #include <set>
 #include <sstream>
 
+#include "comm/gloo/detail.h"
 #include "comm/gloo/failure_report.h"
 #include "comm/gloo/socket_table.h"
 #include "comm/gloo/store_adapter.h"
 #include "comm/reduce.h"
 
 namespace hpct::comm {
+
+using namespace gloo_detail;
+
 namespace {
 
 // Slot prefixes for the ops we build from unbound buffers ourselves; Gloo's
 // own collectives use 0x01..0x08 (gloo/types.h).
 constexpr std::uint8_t kSendRecvSlotPrefix = 0x40;
-constexpr std::uint8_t kReduceScatterSlotPrefix = 0x41;
 
 std::string address_key(int rank) { return "hpct/addr/" + std::to_string(rank); }
 std::string outgoing_key(int rank) { return "hpct/outaddr/" + std::to_string(rank); }
@@ -42,70 +43,11 @@ std::string local_host_name() {
   return buf;
 }
 
-// Gloo prefixes its messages with "[/path/to/gloo/file.cc:123] ", which tells
-// a user nothing; keep the rest.
-std::string strip_gloo_location(const std::string& m) {
-  if (!m.empty() && m[0] == '[') {
-    const auto close = m.find("] ");
-    if (close != std::string::npos && m.find(".cc:") < close) return m.substr(close + 2);
-  }
-  return m;
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return s;
-}
-
-// Gloo reports application timeouts ("Timed out waiting 3000ms for recv
-// operation to complete", "Read timeout", "Connect timeout") and socket
-// trouble ("Connection closed by peer [ip]:port", "Read error [ip]:port:
-// Connection reset by peer", "Socket closed") only as text.
-ErrorCode classify_gloo_message(const std::string& message) {
-  const std::string m = lower(message);
-  if (m.find("timed out") != std::string::npos || m.find("timeout") != std::string::npos) {
-    return ErrorCode::kTimeout;
-  }
-  for (const char* s : {"closed", "reset", "broken pipe", "refused", "read error", "write error",
-                        "socket", "connection"}) {
-    if (m.find(s) != std::string::npos) return ErrorCode::kPeerFailure;
-  }
-  return ErrorCode::kIo;
-}
-
 // "[127.0.0.1]:41234" -> "127.0.0.1"; the input when it has no brackets.
 std::string ip_of(const std::string& gloo_address) {
   const auto open = gloo_address.find('['), close = gloo_address.find(']');
   if (open == std::string::npos || close == std::string::npos || close < open) return gloo_address;
   return gloo_address.substr(open + 1, close - open - 1);
-}
-
-std::string rank_list(const std::vector<int>& ranks) {
-  std::string s;
-  for (size_t i = 0; i < ranks.size(); ++i) s += (i ? ", " : "") + std::to_string(ranks[i]);
-  return s;
-}
-
-// Gloo's typed setters want a T whose size is the element size; our reduce
-// function knows the real dtype, so an unsigned integer of that size will do.
-template <typename Fn>
-void with_element_type(DataType t, Fn&& fn) {
-  switch (dtype_size(t)) {
-    case 1:
-      fn(std::uint8_t{});
-      break;
-    case 2:
-      fn(std::uint16_t{});
-      break;
-    case 4:
-      fn(std::uint32_t{});
-      break;
-    case 8:
-      fn(std::uint64_t{});
-      break;
-    default:
-      throw_invalid_argument(std::string("gloo: unsupported dtype ") + dtype_name(t));
-  }
 }
 
 // Gloo writes to its sockets with writev, which raises SIGPIPE when the peer
@@ -115,25 +57,6 @@ void ignore_sigpipe_if_default() {
   struct sigaction current {};
   if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) {
     ::signal(SIGPIPE, SIG_IGN);
-  }
-}
-
-std::string describe_op(const char* op, size_t count, DataType dtype) {
-  std::ostringstream os;
-  os << op << " of " << count * dtype_size(dtype) << " bytes (" << count << " " << dtype_name(dtype)
-     << ")";
-  return os.str();
-}
-
-void wait_recv(gloo::transport::UnboundBuffer& b, const Deadline& d) {
-  if (!b.waitRecv(std::max(d.remaining(), Millis(1)))) {
-    throw gloo::IoException("recv aborted");
-  }
-}
-
-void wait_send(gloo::transport::UnboundBuffer& b, const Deadline& d) {
-  if (!b.waitSend(std::max(d.remaining(), Millis(1)))) {
-    throw gloo::IoException("send aborted");
   }
 }
 
@@ -193,16 +116,7 @@ std::unique_ptr<GlooCommunicator> GlooCommunicator::connect(const GlooOptions& o
   // Every rank reaches the same verdict on shm (connect_shm agrees on it), so
   // every rank (or none) makes the direct connections.
   if (options.size > 1 && !comm->shm_ && options.direct_allreduce_bytes > 0) {
-    DirectMeshOptions d;
-    d.rank = options.rank;
-    d.size = options.size;
-    d.store = options.store;
-    d.ip = comm->peers_[options.rank].ip;
-    d.timeout = options.timeout;
-    comm->direct_ = DirectMesh::connect(d);
-    comm->options_.logger.debug("comm", who + ": allreduces of up to " +
-                                            std::to_string(options.direct_allreduce_bytes) +
-                                            " bytes go over direct connections");
+    comm->connect_direct(who);
   }
   return comm;
 }
@@ -346,23 +260,6 @@ std::string GlooCommunicator::algorithm(OpKind op, size_t bytes) const {
   return "unknown";
 }
 
-template <typename Fn>
-void GlooCommunicator::run(const std::string& what, Millis timeout, int peer, Fn&& fn) {
-  latch_.throw_if_failed();
-  try {
-    fn();
-  } catch (const DirectLinkError& e) {
-    fail(what, timeout, e.peer(), e.code(), e.what());
-  } catch (const gloo::EnforceNotMet& e) {
-    // Gloo asserts when ranks disagree on sizes (a peer sent more bytes than
-    // this rank expects).
-    fail(what, timeout, peer, ErrorCode::kMismatch, strip_gloo_location(e.what()));
-  } catch (const gloo::Exception& e) {
-    const std::string detail = strip_gloo_location(e.what());
-    fail(what, timeout, peer, classify_gloo_message(detail), detail);
-  }
-}
-
 void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, ErrorCode code,
                             const std::string& detail) {
   FailureReport own;
@@ -438,130 +335,10 @@ void GlooCommunicator::do_allreduce(const AllreduceOptions& o) {
     return;
   }
   if (takes_direct(o.count * dtype_size(o.dtype))) {
-    run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
-      if (o.count == 0) return;
-      if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
-      direct_->allreduce(o.output, o.count, o.dtype, o.op, Deadline(o.timeout));
-    });
+    direct_allreduce(o);
     return;
   }
-  run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
-    if (o.count == 0) return;
-    if (size_ > 1) {
-      gloo::AllreduceOptions g(context_);
-      with_element_type(o.dtype, [&](auto t) {
-        using T = decltype(t);
-        T* out = static_cast<T*>(o.output);
-        // Gloo reads the input only; its API just lacks the const.
-        T* in = static_cast<T*>(const_cast<void*>(o.input));
-        if (in != out) g.setInput(in, o.count);
-        g.setOutput(out, o.count);
-      });
-      const DataType dtype = o.dtype;
-      const ReduceOp op = o.op;
-      g.setReduceFunction([dtype, op](void* c, const void* a, const void* b, size_t n) {
-        reduce_elements(c, a, b, n, dtype, op);
-      });
-      g.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-      g.setTag(o.tag);
-      g.setTimeout(o.timeout);
-      gloo::allreduce(g);
-    } else if (o.input != o.output) {
-      std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
-    }
-    if (o.op == ReduceOp::kAvg) finish_average(o.output, o.count, o.dtype, size_);
-  });
-}
-
-void GlooCommunicator::connect_hierarchy() {
-  const std::int64_t mine = options_.host_identity != 0 ? options_.host_identity : host_identity();
-  const std::vector<std::int64_t> ids = allgather_value(*this, mine);
-  std::vector<std::int64_t> hosts;  // in order of first appearance
-  std::vector<int> on_host;
-  int local_rank = -1;
-  for (int r = 0; r < size_; ++r) {
-    auto it = std::find(hosts.begin(), hosts.end(), ids[r]);
-    if (it == hosts.end()) {
-      hosts.push_back(ids[r]);
-      on_host.push_back(0);
-      it = hosts.end() - 1;
-    }
-    const auto h = static_cast<size_t>(it - hosts.begin());
-    if (r == rank_) local_rank = on_host[h];
-    ++on_host[h];
-  }
-  const int host_count = static_cast<int>(hosts.size());
-  const int local_size = on_host[0];
-  const bool uniform =
-      std::all_of(on_host.begin(), on_host.end(), [&](int n) { return n == local_size; });
-  // Every rank saw the same ids, so every rank decides alike.
-  if (host_count < 2 || local_size < 2 || !uniform) return;
-  const int host_index =
-      static_cast<int>(std::find(hosts.begin(), hosts.end(), mine) - hosts.begin());
-  auto h = std::make_unique<Hierarchy>();
-  h->local_rank = local_rank;
-  h->local_size = local_size;
-  for (int r = 0; r < size_; ++r) {
-    if (ids[r] == mine) h->local_world_ranks.push_back(r);
-  }
-  std::string reason;
-  h->host = connect_shm_group(*this, h->local_world_ranks, options_.shm_slot_bytes, &reason);
-  if (!h->host) {
-    options_.logger.warn("comm", "hierarchical allreduce is off, allreduces stay flat: " + reason);
-    return;
-  }
-  DirectMeshOptions d;
-  d.rank = host_index;
-  d.size = host_count;
-  d.store = store_;
-  d.ip = peers_[rank_].ip;
-  d.timeout = options_.timeout;
-  d.key_prefix = "hpct/hier/across/" + std::to_string(local_rank) + "/";
-  for (int host = 0; host < host_count; ++host) {  // local rank l of each host, by world rank
-    for (int r = 0, seen = 0; r < size_; ++r) {
-      if (ids[r] == hosts[static_cast<size_t>(host)] && seen++ == local_rank)
-        d.world_ranks.push_back(r);
-    }
-  }
-  h->across = DirectMesh::connect(d);
-  options_.logger.debug("comm", "hierarchical allreduce: " + std::to_string(host_count) +
-                                    " hosts x " + std::to_string(local_size) +
-                                    " ranks, local rank " + std::to_string(local_rank));
-  hier_ = std::move(h);
-}
-
-void GlooCommunicator::hierarchical_allreduce(const AllreduceOptions& o) {
-  run(describe_op("allreduce", o.count, o.dtype), o.timeout, -1, [&] {
-    const size_t es = dtype_size(o.dtype);
-    if (o.input != o.output) std::memmove(o.output, o.input, o.count * es);
-    const Deadline d(o.timeout);
-    auto* out = static_cast<std::uint8_t*>(o.output);
-    const size_t l = static_cast<size_t>(hier_->local_rank);
-    const size_t parts = static_cast<size_t>(hier_->local_size);
-    const size_t begin = o.count * l / parts;
-    const size_t end = o.count * (l + 1) / parts;
-    // A failure within the host goes through the failure reports too (and
-    // shuts this rank's connections, so other hosts' ranks fail at once),
-    // naming the world rank whose process is gone when there is one.
-    auto within_host = [&] {
-      try {
-        hier_->host->allreduce(nullptr, out, o.count, o.dtype, ReduceOp::kSum, d);
-      } catch (const Error& e) {
-        if (e.code() == ErrorCode::kInvalidArgument) throw;
-        const int gone = hier_->host->gone_rank();
-        fail(describe_op("allreduce", o.count, o.dtype), o.timeout,
-             gone >= 0 ? hier_->local_world_ranks[static_cast<size_t>(gone)] : -1, e.code(),
-             "within the host (local ranks 0.." + std::to_string(hier_->local_size - 1) +
-                 " are world ranks " + rank_list(hier_->local_world_ranks) + "): " + e.what());
-      }
-    };
-    within_host();
-    hier_->across->allreduce(out + begin * es, end - begin, o.dtype, ReduceOp::kSum, d);
-    std::memset(out, 0, begin * es);
-    std::memset(out + end * es, 0, (o.count - end) * es);
-    within_host();
-    if (o.op == ReduceOp::kAvg) finish_average(o.output, o.count, o.dtype, size_);
-  });
+  ring_allreduce(o);
 }
 
 bool GlooCommunicator::do_allreduce_segments(const AllreduceSegmentsOptions& o) {
@@ -645,47 +422,6 @@ void GlooCommunicator::do_allgatherv(const AllgathervOptions& o) {
     g.setTimeout(o.timeout);
     gloo::allgatherv(g);
   });
-}
-
-void GlooCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) {
-  run(describe_op("reduce_scatter", o.count * size_, o.dtype), o.timeout, -1, [&] {
-    if (o.count == 0) return;
-    if (size_ == 1) {
-      if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
-    } else {
-      ring_reduce_scatter(o);
-    }
-    if (o.op == ReduceOp::kAvg) finish_average(o.output, o.count, o.dtype, size_);
-  });
-}
-
-// Ring reduce-scatter: in step s (0..n-2) rank r sends its partial sum of
-// block (r-s-1) to r+1 and receives the partial sum of block (r-s-2) from
-// r-1, adding its own input for that block. After n-1 steps the block it
-// received last is block r, reduced over every rank. Each rank sends and
-// receives (n-1)/n of the input, the minimum for this op.
-void GlooCommunicator::ring_reduce_scatter(const ReduceScatterOptions& o) {
-  const int n = size_;
-  const size_t bytes = o.count * dtype_size(o.dtype);
-  const int right = (rank_ + 1) % n, left = (rank_ + n - 1) % n;
-  const Deadline deadline(o.timeout);
-  const auto* input = static_cast<const unsigned char*>(o.input);
-  std::vector<unsigned char> partial(bytes), incoming(bytes);
-  auto in_buf = context_->createUnboundBuffer(const_cast<unsigned char*>(input), bytes * n);
-  auto partial_buf = context_->createUnboundBuffer(partial.data(), bytes);
-  auto incoming_buf = context_->createUnboundBuffer(incoming.data(), bytes);
-  const std::uint64_t slot = gloo::Slot::build(kReduceScatterSlotPrefix, o.tag);
-  for (int s = 0; s < n - 1; ++s) {
-    const int send_block = ((rank_ - s - 1) % n + n) % n;
-    const int recv_block = ((rank_ - s - 2) % n + n) % n;
-    incoming_buf->recv(left, slot);
-    gloo::transport::UnboundBuffer& out = s == 0 ? *in_buf : *partial_buf;
-    out.send(right, slot, s == 0 ? send_block * bytes : 0, bytes);
-    wait_recv(*incoming_buf, deadline);
-    wait_send(out, deadline);  // partial may be overwritten only after this
-    void* dst = s == n - 2 ? o.output : partial.data();
-    reduce_elements(dst, incoming.data(), input + recv_block * bytes, o.count, o.dtype, o.op);
-  }
 }
 
 void GlooCommunicator::do_barrier(const BarrierOptions& o) {

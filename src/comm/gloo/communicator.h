@@ -164,7 +164,11 @@ class GlooCommunicator final : public Communicator {
                          const std::string& detail);
   int rank_of_address(const std::string& gloo_message) const;
 
+  // The allreduce paths, one file each: ring.cc, direct.cc, hierarchical.cc.
+  void ring_allreduce(const AllreduceOptions& o);
   void ring_reduce_scatter(const ReduceScatterOptions& o);
+  void connect_direct(const std::string& who);
+  void direct_allreduce(const AllreduceOptions& o);
 
   const int rank_;
   const int size_;
