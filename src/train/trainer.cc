@@ -286,6 +286,31 @@ Payload restore_payload(Context& ctx, const std::string& bytes, const std::strin
   return p;
 }
 
+// Loss and accuracy on the validation shards, summed over every rank's part
+// (a collective: every rank calls it at the same point). Leaves the model in
+// training mode.
+void validate(Context& ctx, Model& model, const std::string& name, data::Loader& val, double* loss,
+              double* accuracy) {
+  average_buffers(ctx, model);
+  model.eval();
+  torch::NoGradGuard no_grad;
+  val.start_epoch(0);
+  data::Batch b;
+  double loss_sum = 0, correct = 0, count = 0;
+  while (val.next(&b)) {
+    auto out = logits(model, name, b.images);
+    loss_sum += classification_loss(name, out, b.labels,
+                                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    correct += out.argmax(1).eq(b.labels).sum().item<double>();
+    count += static_cast<double>(b.labels.size(0));
+  }
+  auto t = allreduce(ctx, "train/val", torch::tensor({loss_sum, correct, count}, torch::kDouble), false);
+  *loss = t[0].item<double>() / std::max(1.0, t[2].item<double>());
+  *accuracy = t[1].item<double>() / std::max(1.0, t[2].item<double>());
+  model.train();
+}
+
 struct Times {
   double data = 0, compute = 0, sync = 0, optim = 0;
   double total() const { return data + compute + sync + optim; }
@@ -452,25 +477,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   };
 
   auto evaluate = [&]() {
-    if (!val) return;
-    average_buffers(ctx, *model);
-    model->eval();
-    torch::NoGradGuard no_grad;
-    val->start_epoch(0);
-    data::Batch b;
-    double loss_sum = 0, correct = 0, count = 0;
-    while (val->next(&b)) {
-      auto out = logits(*model, o.model, b.images);
-      loss_sum += classification_loss(o.model, out, b.labels,
-                                      torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                      .item<double>();
-      correct += out.argmax(1).eq(b.labels).sum().item<double>();
-      count += static_cast<double>(b.labels.size(0));
-    }
-    auto t = allreduce(ctx, "train/val", torch::tensor({loss_sum, correct, count}, torch::kDouble), false);
-    val_loss = t[0].item<double>() / std::max(1.0, t[2].item<double>());
-    val_acc = t[1].item<double>() / std::max(1.0, t[2].item<double>());
-    model->train();
+    if (val) validate(ctx, *model, o.model, *val, &val_loss, &val_acc);
   };
 
   // Resumed at or past --max-steps (a job requeued after its last
@@ -764,25 +771,7 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
           val = std::make_unique<data::Loader>(vo);
         }
         auto evaluate = [&]() {
-          if (!val) return;
-          average_buffers(ctx, *model);
-          model->eval();
-          torch::NoGradGuard no_grad;
-          val->start_epoch(0);
-          data::Batch b;
-          double loss_sum = 0, correct = 0, count = 0;
-          while (val->next(&b)) {
-            auto out = logits(*model, o.model, b.images);
-            loss_sum += classification_loss(o.model, out, b.labels,
-                                            torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                            .item<double>();
-            correct += out.argmax(1).eq(b.labels).sum().item<double>();
-            count += static_cast<double>(b.labels.size(0));
-          }
-          auto t = allreduce(ctx, "train/val", torch::tensor({loss_sum, correct, count}, torch::kDouble), false);
-          val_loss = t[0].item<double>() / std::max(1.0, t[2].item<double>());
-          val_acc = t[1].item<double>() / std::max(1.0, t[2].item<double>());
-          model->train();
+          if (val) validate(ctx, *model, o.model, *val, &val_loss, &val_acc);
         };
         const std::int64_t global_batch = o.batch * ctx.size();
         bool stop = o.max_steps > 0 && state.step >= o.max_steps;
