@@ -297,6 +297,10 @@ TEST(DistributedOptimizer, StepOneRankSkipsFailsWithinTheBoundAndTheNextStepWork
         EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
       }
     }
+    // The ranks meet again before the next step: step names repeat from
+    // step to step, so a rank that ran ahead into its next step would meet
+    // the other's still-pending gradients of the skipped one.
+    EXPECT_EQ(allreduce(*ctx, "resync", 1.0, false), 2.0);
     opt.zero_grad();
     torch::nn::functional::cross_entropy(m->forward(x), y).backward();
     opt.step();
