@@ -80,8 +80,10 @@ std::string ElasticLocal::dir_;
 // the job ends with three identical ranks.
 TEST_F(ElasticLocal, SurvivorsGoOnAfterSigkillAndTheHostComesBack) {
   write_hosts("h1", "localhost:1\n127.0.0.1:1\n" + hostname() + ":1\n");
-  Outcome r = launch_test::run(job("h1", "--min-np 2 --max-np 3 --blacklist-cooldown 2",
-                                   "--epochs 3 --max-steps 120 --commit-every 5 --fault-worker 1 "
+  // The job must outlast the cool-down and the rejoin even on a fast, quiet
+  // machine (120 steps took 4.1 s there, the cool-down ended after them).
+  Outcome r = launch_test::run(job("h1", "--min-np 2 --max-np 3 --blacklist-cooldown 0.5",
+                                   "--epochs 20 --max-steps 400 --commit-every 5 --fault-worker 1 "
                                    "--fault-step 32 --fault kill --metrics " +
                                        dir_ + "/m1.jsonl"),
                                180);
@@ -114,7 +116,7 @@ TEST_F(ElasticLocal, SurvivorsGoOnAfterSigkillAndTheHostComesBack) {
   auto pos = r.out.rfind("{\"batch_per_rank\"");
   ASSERT_NE(pos, std::string::npos) << r.out;
   auto s = nlohmann::json::parse(r.out.substr(pos, r.out.find('\n', pos) - pos));
-  EXPECT_EQ(s["steps"], 120);
+  EXPECT_EQ(s["steps"], 400);
   EXPECT_EQ(s["np"], 3);
   EXPECT_TRUE(s["params_identical_across_ranks"].get<bool>());
   EXPECT_GT(s["val_accuracy"].get<double>(), 0.5) << r.out;
