@@ -120,6 +120,23 @@ std::string make_private_dir(const Env& env) {
 }
 
 // `launch --min-np/--max-np/--host-discovery-script`: workers come and go.
+namespace {
+
+// After a failed attempt: the restart that follows, or the job's end.
+void say_restart_or_end(OutputMux& output, int attempt, int max_restarts, int exit_code) {
+  if (attempt < max_restarts) {
+    output.launcher_line("restarting the job (restart " + std::to_string(attempt + 1) + " of " +
+                         std::to_string(max_restarts) + "); ranks see HPCT_RESTART=" +
+                         std::to_string(attempt + 1));
+  } else {
+    output.launcher_line("job failed" +
+                         (max_restarts > 0 ? " after " + std::to_string(max_restarts) + " restarts" : std::string()) +
+                         "; exit code " + std::to_string(exit_code));
+  }
+}
+
+}  // namespace
+
 int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
   if (o.servers > 0) throw_invalid_argument("--servers does not run in an elastic job; drop --min-np/--max-np");
   if (o.spawner != "auto" && o.spawner != "local" && o.spawner != "ssh") {
@@ -220,14 +237,7 @@ int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& 
     exit_code = r.exit_code == 0 ? 1 : r.exit_code;
     output.launcher_line(r.summary);
     if (r.interrupted_by != 0) break;
-    if (attempt < o.max_restarts) {
-      output.launcher_line("restarting the job (restart " + std::to_string(attempt + 1) + " of " +
-                           std::to_string(o.max_restarts) + "); ranks see HPCT_RESTART=" +
-                           std::to_string(attempt + 1));
-    } else {
-      output.launcher_line("job failed" + (o.max_restarts > 0 ? " after " + std::to_string(o.max_restarts) + " restarts" : std::string()) +
-                           "; exit code " + std::to_string(exit_code));
-    }
+    say_restart_or_end(output, attempt, o.max_restarts, exit_code);
   }
   return exit_code;
 }
@@ -415,14 +425,7 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
       for (const auto& l : r.tail) output.launcher_line("  | " + l);
     }
     if (r.interrupted_by != 0) break;
-    if (attempt < o.max_restarts) {
-      output.launcher_line("restarting the job (restart " + std::to_string(attempt + 1) + " of " +
-                           std::to_string(o.max_restarts) + "); ranks see HPCT_RESTART=" +
-                           std::to_string(attempt + 1));
-    } else {
-      output.launcher_line("job failed" + (o.max_restarts > 0 ? " after " + std::to_string(o.max_restarts) + " restarts" : std::string()) +
-                           "; exit code " + std::to_string(exit_code));
-    }
+    say_restart_or_end(output, attempt, o.max_restarts, exit_code);
   }
   return exit_code;
 }
