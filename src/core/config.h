@@ -57,6 +57,9 @@ namespace hpct {
     "data: attempts a data server client makes to reconnect before it gives up")                \
   X(std::int64_t, data_fetches, "HPCT_DATA_FETCHES", 4,                                        \
     "data: remote shards (http, https, s3) a rank downloads at once, ahead of reading them")    \
+  X(bool, data_sidecars, "HPCT_DATA_SIDECARS", true,                                           \
+    "data: look for a remote shard's sidecar index (<shard>.idx) and plan the epoch from it, "  \
+    "so shards stream as they are read (0: read every remote shard whole first)")              \
   X(std::int64_t, data_fetch_attempts, "HPCT_DATA_FETCH_ATTEMPTS", 10,                          \
     "data: requests per remote shard (first try, resumes after a cut, retries after a 5xx or "  \
     "a timeout) before the shard fails")                                                         \

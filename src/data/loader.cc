@@ -48,6 +48,7 @@ struct Loader::Impl {
 
   void set_epoch(std::int64_t e, std::int64_t delivered_batches);
   void ensure_started();
+  void announce_reads(std::uint64_t from);  // fs->will_read of the shards from plan position `from`
   void open_remote();  // remote: opens this epoch's stream once
   void stop_threads();
   void worker();
@@ -177,6 +178,20 @@ void Loader::Impl::stop_threads() {
   running = false;
 }
 
+void Loader::Impl::announce_reads(std::uint64_t from) {
+  // The shards of this rank's rest of the epoch, in the order it reads them,
+  // so a remote file system fetches those first (source/remote_fs.h).
+  std::vector<std::string> order;
+  std::vector<bool> seen(index->shards().size(), false);
+  for (std::uint64_t pos = from; pos < plan.order.size(); ++pos) {
+    const std::uint32_t shard = index->sample(plan.order[pos]).shard;
+    if (seen[shard]) continue;
+    seen[shard] = true;
+    order.push_back(index->shards()[shard]);
+  }
+  o.fs->will_read(order);
+}
+
 void Loader::Impl::ensure_started() {
   open_remote();
   std::int64_t first;
@@ -189,6 +204,7 @@ void Loader::Impl::ensure_started() {
     gen = generation;
   }
   if (first >= batches) return;
+  if (!remote) announce_reads(static_cast<std::uint64_t>(first) * o.batch_size);
   for (int i = 0; i < o.threads; ++i) threads.emplace_back([this] { worker(); });
   if (remote) {
     // The stream set_epoch opened starts where this epoch resumes.

@@ -13,6 +13,15 @@
 // by global id, which the epoch plan (sampler.h), exact resume and server
 // reconnects rely on. It costs one header read per member: about 0.1 s per
 // 100k members from the page cache. It holds the shards open.
+//
+// A remote shard (http(s), s3) with a sidecar index ("<shard>.idx",
+// formats/shard_toc.h) is indexed from the sidecar instead, without its
+// bytes: it is opened on the first read of one of its samples, which then
+// waits only for the bytes it needs (the shard streams, source/remote_fs.h).
+// Its size is checked against the sidecar on that open and every member's
+// header on its read, so a stale sidecar is named (DataCorrupt), never read
+// wrongly. A remote shard without one is walked, which waits for its
+// download.
 #pragma once
 
 #include <cstdint>
@@ -29,12 +38,15 @@ namespace hpct::data {
 struct ShardIndexStats {
   std::uint64_t skipped_samples = 0;  // samples lost to damage (on_error skip)
   std::uint64_t damaged_shards = 0;
+  std::uint64_t toc_shards = 0;       // indexed from their sidecars, not walked
   std::vector<std::string> errors;    // the first few damage reports
 };
 
 // Immutable after build; thread-safe to read (files use pread).
 class ShardIndex {
  public:
+  ShardIndex();
+  ~ShardIndex();
   // Walks every shard in order. With OnError::kFail the first damage raises
   // DataCorrupt (shard, member or record, byte offset); with kSkip a damaged
   // shard keeps the samples before the damage, the sample being read when it
@@ -61,8 +73,12 @@ class ShardIndex {
   bool is_tfrecord_shard(std::uint32_t shard) const { return tfrecord_.at(shard); }
 
  private:
+  struct ShardFile;  // a shard's open file, opened at build or on first read
+  const RandomAccessFile& file(std::uint32_t shard) const;
+
   std::vector<std::string> shards_;
-  std::vector<std::unique_ptr<RandomAccessFile>> files_;  // null for a skipped shard
+  std::shared_ptr<FileSystem> fs_;
+  std::vector<std::unique_ptr<ShardFile>> files_;
   std::vector<std::uint64_t> shard_samples_;
   std::vector<bool> tfrecord_;  // by shard: a TFRecord file, not a tar
   std::vector<SampleRef> samples_;

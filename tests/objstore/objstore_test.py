@@ -36,6 +36,7 @@ import servers  # noqa: E402
 
 HPCTRAIN = os.environ.get("HPCTRAIN", "hpctrain")
 SHARDS = 4          # training shards of 500 samples; a fifth for validation
+WALK = {"HPCT_DATA_SIDECARS": "0"}
 BUCKET = "hpct-data"
 
 
@@ -73,6 +74,13 @@ class ObjectStore(unittest.TestCase):
             # signature check: a real client's signatures pass it.
             cls.srv.aws("s3", "mb", "s3://" + BUCKET)
             cls.srv.aws("s3", "cp", "--recursive", "--quiet", cls.www + "/fm", "s3://%s/fm/" % BUCKET)
+            # The same shards without their sidecar indexes, as a user who
+            # uploads shards made by other tools has them: each is read
+            # whole before the epoch is planned, so every rank reads every
+            # object once, and with HPCT_DATA_SIDECARS=0 (no lookups: WALK)
+            # the exact counts below hold.
+            cls.srv.aws("s3", "cp", "--recursive", "--quiet", "--exclude", "*.idx", cls.www + "/fm",
+                        "s3://%s/fm-walk/" % BUCKET)
         except Exception:
             cls.srv.stop()
             raise
@@ -127,7 +135,7 @@ class ObjectStore(unittest.TestCase):
     def test_a_second_epoch_reads_nothing_from_the_server(self):
         # 2 epochs (31 steps each): every rank asks for each shard once, and
         # the bytes are the shards' once per rank.
-        s, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env(),
+        s, out = self.train("s3://%s/fm-walk" % BUCKET, env=dict(self.srv.aws_env(), **WALK),
                             extra=["--epochs", "2"], steps=40)
         self.assertEqual(s["steps"], 40, out)
         shards = ["%s/fm/fm-%06d.tar" % (self.www, i) for i in range(SHARDS + 1)]
@@ -151,7 +159,7 @@ class ObjectStore(unittest.TestCase):
     def test_cut_and_failing_responses_lose_nothing(self):
         local = self.local_crc()
         port, proxy = self.srv.start_proxy(self.srv.s3_port, "--fail", "2", "--cut", "3", "--seed", "5")
-        s, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env("http://127.0.0.1:%d" % port))
+        s, out = self.train("s3://%s/fm-walk" % BUCKET, env=dict(self.srv.aws_env("http://127.0.0.1:%d" % port), **WALK))
         self.assertEqual(s["params_crc32c"], local, out)
         shards = SHARDS + 1
         # Each rank reads every shard once (the index walks them all); the
@@ -241,6 +249,88 @@ class ObjectStore(unittest.TestCase):
         self.assertEqual(rc, 5, out + err)
         self.assertIn(bad + ": gave up after 2 requests, at byte offset 0: HTTP 500", err)
 
+    # Sidecar indexes (<shard>.idx, written by data pack and data index): the
+    # epoch is planned from them, so the shards stream as they are read.
+    def test_sidecars_let_training_start_before_the_shards_arrive(self):
+        # One process, one download at a time, every object at 800 kB/s: with
+        # sidecars a step needs the bytes up to its first batch; without them
+        # every shard is read whole before the first step.
+        port, _ = self.srv.start_proxy(self.srv.s3_port, "--rate", "800000")
+        env = dict(self.srv.aws_env("http://127.0.0.1:%d" % port), HPCT_DATA_FETCHES="1", OMP_NUM_THREADS="1")
+        total = sum(os.path.getsize("%s/fm/fm-%06d.tar" % (self.www, i)) for i in range(SHARDS))
+
+        def one_step(prefix):
+            args = ["train", "--model", "cnn", "--data",
+                    "s3://%s/%s/fm-{000000..%06d}.tar" % (BUCKET, prefix, SHARDS - 1),
+                    "--batch", "32", "--max-steps", "1", "--threads", "1", "--seed", "7"]
+            rc, out, err, _ = run_hpctrain(args, env=env, timeout=120)
+            self.assertEqual(rc, 0, out + err)
+            return summary_of(out)["remote_reads"], out + err
+
+        walked, out = one_step("fm-walk")
+        self.assertGreaterEqual(walked["bytes"], total, out)
+        self.assertIn("read whole before the epoch starts, for want of one (`hpctrain data index", out)
+        streamed, out = one_step("fm")
+        self.assertLess(streamed["bytes"], 0.75 * total, out)
+        self.assertNotIn("for want of one", out)
+
+    def test_sidecars_with_faults_lose_nothing(self):
+        # The proxy answers every object's first 2 GETs with 503 and cuts the
+        # next 3, sidecars included: the same parameters as from local disk.
+        local = self.local_crc()
+        port, _ = self.srv.start_proxy(self.srv.s3_port, "--fail", "2", "--cut", "3", "--seed", "9")
+        s, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env("http://127.0.0.1:%d" % port))
+        self.assertEqual(s["params_crc32c"], local, out)
+        self.assertGreater(s["remote_reads"]["retries"], 0, out)
+        self.assertGreater(s["remote_reads"]["resumes"], 0, out)
+
+    def test_a_stale_sidecar_is_named_not_read(self):
+        # Shard 0 under shard 1's sidecar (another size), and shard 2 with a
+        # sidecar whose first member was renamed (the same size): each read
+        # stops with the shard, the member and the command that remakes it.
+        d = self.dir + "/stale"
+        os.makedirs(d, exist_ok=True)
+        fm = self.www + "/fm/"
+        shutil.copy(fm + "fm-000000.tar", d)
+        shutil.copy(fm + "fm-000001.tar.idx", d + "/fm-000000.tar.idx")
+        shutil.copy(fm + "fm-000002.tar", d)
+        with open(fm + "fm-000002.tar.idx") as f:
+            lines = f.read().split("\n")
+        offsets, name = lines[1].rsplit(" ", 1)[0], lines[1].rsplit(" ", 1)[1]
+        lines[1] = offsets + " " + "9" + name[1:]
+        with open(d + "/fm-000002.tar.idx", "w") as f:
+            f.write("\n".join(lines))
+        self.srv.aws("s3", "cp", "--recursive", "--quiet", d, "s3://%s/fm-stale/" % BUCKET)
+        for shard, words in (("fm-000000.tar", ["bytes, but its sidecar"]),
+                             ("fm-000002.tar", ["member #0", "does not match its sidecar index"])):
+            url = "s3://%s/fm-stale/%s" % (BUCKET, shard)
+            args = ["train", "--model", "cnn", "--data", url, "--max-steps", "2", "--batch", "8", "--threads", "1"]
+            rc, out, err, took = run_hpctrain(args, env=dict(self.srv.aws_env(), OMP_NUM_THREADS="1"), timeout=60)
+            self.assertNotEqual(rc, 0, out + err)
+            self.assertLess(took, 30.0, out + err)
+            for w in words + [url, "hpctrain data index " + url]:
+                self.assertIn(w, err, out + err)
+
+    def test_data_index_writes_the_sidecars_pack_writes(self):
+        # Shards uploaded without sidecars get them from `data index`, byte
+        # for byte what `data pack` wrote; a glob lists shards, not sidecars.
+        self.srv.aws("s3", "cp", "--recursive", "--quiet", "--exclude", "*.idx", self.www + "/fm",
+                     "s3://%s/fm-idx/" % BUCKET)
+        rc, out, err, _ = run_hpctrain(["data", "index", "s3://%s/fm-idx/fm-*.tar" % BUCKET], env=self.srv.aws_env())
+        self.assertEqual(rc, 0, out + err)
+        self.assertIn("indexed %d shards" % (SHARDS + 1), out)
+        back = self.dir + "/idx-back"
+        self.srv.aws("s3", "cp", "--recursive", "--quiet", "--exclude", "*", "--include", "*.idx",
+                     "s3://%s/fm-idx/" % BUCKET, back)
+        self.assertEqual(sorted(os.listdir(back)), ["fm-%06d.tar.idx" % i for i in range(SHARDS + 1)])
+        for f in os.listdir(back):
+            with open(back + "/" + f, "rb") as a, open(self.www + "/fm/" + f, "rb") as b:
+                self.assertEqual(a.read(), b.read(), f)
+        rc, out, err, _ = run_hpctrain(["data", "inspect", "--json", "s3://%s/fm-idx/fm-*" % BUCKET],
+                                       env=self.srv.aws_env())
+        self.assertEqual(rc, 0, out + err)
+        self.assertEqual(len(out.splitlines()), SHARDS + 1, out)
+
     # The cache (--cache-dir): whole shards only, shared by the ranks of a
     # host, a second run reads nothing from the server, the bound holds.
     def cache_files(self, cache):
@@ -250,7 +340,8 @@ class ObjectStore(unittest.TestCase):
         local = self.local_crc()
         cache = self.dir + "/cache-a"
         shards = SHARDS + 1
-        first, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env(), extra=["--cache-dir", cache])
+        first, out = self.train("s3://%s/fm-walk" % BUCKET, env=dict(self.srv.aws_env(), **WALK),
+                                extra=["--cache-dir", cache])
         self.assertEqual(first["params_crc32c"], local, out)
         # One rank downloads each shard while the other waits on its lock.
         self.assertEqual(first["remote_reads"]["cache_hits"], shards, out)
@@ -258,7 +349,8 @@ class ObjectStore(unittest.TestCase):
         for f in self.cache_files(cache):
             with open(cache + "/" + f, "rb") as a, open(self.www + "/fm/" + f[17:], "rb") as b:
                 self.assertEqual(a.read(), b.read(), f)
-        again, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env(), extra=["--cache-dir", cache])
+        again, out = self.train("s3://%s/fm-walk" % BUCKET, env=dict(self.srv.aws_env(), **WALK),
+                                extra=["--cache-dir", cache])
         self.assertEqual(again["params_crc32c"], local, out)
         self.assertEqual(again["remote_reads"]["bytes"], 0, out)
         self.assertEqual(again["remote_reads"]["requests"], 0, out)
@@ -268,9 +360,9 @@ class ObjectStore(unittest.TestCase):
         small = self.dir + "/cache-b"
         bound = int(2.5 * os.path.getsize(self.www + "/fm/fm-000000.tar"))
         args = ["launch", "-np", "3", "--", HPCTRAIN, "train", "--model", "cnn", "--data",
-                "s3://%s/fm/fm-{000000..%06d}.tar" % (BUCKET, SHARDS), "--batch", "16", "--max-steps", "2",
+                "s3://%s/fm-walk/fm-{000000..%06d}.tar" % (BUCKET, SHARDS), "--batch", "16", "--max-steps", "2",
                 "--threads", "1", "--cache-dir", small, "--cache-size", str(bound)]
-        rc, out, err, _ = run_hpctrain(args, env=dict(self.srv.aws_env(), OMP_NUM_THREADS="1"))
+        rc, out, err, _ = run_hpctrain(args, env=dict(self.srv.aws_env(), OMP_NUM_THREADS="1", **WALK))
         self.assertEqual(rc, 0, out + err)
         kept = self.cache_files(small)
         self.assertLessEqual(sum(os.path.getsize(small + "/" + f) for f in kept), bound, kept)

@@ -1,6 +1,6 @@
-// `hpctrain data pack|inspect|verify|serve`: make WebDataset shards (or
-// TFRecord files), look inside them, check them, and serve them to a job's
-// ranks.
+// `hpctrain data pack|inspect|index|verify|serve`: make WebDataset shards
+// (or TFRecord files), look inside them, write their sidecar indexes, check
+// them, and serve them to a job's ranks.
 #include <signal.h>
 #include <unistd.h>
 
@@ -22,9 +22,11 @@
 #include "data/formats/idx.h"
 #include "data/formats/pack.h"
 #include "data/formats/shard_check.h"
+#include "data/formats/shard_toc.h"
 #include "data/shard_index.h"
 #include "data/source/shard_list.h"
 #include "data/source/remote_fs.h"
+#include "data/source/url.h"
 #include "data/formats/tfrecord.h"
 #include "store/secret.h"
 
@@ -70,6 +72,7 @@ struct PackArgs {
   std::string format;  // tar | tfrecord; empty: from the output's extension
   std::int64_t shuffle_seed = 0;
   bool quiet = false;
+  bool no_index = false;
 };
 
 // Set by SIGINT/SIGTERM; the only state a signal handler may touch.
@@ -91,6 +94,7 @@ int run_pack(const PackArgs& a, const Config& config) {
   out.pattern = a.output;
   out.max_count = a.max_count;
   out.max_size = parse_bytes(a.max_size);
+  out.write_index = !a.no_index;
   // The Loader tells the formats apart by the file name, so the name and the
   // format must agree.
   const bool tfrecord_name = data::is_tfrecord_path(a.output);
@@ -170,6 +174,35 @@ int run_inspect(const std::vector<std::string>& items, bool json, const Config& 
     std::printf("total: %llu samples, %s\n", static_cast<unsigned long long>(samples),
                 format_bytes(bytes).c_str());
   }
+  return 0;
+}
+
+// Writes "<shard>.idx" beside each shard (shard_toc.h), reading each once.
+int run_index(const std::vector<std::string>& items, const Config& config) {
+  auto fsp = data::make_shard_file_system(config, Logger::from_config(config, -1));
+  auto& fs = *fsp;
+  auto paths = expand(items, fs);
+  for (const auto& path : paths) {
+    if (data::is_toc_path(path)) continue;
+    if (data::is_remote_url(path) && path.rfind("s3://", 0) != 0) {
+      throw_invalid_argument(path + ": an http(s) server takes no uploads: run `hpctrain data index` "
+                                    "where the shards are served from, on their files");
+    }
+  }
+  fs.will_read(paths);
+  std::uint64_t members = 0;
+  for (const auto& path : paths) {
+    if (data::is_toc_path(path)) continue;
+    auto file = fs.open_read(path);
+    const data::ShardToc toc = data::make_toc(*file, data::is_tfrecord_path(path));
+    auto out = fs.open_write(data::toc_path(path));
+    out->append(data::format_toc(toc));
+    out->commit();
+    members += toc.members.size();
+    std::printf("%s: %zu %s\n", data::toc_path(path).c_str(), toc.members.size(),
+                toc.tfrecord ? "records" : "members");
+  }
+  std::printf("indexed %zu shards (%llu members)\n", paths.size(), static_cast<unsigned long long>(members));
   return 0;
 }
 
@@ -283,6 +316,9 @@ void add_data_command(CLI::App& app, Cli& cli) {
   p->add_option("--shuffle-seed", pack->shuffle_seed, "folder: shuffle files with this seed (-1: sorted)")
       ->capture_default_str();
   p->add_flag("-q,--quiet", pack->quiet, "No progress bar");
+  p->add_flag("--no-index", pack->no_index,
+              "Write no sidecar index (<shard>.idx) beside each shard; readers of a bucket then "
+              "download each shard before its first sample");
   auto pack_flags = std::make_shared<SourceFlags>();
   add_source_flags(p, pack_flags.get());
   p->callback([pack, pack_flags, &cli] {
@@ -302,6 +338,20 @@ void add_data_command(CLI::App& app, Cli& cli) {
     cli.run = [inspect, inspect_flags, &cli] {
       apply_source_flags(*inspect_flags, &cli.config);
       return run_inspect(inspect->first, inspect->second, cli.config);
+    };
+  });
+
+  auto index = std::make_shared<std::vector<std::string>>();
+  auto* x = data->add_subcommand(
+      "index", "Write each shard's sidecar index (<shard>.idx), so a job reading them from a bucket "
+               "starts before they are downloaded");
+  x->add_option("shards", *index, "Shards, patterns or @list (local files or s3://)")->required();
+  auto index_flags = std::make_shared<SourceFlags>();
+  add_source_flags(x, index_flags.get());
+  x->callback([index, index_flags, &cli] {
+    cli.run = [index, index_flags, &cli] {
+      apply_source_flags(*index_flags, &cli.config);
+      return run_index(*index, cli.config);
     };
   });
 

@@ -79,6 +79,8 @@ void ShardWriter::make_room(std::uint64_t need) {
     file_ = options_.fs->open_write(name);
     if (options_.format == ShardFormat::kTar) tar_ = std::make_unique<TarWriter>(*file_);
     record_bytes_ = 0;
+    toc_ = ShardToc();
+    toc_.tfrecord = options_.format == ShardFormat::kTfRecord;
     shards_.push_back(name);
   }
 }
@@ -91,7 +93,16 @@ void ShardWriter::write(const std::string& key,
   std::uint64_t need = 0;
   for (const auto& [ext, bytes] : fields) need += TarWriter::member_bytes(key + "." + ext, bytes.size());
   make_room(need);
-  for (const auto& [ext, bytes] : fields) tar_->add(key + "." + ext, bytes);
+  for (const auto& [ext, bytes] : fields) {
+    TarMember m;
+    m.name = key + "." + ext;
+    m.index = toc_.members.size();
+    m.header_offset = tar_->bytes();
+    m.size = bytes.size();
+    tar_->add(m.name, bytes);
+    m.data_offset = tar_->bytes() - (m.size + kTarBlock - 1) / kTarBlock * kTarBlock;
+    if (options_.write_index) toc_.members.push_back(std::move(m));
+  }
   ++in_shard_;
   ++samples_;
 }
@@ -102,6 +113,14 @@ void ShardWriter::write_record(std::string_view data) {
   }
   const std::string record = encode_tfrecord(data);
   make_room(record.size());
+  if (options_.write_index) {
+    TarMember m;
+    m.index = toc_.members.size();
+    m.header_offset = record_bytes_;
+    m.data_offset = record_bytes_ + 12;
+    m.size = data.size();
+    toc_.members.push_back(m);
+  }
   file_->append(record);
   record_bytes_ += record.size();
   ++in_shard_;
@@ -110,8 +129,16 @@ void ShardWriter::write_record(std::string_view data) {
 
 void ShardWriter::finish_shard() {
   if (tar_) tar_->finish();
+  toc_.shard_bytes = shard_bytes();
   bytes_done_ += shard_bytes();
   file_->commit();
+  if (options_.write_index) {
+    // After the shard: a sidecar never names a shard that does not exist.
+    auto idx = options_.fs->open_write(toc_path(shards_.back()));
+    idx->append(format_toc(toc_));
+    idx->commit();
+  }
+  toc_ = ShardToc();
   tar_.reset();
   file_.reset();
   record_bytes_ = 0;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "data/source/file.h"
+#include "data/formats/shard_toc.h"
 #include "data/formats/tar.h"
 
 namespace hpct::data {
@@ -25,6 +26,10 @@ struct ShardWriterOptions {
   std::uint64_t max_count = 10000;       // samples per shard
   std::uint64_t max_size = 1ull << 30;   // bytes per shard (a lone larger sample still goes in)
   std::shared_ptr<FileSystem> fs = default_file_system();  // local paths and URLs
+  // Write each shard's table of contents beside it ("<shard>.idx",
+  // shard_toc.h), committed after the shard, so a remote reader can plan
+  // an epoch without downloading the shards first.
+  bool write_index = true;
 };
 
 // Not thread-safe. Io when a write fails (the shard being written is
@@ -41,7 +46,7 @@ class ShardWriter {
   void write(const std::string& key, const std::vector<std::pair<std::string, std::string>>& fields);
   // A TFRecord record (one sample; usually a tf.train.Example, example.h).
   void write_record(std::string_view data);
-  // Finishes and commits the last shard.
+  // Finishes and commits the last shard (and its index).
   void close();
 
   const std::vector<std::string>& shards() const { return shards_; }
@@ -62,6 +67,7 @@ class ShardWriter {
   std::uint64_t samples_ = 0;
   std::uint64_t bytes_done_ = 0;
   std::vector<std::string> shards_;
+  ShardToc toc_;  // the open shard's members so far
 };
 
 // The shard name for number n: format_shard_name("a-%06d.tar", 3) = "a-000003.tar".

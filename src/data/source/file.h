@@ -47,8 +47,12 @@ class FileSystem {
   // directories. Dropping the file uncommitted removes the temporary.
   virtual std::unique_ptr<WritableFile> open_write(const std::string& path) = 0;
   // A hint: these paths will be opened, in this order. A remote file system
-  // starts fetching them ahead; a local one ignores it.
+  // starts fetching them ahead (those of the latest hint first); a local one
+  // ignores it.
   virtual void will_read(const std::vector<std::string>& /*paths*/) {}
+  // Whether the shard index looks for a remote shard's sidecar index
+  // (formats/shard_toc.h) before reading the shard (HPCT_DATA_SIDECARS).
+  virtual bool sidecars() const { return true; }
   // The paths a pattern with '*' or '?' names, sorted (a remote file system
   // lists its bucket). Io when the listing fails.
   virtual std::vector<std::string> glob(const std::string& pattern);

@@ -153,7 +153,7 @@ std::string judge(const HttpResult& res, const HttpRequest& r, const HttpOptions
                                       "): check the bucket name, AWS_ENDPOINT_URL and AWS_REGION");
     }
     if (code == "NoSuchKey") {
-      throw Error(ErrorCode::kIo, url + ": no such object (" + status +
+      throw NotFoundError(ErrorCode::kIo, url + ": no such object (" + status +
                                       "): check the key, e.g. with `aws s3 ls` on its prefix");
     }
   }
@@ -164,7 +164,7 @@ std::string judge(const HttpResult& res, const HttpRequest& r, const HttpOptions
             (r.s3 ? "check the credentials (" + r.s3->credentials_from + ") and the bucket's policy"
                   : "the server needs credentials this URL does not carry"));
   }
-  if (s == 404) throw Error(ErrorCode::kIo, url + ": not found (" + status + "): check the URL");
+  if (s == 404) throw NotFoundError(ErrorCode::kIo, url + ": not found (" + status + "): check the URL");
   throw Error(ErrorCode::kIo, url + ": the server answered " + status + ": check the URL");
 }
 

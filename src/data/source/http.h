@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "core/clock.h"
+#include "core/error.h"
 #include "data/source/url.h"
 
 namespace hpct::data {
@@ -38,6 +39,14 @@ struct HttpOptions {
   int attempts = 10;      // requests per object, first one included
   Millis backoff{100};    // first wait before a retry
   Millis backoff_max{3000};
+};
+
+// The object (or page) does not exist: HTTP 404, S3's NoSuchKey. An Io
+// error; its own type lets a reader that looks for an optional object (a
+// shard's sidecar index) tell "absent" from "failed". Never retried.
+class NotFoundError : public Error {
+ public:
+  using Error::Error;
 };
 
 // Counters of one source (a host or a bucket). Updated by fetch threads with

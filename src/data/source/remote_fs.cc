@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <set>
 #include <thread>
 
 #include "core/error.h"
@@ -502,6 +503,7 @@ ShardSourceOptions shard_source_options(const Config& config, const Logger& log)
     throw_invalid_argument("HPCT_DATA_FETCH_TIMEOUT_S must be above 0");
   }
   o.fetches = static_cast<int>(config.data_fetches);
+  o.sidecars = config.data_sidecars;
   o.http.attempts = static_cast<int>(config.data_fetch_attempts);
   o.http.timeout = Millis(static_cast<std::int64_t>(config.data_fetch_timeout_s * 1000));
   o.http.ca_file = config.data_ca_file;
@@ -559,17 +561,29 @@ std::unique_ptr<WritableFile> ShardFileSystem::open_write(const std::string& pat
   return std::make_unique<S3Writer>(path, base, m.o.http, m.counters_for(source_of(path)));
 }
 
+bool ShardFileSystem::sidecars() const { return impl_->o.sidecars; }
+
 void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
-  bool any = false;
+  std::vector<std::shared_ptr<Spool>> order;
   for (const auto& p : paths) {
-    if (!is_remote_url(p)) continue;
-    impl_->spool_for(p, false);
-    any = true;
+    if (is_remote_url(p)) order.push_back(impl_->spool_for(p, false));
   }
-  if (any) {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->start_threads();
+  if (order.empty()) return;
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> lock(m.mu);
+  // The latest hint is what a reader will open next: its shards still
+  // waiting go ahead of earlier hints, in its order.
+  std::set<const Spool*> wanted;
+  std::deque<std::shared_ptr<Spool>> queue;
+  for (const auto& s : order) {
+    if (!wanted.insert(s.get()).second) continue;
+    if (std::find(m.queue.begin(), m.queue.end(), s) != m.queue.end()) queue.push_back(s);
   }
+  for (auto& s : m.queue) {
+    if (wanted.count(s.get()) == 0) queue.push_back(std::move(s));
+  }
+  m.queue = std::move(queue);
+  m.start_threads();
 }
 
 std::vector<std::string> ShardFileSystem::glob(const std::string& pattern) {

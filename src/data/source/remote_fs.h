@@ -7,7 +7,8 @@
 // read_at returns as soon as the bytes it asks for have arrived, so a
 // shard's first sample is read while the rest is still on the wire.
 // will_read() queues the shards in reading order, so the next few download
-// while the current one is read; open_read() moves a shard to the front.
+// while the current one is read (a later hint's shards go ahead of an
+// earlier one's); open_read() moves a shard to the front.
 // Spools are kept for the file system's life (a second Loader over the same
 // shards reads them from local disk, not the server).
 //
@@ -48,6 +49,7 @@ namespace hpct::data {
 struct ShardSourceOptions {
   HttpOptions http;
   int fetches = 4;        // downloads in flight
+  bool sidecars = true;   // the index looks for "<shard>.idx" (formats/shard_toc.h)
   std::string cache_dir;  // empty: no cache
   std::uint64_t cache_bytes = 10ull << 30;
   Logger logger;
@@ -71,6 +73,7 @@ class ShardFileSystem final : public FileSystem {
   std::unique_ptr<RandomAccessFile> open_read(const std::string& path) override;
   std::unique_ptr<WritableFile> open_write(const std::string& path) override;
   void will_read(const std::vector<std::string>& paths) override;
+  bool sidecars() const override;
   std::vector<std::string> glob(const std::string& pattern) override;
 
   // Per source ("s3://bucket", "https://host:port"): bytes, requests,

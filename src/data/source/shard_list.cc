@@ -1,9 +1,11 @@
 #include "data/source/shard_list.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <sstream>
 
 #include "core/error.h"
+#include "data/formats/shard_toc.h"
 
 namespace hpct::data {
 namespace {
@@ -98,6 +100,8 @@ std::vector<std::string> expand_shard_list(const std::vector<std::string>& items
           continue;
         }
         auto matched = fs.glob(s);
+        // A shard's sidecar index (formats/shard_toc.h) is not a shard.
+        matched.erase(std::remove_if(matched.begin(), matched.end(), is_toc_path), matched.end());
         if (matched.empty()) throw_invalid_argument("shard pattern '" + s + "' matches nothing");
         out.insert(out.end(), matched.begin(), matched.end());
       }
