@@ -31,7 +31,7 @@ def main():
         subprocess.run([a.hpctrain, "data", "pack", "--from", "fashion-mnist", "--split", "train", "-q",
                         "--max-count", "1000000", "--max-size", a.shard_size, "-o", d + "/www/s/train-%06d.tar"],
                        check=True, stdout=subprocess.DEVNULL)
-        n = len(os.listdir(d + "/www/s"))
+        n = len([f for f in os.listdir(d + "/www/s") if f.endswith(".tar")])
         pattern = "/s/train-{000000..%06d}.tar" % (n - 1)
         srv.start_nginx()
         for base in ("http://127.0.0.1:%d" % srv.http_port, "https://127.0.0.1:%d" % srv.https_port):
