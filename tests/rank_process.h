@@ -21,7 +21,9 @@ inline pid_t find_train_rank(const std::string& marker, int rank) {
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
     std::ifstream cl(e.path() / "cmdline");
     std::string cmd((std::istreambuf_iterator<char>(cl)), std::istreambuf_iterator<char>());
-    if (cmd.find(marker) == std::string::npos || cmd.find(std::string("train") + '\0') == std::string::npos) continue;
+    if (cmd.find(marker) == std::string::npos ||
+        cmd.find(std::string("train") + '\0') == std::string::npos)
+      continue;
     std::ifstream en(e.path() / "environ");
     std::string env((std::istreambuf_iterator<char>(en)), std::istreambuf_iterator<char>());
     if (env.find(std::string("HPCT_RANK=") + std::to_string(rank) + '\0') != std::string::npos) {

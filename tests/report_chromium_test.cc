@@ -17,14 +17,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli_summary_run.h"
 #include "rank_process.h"
@@ -69,9 +68,12 @@ Browser open_in_chromium(const std::string& page, const std::string& screenshot 
   Browser b;
   const std::string profile = page + ".chromium-profile";
   const std::string err = page + ".chromium-stderr";
-  const std::string base = "timeout 60 chromium --headless --no-sandbox --disable-gpu --no-first-run "
-                           "--user-data-dir='" + profile + "' --enable-logging=stderr --v=0 ";
-  auto r = hpct::test::run_shell(base + "--dump-dom 'file://" + fs::absolute(page).string() + "' 2>'" + err + "'");
+  const std::string base =
+      "timeout 60 chromium --headless --no-sandbox --disable-gpu --no-first-run "
+      "--user-data-dir='" +
+      profile + "' --enable-logging=stderr --v=0 ";
+  auto r = hpct::test::run_shell(base + "--dump-dom 'file://" + fs::absolute(page).string() +
+                                 "' 2>'" + err + "'");
   b.exit_code = r.exit_code;
   b.dom = r.out;
   b.log = slurp(err);
@@ -81,8 +83,9 @@ Browser open_in_chromium(const std::string& page, const std::string& screenshot 
     if (line.find(":CONSOLE") != std::string::npos) b.console.push_back(line);
   }
   if (!screenshot.empty() && b.exit_code == 0) {
-    auto s = hpct::test::run_shell(base + "--hide-scrollbars --window-size=1100,3200 --screenshot='" + screenshot +
-                                   "' 'file://" + fs::absolute(page).string() + "' 2>/dev/null");
+    auto s = hpct::test::run_shell(
+        base + "--hide-scrollbars --window-size=1100,3200 --screenshot='" + screenshot +
+        "' 'file://" + fs::absolute(page).string() + "' 2>/dev/null");
     if (s.exit_code != 0) b.exit_code = s.exit_code;
   }
   fs::remove_all(profile);
@@ -91,15 +94,18 @@ Browser open_in_chromium(const std::string& page, const std::string& screenshot 
 }
 
 // Every element <tag class='cls' ...> of the DOM, as its attributes.
-std::vector<std::map<std::string, std::string>> elements(const std::string& dom, const std::string& tag,
+std::vector<std::map<std::string, std::string>> elements(const std::string& dom,
+                                                         const std::string& tag,
                                                          const std::string& cls) {
   std::vector<std::map<std::string, std::string>> out;
   const std::regex element("<" + tag + " ([^>]*)>");
   const std::regex attr(R"(([\w-]+)="([^"]*)\")");
-  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), element); it != std::sregex_iterator(); ++it) {
+  for (auto it = std::sregex_iterator(dom.begin(), dom.end(), element);
+       it != std::sregex_iterator(); ++it) {
     std::map<std::string, std::string> a;
     const std::string inner = (*it)[1].str();
-    for (auto at = std::sregex_iterator(inner.begin(), inner.end(), attr); at != std::sregex_iterator(); ++at) {
+    for (auto at = std::sregex_iterator(inner.begin(), inner.end(), attr);
+         at != std::sregex_iterator(); ++at) {
       a[(*at)[1].str()] = (*at)[2].str();
     }
     if (a["class"] == cls) out.push_back(a);
@@ -135,15 +141,17 @@ std::string ReportChromium::dir_;
 TEST_F(ReportChromium, ConsoleCheckCatchesAScriptErrorAndAnExternalLoad) {
   // The report's own page policy, with a script error and a stylesheet from the network.
   const std::string page = dir_ + "/broken.html";
-  std::ofstream(page) << "<!DOCTYPE html><html><head><meta http-equiv='Content-Security-Policy' "
-                         "content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
-                         "<link rel='stylesheet' href='https://cdn.example.com/chart.css'></head><body>"
-                         "<svg class='chart' id='c'></svg><script>drawChart();</script></body></html>";
+  std::ofstream(page)
+      << "<!DOCTYPE html><html><head><meta http-equiv='Content-Security-Policy' "
+         "content=\"default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'\">"
+         "<link rel='stylesheet' href='https://cdn.example.com/chart.css'></head><body>"
+         "<svg class='chart' id='c'></svg><script>drawChart();</script></body></html>";
   Browser b = open_in_chromium(page);
   ASSERT_EQ(b.exit_code, 0) << b.log;
   std::string all;
   for (const auto& c : b.console) all += c + "\n";
-  EXPECT_NE(all.find("Uncaught ReferenceError: drawChart is not defined"), std::string::npos) << b.log;
+  EXPECT_NE(all.find("Uncaught ReferenceError: drawChart is not defined"), std::string::npos)
+      << b.log;
   EXPECT_NE(all.find("https://cdn.example.com/chart.css"), std::string::npos) << b.log;
   EXPECT_NE(b.dom.find("id=\"c\""), std::string::npos) << b.dom;
 }
@@ -156,7 +164,8 @@ TEST_F(ReportChromium, BadInputIsOneLineWithTheFix) {
   };
   for (const Case& c : {Case{dir_ + "/missing.jsonl", "missing.jsonl: no such file or directory"},
                         Case{dir_ + "/empty.jsonl", "empty.jsonl is empty"},
-                        Case{dir_ + "/notes.txt", "notes.txt: unknown format (first line: 'not a metrics file')"}}) {
+                        Case{dir_ + "/notes.txt",
+                             "notes.txt: unknown format (first line: 'not a metrics file')"}}) {
     CliRun r = run("report " + c.arg + " -o " + dir_ + "/bad.html");
     EXPECT_EQ(r.exit_code, 2) << r.out;
     EXPECT_NE(r.out.find(c.expect), std::string::npos) << r.out;
@@ -166,7 +175,8 @@ TEST_F(ReportChromium, BadInputIsOneLineWithTheFix) {
 }
 
 TEST_F(ReportChromium, RestartedTrainingRunShowsItsMetricsAndEvents) {
-  CliRun pack = run("data pack --from fashion-mnist --split test -q --max-count 600 -o '" + dir_ + "/fm-%06d.tar'");
+  CliRun pack = run("data pack --from fashion-mnist --split test -q --max-count 600 -o '" + dir_ +
+                    "/fm-%06d.tar'");
   ASSERT_EQ(pack.exit_code, 0) << pack.out;
   const std::string rundir = dir_ + "/run";
   fs::create_directories(rundir);
@@ -184,11 +194,13 @@ TEST_F(ReportChromium, RestartedTrainingRunShowsItsMetricsAndEvents) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
   });
-  CliRun train = run("launch -np 2 --max-restarts 1 --output-dir " + rundir + " -- env HPCT_TIMELINE=" + rundir +
-                     "/timeline.json " + HPCT_BINARY + " train --model cnn --data '" + dir_ +
-                     "/fm-{000000..000002}.tar' --val " + dir_ + "/fm-000003.tar --epochs 1 --batch 32 --lr 0.05 " +
-                     "--threads 1 --seed 7 --log-every 5 --max-steps 25 --checkpoint-dir " + rundir +
-                     "/ckpt --checkpoint-every 10 --resume auto --metrics " + rundir + "/metrics.jsonl");
+  CliRun train =
+      run("launch -np 2 --max-restarts 1 --output-dir " + rundir +
+          " -- env HPCT_TIMELINE=" + rundir + "/timeline.json " + HPCT_BINARY +
+          " train --model cnn --data '" + dir_ + "/fm-{000000..000002}.tar' --val " + dir_ +
+          "/fm-000003.tar --epochs 1 --batch 32 --lr 0.05 " +
+          "--threads 1 --seed 7 --log-every 5 --max-steps 25 --checkpoint-dir " + rundir +
+          "/ckpt --checkpoint-every 10 --resume auto --metrics " + rundir + "/metrics.jsonl");
   killer.join();
   ASSERT_EQ(train.exit_code, 0) << train.out;
   ASSERT_NE(train.out.find("restarting the job"), std::string::npos) << train.out;
@@ -214,7 +226,8 @@ TEST_F(ReportChromium, RestartedTrainingRunShowsItsMetricsAndEvents) {
       loss.emplace(j["step"].get<double>(), j["loss"].get<double>());
       steps.push_back(&j);
     }
-    if (j["type"] == "epoch") accuracy.emplace(j["step"].get<double>(), j["val_accuracy"].get<double>());
+    if (j["type"] == "epoch")
+      accuracy.emplace(j["step"].get<double>(), j["val_accuracy"].get<double>());
   }
   // 25 steps logged every 5 (the shards hold 28 steps of 2 x 32); the
   // restarted run logs again from its checkpoint's step on.
@@ -223,8 +236,8 @@ TEST_F(ReportChromium, RestartedTrainingRunShowsItsMetricsAndEvents) {
     std::multiset<std::pair<double, double>> pts;
     for (const auto& p : elements(svg_by_id(b.dom, id), "circle", "point")) {
       const std::string& s = p.at("data-series");
-      if (s.size() >= series_suffix.size() && s.compare(s.size() - series_suffix.size(), std::string::npos,
-                                                        series_suffix) == 0) {
+      if (s.size() >= series_suffix.size() &&
+          s.compare(s.size() - series_suffix.size(), std::string::npos, series_suffix) == 0) {
         pts.emplace(std::stod(p.at("data-x")), std::stod(p.at("data-y")));
       }
     }
@@ -235,7 +248,8 @@ TEST_F(ReportChromium, RestartedTrainingRunShowsItsMetricsAndEvents) {
   EXPECT_EQ(drawn("accuracy", "validation accuracy"), accuracy);
   // Two runs in the metrics file: the first and the restarted one.
   std::set<std::string> series;
-  for (const auto& p : elements(svg_by_id(b.dom, "throughput"), "circle", "point")) series.insert(p.at("data-series"));
+  for (const auto& p : elements(svg_by_id(b.dom, "throughput"), "circle", "point"))
+    series.insert(p.at("data-series"));
   EXPECT_EQ(series.size(), 2u);
 
   // Every rank's split: the mean over the step lines of each part.
@@ -249,13 +263,16 @@ TEST_F(ReportChromium, RestartedTrainingRunShowsItsMetricsAndEvents) {
     ASSERT_EQ(parts.count(bar.at("data-part")), 1u) << bar.at("data-part");
     const int part = parts.at(bar.at("data-part"));
     double mean = 0;
-    for (const auto* j : steps) mean += (*j)["ranks"][rank][keys[part]].get<double>() / static_cast<double>(steps.size());
-    EXPECT_NEAR(std::stod(bar.at("data-value")), mean, 1e-9 * std::max(1.0, mean)) << bar.at("data-part");
+    for (const auto* j : steps)
+      mean += (*j)["ranks"][rank][keys[part]].get<double>() / static_cast<double>(steps.size());
+    EXPECT_NEAR(std::stod(bar.at("data-value")), mean, 1e-9 * std::max(1.0, mean))
+        << bar.at("data-part");
   }
 
   // The fault and the restart, on the charts and in the table.
   std::map<std::string, int> marks;
-  for (const auto& m : elements(svg_by_id(b.dom, "throughput"), "line", "marker")) ++marks[m.at("data-kind")];
+  for (const auto& m : elements(svg_by_id(b.dom, "throughput"), "line", "marker"))
+    ++marks[m.at("data-kind")];
   EXPECT_GE(marks["fault"], 1) << "the launcher's line for rank 1 killed by signal 9";
   EXPECT_GE(marks["restart"], 2) << "the launcher's restart line and the restarted run's start";
   EXPECT_GE(marks["checkpoint"], 2);
@@ -267,12 +284,14 @@ TEST_F(ReportChromium, RestartedTrainingRunShowsItsMetricsAndEvents) {
   // The trace is linked, relative to the page, and is there.
   auto links = elements(b.dom, "a", "trace");
   ASSERT_EQ(links.size(), 1u);
-  EXPECT_TRUE(fs::exists(fs::path(page).parent_path() / links[0].at("href"))) << links[0].at("href");
+  EXPECT_TRUE(fs::exists(fs::path(page).parent_path() / links[0].at("href")))
+      << links[0].at("href");
 }
 
 TEST_F(ReportChromium, BenchTrainOutputShowsScalingAndPlotStillWorks) {
   const std::string svg = dir_ + "/scaling.svg";
-  CliRun bench = run("bench train --model cnn --np 1,2 --steps 6 --warmup 1 --batch 32 --synthetic --plot " + svg);
+  CliRun bench = run(
+      "bench train --model cnn --np 1,2 --steps 6 --warmup 1 --batch 32 --synthetic --plot " + svg);
   ASSERT_EQ(bench.exit_code, 0) << bench.out;
   std::vector<nlohmann::json> lines;
   for (auto& j : json_lines(bench.out)) {
@@ -293,8 +312,10 @@ TEST_F(ReportChromium, BenchTrainOutputShowsScalingAndPlotStillWorks) {
 
   std::map<int, double> sps, eff;
   for (const auto& c : elements(b.dom, "circle", "")) {
-    if (c.count("data-samples-per-s")) sps[std::stoi(c.at("data-np"))] = std::stod(c.at("data-samples-per-s"));
-    if (c.count("data-efficiency")) eff[std::stoi(c.at("data-np"))] = std::stod(c.at("data-efficiency"));
+    if (c.count("data-samples-per-s"))
+      sps[std::stoi(c.at("data-np"))] = std::stod(c.at("data-samples-per-s"));
+    if (c.count("data-efficiency"))
+      eff[std::stoi(c.at("data-np"))] = std::stod(c.at("data-efficiency"));
   }
   ASSERT_EQ(sps.size(), 2u) << b.dom;
   for (const auto& j : lines) {
@@ -305,7 +326,9 @@ TEST_F(ReportChromium, BenchTrainOutputShowsScalingAndPlotStillWorks) {
   // --plot's file is the chart the page inlines.
   const std::string file = slurp(svg);
   for (const auto& j : lines) {
-    EXPECT_NE(file.find("data-samples-per-s='" + j["samples_per_s"].dump() + "'"), std::string::npos) << file;
+    EXPECT_NE(file.find("data-samples-per-s='" + j["samples_per_s"].dump() + "'"),
+              std::string::npos)
+        << file;
   }
 }
 

@@ -17,7 +17,8 @@ namespace {
 
 const char kStyle[] =
     "body{font-family:sans-serif;margin:24px auto;max-width:980px;color:#222}"
-    "h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid #ddd}"
+    "h1{font-size:22px;margin-bottom:4px}h2{font-size:17px;margin-top:28px;border-bottom:1px solid "
+    "#ddd}"
     ".sub{color:#666;margin:2px 0}table{border-collapse:collapse;margin:8px 0}"
     "td,th{border:1px solid #ddd;padding:3px 8px;text-align:right;font-size:13px}"
     "th{background:#f4f4f4}td.text{text-align:left}.note{color:#555;font-size:13px}"
@@ -36,15 +37,18 @@ void ReportPage::add_subtitle(const std::string& text) { subtitles_.push_back(te
 std::string ReportPage::html() const {
   std::ostringstream o;
   o << "<!DOCTYPE html>\n<html lang='en'>\n<head>\n<meta charset='utf-8'>\n"
-    << "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src 'unsafe-inline'; "
+    << "<meta http-equiv='Content-Security-Policy' content=\"default-src 'none'; style-src "
+       "'unsafe-inline'; "
        "img-src data:\">\n"
-    << "<title>" << escape_xml(title_) << "</title>\n<style>" << kStyle << "</style>\n</head>\n<body>\n"
+    << "<title>" << escape_xml(title_) << "</title>\n<style>" << kStyle
+    << "</style>\n</head>\n<body>\n"
     << "<h1>" << escape_xml(title_) << "</h1>\n";
   for (const auto& s : subtitles_) o << "<p class='sub'>" << escape_xml(s) << "</p>\n";
   if (sections_.size() > 1) {
     o << "<p class='sub'>";
     for (size_t i = 0; i < sections_.size(); ++i) {
-      o << (i ? " &middot; " : "") << "<a href='#s" << i << "'>" << escape_xml(sections_[i].first) << "</a>";
+      o << (i ? " &middot; " : "") << "<a href='#s" << i << "'>" << escape_xml(sections_[i].first)
+        << "</a>";
     }
     o << "</p>\n";
   }
@@ -70,16 +74,18 @@ void ReportPage::write(const std::string& path) const {
 }
 
 void add_jsonl_plot(ReportPage& page, const JsonlPlot& plot) {
-  const std::string fix = "give a JSON-lines file whose lines have the keys x=" + plot.x + " and y=" +
-                          (plot.y.empty() ? std::string("?") : plot.y[0]);
+  const std::string fix = "give a JSON-lines file whose lines have the keys x=" + plot.x +
+                          " and y=" + (plot.y.empty() ? std::string("?") : plot.y[0]);
   if (plot.x.empty() || plot.y.empty()) {
-    throw_invalid_argument("plot of " + plot.path + ": name the x key and at least one y key (x=KEY:y=KEY)");
+    throw_invalid_argument("plot of " + plot.path +
+                           ": name the x key and at least one y key (x=KEY:y=KEY)");
   }
   std::ifstream f(plot.path);
   if (!f) throw_invalid_argument(plot.path + ": cannot be read (no such file?); " + fix);
   LineChart chart;
-  chart.id = "plot-" + std::to_string(std::hash<std::string>()(plot.path + plot.x) % 1000000);
-  chart.title = plot.title.empty() ? std::filesystem::path(plot.path).filename().string() : plot.title;
+  chart.id = "plot-" + std::to_string(page.section_count());  // unique in the page
+  chart.title =
+      plot.title.empty() ? std::filesystem::path(plot.path).filename().string() : plot.title;
   chart.x_label = plot.x;
   chart.y_label = plot.y.size() == 1 ? plot.y[0] : "";
   std::map<std::string, size_t> index;  // series name -> chart.series
@@ -96,7 +102,8 @@ void add_jsonl_plot(ReportPage& page, const JsonlPlot& plot) {
       std::string name = key;
       if (!plot.series.empty()) {
         const auto& v = j.contains(plot.series) ? j[plot.series] : nlohmann::json("?");
-        name = (v.is_string() ? v.get<std::string>() : v.dump()) + (plot.y.size() > 1 ? " " + key : "");
+        name = (v.is_string() ? v.get<std::string>() : v.dump()) +
+               (plot.y.size() > 1 ? " " + key : "");
       }
       auto [it, added] = index.emplace(name, chart.series.size());
       if (added) chart.series.push_back(Series{name, {}, true});
@@ -105,9 +112,12 @@ void add_jsonl_plot(ReportPage& page, const JsonlPlot& plot) {
     }
   }
   if (lines == 0) throw_invalid_argument(plot.path + " is empty; " + fix);
-  if (points == 0) throw_invalid_argument(plot.path + ": no line has a number at " + plot.x + " and at a y key; " + fix);
-  page.add_section(chart.title, line_chart_svg(chart) + "<p class='note'>From " + escape_xml(plot.path) + ": " +
-                                    std::to_string(points) + " points.</p>");
+  if (points == 0)
+    throw_invalid_argument(plot.path + ": no line has a number at " + plot.x + " and at a y key; " +
+                           fix);
+  page.add_section(chart.title, line_chart_svg(chart) + "<p class='note'>From " +
+                                    escape_xml(plot.path) + ": " + std::to_string(points) +
+                                    " points.</p>");
 }
 
 JsonlPlot parse_plot_spec(const std::string& spec) {
@@ -121,8 +131,10 @@ JsonlPlot parse_plot_spec(const std::string& spec) {
   p.path = fields[0];
   for (size_t i = 1; i < fields.size(); ++i) {
     const auto eq = fields[i].find('=');
-    const std::string key = fields[i].substr(0, eq), value = eq == std::string::npos ? "" : fields[i].substr(eq + 1);
-    if (eq == std::string::npos || value.empty()) throw_invalid_argument("--plot " + spec + ": expected " + form);
+    const std::string key = fields[i].substr(0, eq),
+                      value = eq == std::string::npos ? "" : fields[i].substr(eq + 1);
+    if (eq == std::string::npos || value.empty())
+      throw_invalid_argument("--plot " + spec + ": expected " + form);
     if (key == "x") {
       p.x = value;
     } else if (key == "y") {
@@ -139,7 +151,8 @@ JsonlPlot parse_plot_spec(const std::string& spec) {
       throw_invalid_argument("--plot " + spec + ": unknown field '" + key + "'; expected " + form);
     }
   }
-  if (p.path.empty() || p.x.empty() || p.y.empty()) throw_invalid_argument("--plot " + spec + ": expected " + form);
+  if (p.path.empty() || p.x.empty() || p.y.empty())
+    throw_invalid_argument("--plot " + spec + ": expected " + form);
   return p;
 }
 

@@ -12,11 +12,11 @@
 // output as samples/s against hosts, one line per sync path:
 //
 //   report::ReportPage page("hpctrain plan");
-//   report::add_jsonl_plot(page, {"plan.jsonl", "Predicted samples/s", "hosts", {"samples_per_s"}, "path"});
-//   page.write("plan.html");
+//   report::add_jsonl_plot(page, {"plan.jsonl", "Predicted samples/s", "hosts", {"samples_per_s"},
+//   "path"}); page.write("plan.html");
 //
-// or from the command line: `hpctrain report --plot plan.jsonl:x=hosts:y=samples_per_s:series=path`.
-// Not thread-safe; a page is built by one thread.
+// or from the command line: `hpctrain report --plot
+// plan.jsonl:x=hosts:y=samples_per_s:series=path`. Not thread-safe; a page is built by one thread.
 #pragma once
 
 #include <string>
@@ -33,6 +33,8 @@ class ReportPage {
   void add_section(const std::string& heading, const std::string& body_html);
   // A line under the title (what was read, when).
   void add_subtitle(const std::string& text);
+
+  size_t section_count() const { return sections_.size(); }
 
   std::string html() const;
   // Writes html() to path (whole, then renamed). Io naming the path.

@@ -52,8 +52,9 @@ void metrics_events(const nlohmann::json& j, const std::string& name, RunInputs*
     const int old_size = j.value("old_size", 0);
     if (old_size <= 0) return;  // the first world forming is not a change
     e.kind = "membership";
-    e.text = "generation " + std::to_string(j.value("generation", 0LL)) + ": " + std::to_string(old_size) + " -> " +
-             std::to_string(j.value("new_size", 0)) + " ranks (" + j.value("reason", std::string("?")) + "), " +
+    e.text = "generation " + std::to_string(j.value("generation", 0LL)) + ": " +
+             std::to_string(old_size) + " -> " + std::to_string(j.value("new_size", 0)) +
+             " ranks (" + j.value("reason", std::string("?")) + "), " +
              std::to_string(j.value("rollback_steps", 0LL)) + " steps rolled back";
   } else {
     return;
@@ -63,7 +64,8 @@ void metrics_events(const nlohmann::json& j, const std::string& name, RunInputs*
 
 // One launcher.log line: "<unix seconds> text".
 void launcher_event(const std::string& line, const std::string& name, RunInputs* in) {
-  static const std::regex rank_failed(R"(^(rank|server) \d+ .*(exited with code [1-9]|killed by|did not start))");
+  static const std::regex rank_failed(
+      R"(^(rank|server) \d+ .*(exited with code [1-9]|killed by|did not start))");
   const auto space = line.find(' ');
   if (space == std::string::npos) return;
   RunEvent e;
@@ -77,8 +79,8 @@ void launcher_event(const std::string& line, const std::string& name, RunInputs*
   const std::string& t = e.text;
   if (t.rfind("restarting the job", 0) == 0) {
     e.kind = "restart";
-  } else if (t.rfind("job failed", 0) == 0 || t.rfind("interrupted by", 0) == 0 || t.find(" is lost") != std::string::npos ||
-             std::regex_search(t, rank_failed)) {
+  } else if (t.rfind("job failed", 0) == 0 || t.rfind("interrupted by", 0) == 0 ||
+             t.find(" is lost") != std::string::npos || std::regex_search(t, rank_failed)) {
     e.kind = "fault";
   } else if (t.rfind("elastic: generation ", 0) == 0 && t.find(": size ") != std::string::npos &&
              t.find(": size 0 ->") == std::string::npos) {
@@ -124,7 +126,8 @@ Kind kind_by_name(const fs::path& p) {
   const std::string file = p.filename().string();
   const std::string parent = p.parent_path().filename().string();
   if (file == "launcher.log") return Kind::kLauncherLog;
-  if ((file == "stdout" || file == "stderr") && parent.rfind("rank.", 0) == 0) return Kind::kRankLog;
+  if ((file == "stdout" || file == "stderr") && parent.rfind("rank.", 0) == 0)
+    return Kind::kRankLog;
   static const std::regex ckpt(R"(ckpt-\d+\.json)");
   if (std::regex_match(file, ckpt)) return Kind::kCheckpoint;
   return Kind::kUnknown;
@@ -149,7 +152,8 @@ std::string head_of(const std::string& path, size_t n) {
 
 bool is_trace_head(const std::string& head) {
   const auto start = head.find_first_not_of(" \t\r\n");
-  return start != std::string::npos && head[start] == '{' && head.find("\"traceEvents\"") != std::string::npos;
+  return start != std::string::npos && head[start] == '{' &&
+         head.find("\"traceEvents\"") != std::string::npos;
 }
 
 // Reads one file. strict: a file named by the user (unknown kinds are errors).
@@ -160,8 +164,9 @@ bool read_one_file(const fs::path& p, bool strict, RunInputs* in) {
   const auto size = fs::file_size(p, ec);
   if (!ec && size == 0) {
     if (!strict) return false;
-    throw_invalid_argument(path + " is empty: the run wrote nothing there yet (did it start with --metrics " + path +
-                           "?); " + kFix);
+    throw_invalid_argument(
+        path + " is empty: the run wrote nothing there yet (did it start with --metrics " + path +
+        "?); " + kFix);
   }
   if (by_name == Kind::kCheckpoint) {
     const std::string name = p.filename().string();
@@ -208,14 +213,16 @@ bool read_one_file(const fs::path& p, bool strict, RunInputs* in) {
   const std::string text = read_file(path);
   if (text.find_first_not_of(" \t\r\n") == std::string::npos) {
     if (!strict) return false;
-    throw_invalid_argument(path + " is empty: the run wrote nothing there yet; " + std::string(kFix));
+    throw_invalid_argument(path + " is empty: the run wrote nothing there yet; " +
+                           std::string(kFix));
   }
   if (read_json_lines(path, text, in)) {
     in->files.push_back(path);
     return true;
   }
   if (!strict) return false;
-  throw_invalid_argument(path + ": unknown format (first line: '" + first_line_of(text) + "'); " + kFix);
+  throw_invalid_argument(path + ": unknown format (first line: '" + first_line_of(text) + "'); " +
+                         kFix);
 }
 
 }  // namespace
@@ -228,7 +235,8 @@ void read_run_text(const std::string& name, const std::string& text, RunInputs* 
     std::string line;
     while (std::getline(lines, line)) launcher_event(line, name, in);
   } else if (!read_json_lines(name, text, in)) {
-    throw_invalid_argument(name + ": unknown format (first line: '" + first_line_of(text) + "'); " + kFix);
+    throw_invalid_argument(name + ": unknown format (first line: '" + first_line_of(text) + "'); " +
+                           kFix);
   }
   in->files.push_back(name);
 }
@@ -237,7 +245,8 @@ void read_run_input(const std::string& path, RunInputs* in) {
   std::error_code ec;
   const auto status = fs::status(path, ec);
   if (ec || !fs::exists(status)) {
-    throw_invalid_argument(path + ": no such file or directory; give the file of `train --metrics`, "
+    throw_invalid_argument(path +
+                           ": no such file or directory; give the file of `train --metrics`, "
                            "`bench train` output or a run directory");
   }
   if (!fs::is_directory(status)) {
@@ -245,7 +254,8 @@ void read_run_input(const std::string& path, RunInputs* in) {
     return;
   }
   std::vector<fs::path> files;
-  for (auto it = fs::recursive_directory_iterator(path, fs::directory_options::skip_permission_denied, ec);
+  for (auto it = fs::recursive_directory_iterator(
+           path, fs::directory_options::skip_permission_denied, ec);
        !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
     if (it.depth() >= 3) it.disable_recursion_pending();
     if (it->is_regular_file(ec)) files.push_back(it->path());
@@ -254,9 +264,11 @@ void read_run_input(const std::string& path, RunInputs* in) {
   size_t used = 0;
   for (const auto& f : files) used += read_one_file(f, false, in) ? 1 : 0;
   if (used == 0) {
-    throw_invalid_argument(path + ": no metrics file, bench train output, Chrome trace or launcher.log in it; run "
-                           "`hpctrain train --metrics " + path + "/metrics.jsonl` (and `launch --output-dir " +
-                           path + "`) to fill it");
+    throw_invalid_argument(
+        path +
+        ": no metrics file, bench train output, Chrome trace or launcher.log in it; run "
+        "`hpctrain train --metrics " +
+        path + "/metrics.jsonl` (and `launch --output-dir " + path + "`) to fill it");
   }
 }
 
@@ -272,7 +284,8 @@ void place_events(RunInputs* in) {
   std::sort(at.begin(), at.end());
   for (auto& e : in->events) {
     if (std::isfinite(e.step) || !std::isfinite(e.time) || at.empty()) continue;
-    auto it = std::upper_bound(at.begin(), at.end(), std::make_pair(e.time, static_cast<double>(INFINITY)));
+    auto it = std::upper_bound(at.begin(), at.end(),
+                               std::make_pair(e.time, static_cast<double>(INFINITY)));
     e.step = it == at.begin() ? at.front().second : std::prev(it)->second;
   }
 }

@@ -17,11 +17,10 @@
 #pragma once
 
 #include <cmath>
+#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
-#include <nlohmann/json.hpp>
 
 namespace hpct::report {
 

@@ -1,14 +1,13 @@
 #include "report/run_inputs.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <fcntl.h>
-
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
-#include <fstream>
 
 #include "core/error.h"
 #include "launch/output.h"
@@ -63,24 +62,27 @@ TEST_F(RunInputsTest, MetricsLinesBySortAndTheirEvents) {
   EXPECT_EQ(in.epochs.size(), 1u);
   EXPECT_EQ(in.elastic.size(), 1u);
   EXPECT_EQ(in.summaries.size(), 1u);
-  ASSERT_EQ(in.events.size(), 2u);  // the restart and the membership change; the first start is none
+  ASSERT_EQ(in.events.size(),
+            2u);  // the restart and the membership change; the first start is none
   EXPECT_EQ(in.events[0].kind, "restart");
   EXPECT_EQ(in.events[0].step, 10);
   EXPECT_NE(in.events[0].text.find("resumed from step 10"), std::string::npos) << in.events[0].text;
   EXPECT_EQ(in.events[1].kind, "membership");
-  EXPECT_NE(in.events[1].text.find("2 -> 1 ranks (failure: worker 1), 3 steps rolled back"), std::string::npos)
+  EXPECT_NE(in.events[1].text.find("2 -> 1 ranks (failure: worker 1), 3 steps rolled back"),
+            std::string::npos)
       << in.events[1].text;
 }
 
 TEST_F(RunInputsTest, BenchTrainLinesAmongOtherOutput) {
   RunInputs in;
-  read_run_text("bench.out",
-                "hpctrain: starting\n"
-                R"({"bench":"train","impl":"hpctrain","model":"cnn","np":1,"samples_per_s":900.5,"scaling_efficiency":1.0})"
-                "\n"
-                R"({"bench":"train","impl":"hpctrain","model":"cnn","np":2,"samples_per_s":1500,"scaling_efficiency":0.83})"
-                "\n",
-                &in);
+  read_run_text(
+      "bench.out",
+      "hpctrain: starting\n"
+      R"({"bench":"train","impl":"hpctrain","model":"cnn","np":1,"samples_per_s":900.5,"scaling_efficiency":1.0})"
+      "\n"
+      R"({"bench":"train","impl":"hpctrain","model":"cnn","np":2,"samples_per_s":1500,"scaling_efficiency":0.83})"
+      "\n",
+      &in);
   ASSERT_EQ(in.bench_train.size(), 2u);
   EXPECT_EQ(in.bench_train[1]["np"], 2);
   EXPECT_TRUE(in.steps.empty());
@@ -96,7 +98,8 @@ TEST_F(RunInputsTest, BadInputIsOneLineNamingTheProblemAndTheFix) {
   EXPECT_NE(e.find("empty.jsonl is empty"), std::string::npos) << e;
   write("notes.txt", "hello world\nsecond line\n");
   e = error_of([&] { read_run_input((dir_ / "notes.txt").string(), &in); });
-  EXPECT_NE(e.find("notes.txt: unknown format (first line: 'hello world')"), std::string::npos) << e;
+  EXPECT_NE(e.find("notes.txt: unknown format (first line: 'hello world')"), std::string::npos)
+      << e;
   EXPECT_NE(e.find("bench train"), std::string::npos) << e;
   write("other.jsonl", "{\"a\":1}\n");
   e = error_of([&] { read_run_input((dir_ / "other.jsonl").string(), &in); });
@@ -117,7 +120,8 @@ TEST_F(RunInputsTest, RunDirectoryEveryKindAndEventsPlacedOnSteps) {
     launch::OutputMux mux(launch::OutputPrefix::kRank, {"h", "h"}, dir_.string(), devnull, devnull);
     mux.rank_line(0, false, "epoch 1 step 10 loss 2.0");
     mux.rank_line(1, false, "fault: worker 1 ends itself at step 12 (kill)");
-    mux.launcher_line("rank 1 on host h was killed by signal 9 (Killed); stopped the other ranks in 5 ms");
+    mux.launcher_line(
+        "rank 1 on host h was killed by signal 9 (Killed); stopped the other ranks in 5 ms");
     mux.launcher_line("restarting the job (restart 1 of 1); ranks see HPCT_RESTART=1");
     mux.launcher_line("an unrelated line");
     ::close(devnull);
@@ -158,7 +162,8 @@ TEST_F(RunInputsTest, RunDirectoryEveryKindAndEventsPlacedOnSteps) {
 TEST_F(RunInputsTest, EventTimesMapToTheStepOfTheirMoment) {
   RunInputs in;
   read_run_text("m.jsonl", kMetrics, &in);
-  read_run_text("launcher.log", "1015.5 restarting the job (restart 1 of 1)\n999 job failed; exit code 9\n", &in);
+  read_run_text("launcher.log",
+                "1015.5 restarting the job (restart 1 of 1)\n999 job failed; exit code 9\n", &in);
   place_events(&in);
   ASSERT_EQ(in.events.size(), 4u);
   EXPECT_EQ(in.events[2].kind, "restart");

@@ -16,8 +16,10 @@ namespace fs = std::filesystem;
 namespace {
 
 // The four parts of a step, as the metrics name them.
-const char* const kSplitKeys[] = {"data_wait_ms", "forward_backward_ms", "sync_wait_ms", "optimizer_ms"};
-const std::vector<std::string> kSplitParts = {"data", "compute (forward+backward)", "sync", "optimizer"};
+const char* const kSplitKeys[] = {"data_wait_ms", "forward_backward_ms", "sync_wait_ms",
+                                  "optimizer_ms"};
+const std::vector<std::string> kSplitParts = {"data", "compute (forward+backward)", "sync",
+                                              "optimizer"};
 
 double num(const nlohmann::json& j, const char* key) {
   auto it = j.find(key);
@@ -89,7 +91,8 @@ std::vector<Segment> segments(const RunInputs& in) {
     std::string n = "run " + std::to_string(k + 1);
     if (by_time && k < in.starts.size()) {
       const auto& s = in.starts[k];
-      if (s.value("restart", 0) > 0) n += " (restart " + std::to_string(s.value("restart", 0)) + ")";
+      if (s.value("restart", 0) > 0)
+        n += " (restart " + std::to_string(s.value("restart", 0)) + ")";
       if (s.value("resumed_from_step", -1LL) >= 0) {
         n += " from step " + std::to_string(s.value("resumed_from_step", -1LL));
       }
@@ -103,7 +106,9 @@ std::vector<Segment> segments(const RunInputs& in) {
       while (k + 1 < in.starts.size() && num(in.starts[k + 1], "time") <= num(j, "time")) ++k;
       out[k].steps.push_back(&j);
     }
-    out.erase(std::remove_if(out.begin(), out.end(), [](const Segment& s) { return s.steps.empty(); }), out.end());
+    out.erase(
+        std::remove_if(out.begin(), out.end(), [](const Segment& s) { return s.steps.empty(); }),
+        out.end());
   } else {
     double last = INFINITY;
     for (const auto& j : in.steps) {
@@ -128,29 +133,38 @@ std::vector<Marker> markers(const RunInputs& in) {
 std::string summary_section(const RunInputs& in) {
   std::string body;
   if (in.summaries.empty()) {
-    body += note("No summary line: the run did not finish (failed, stopped, or still running); the charts show what "
-                 "it wrote so far.");
+    body += note(
+        "No summary line: the run did not finish (failed, stopped, or still running); the charts "
+        "show what "
+        "it wrote so far.");
   } else {
     const auto& s = in.summaries.back();
     body += "<table>\n" +
-            row({"model", "ranks", "batch per rank", "steps", "samples/s (training)", "validation loss",
-                 "validation accuracy", "wall time (s)", "parameters identical"},
+            row({"model", "ranks", "batch per rank", "steps", "samples/s (training)",
+                 "validation loss", "validation accuracy", "wall time (s)", "parameters identical"},
                 true) +
-            row({escape_xml(s.value("model", std::string("?"))), fmt(num(s, "np")), fmt(num(s, "batch_per_rank")),
-                 fmt(num(s, "steps"), 10), fmt(num(s, "train_samples_per_s")), fmt(num(s, "val_loss")),
-                 std::isfinite(num(s, "val_accuracy")) ? fmt(num(s, "val_accuracy") * 100) + " %" : fmt(NAN),
+            row({escape_xml(s.value("model", std::string("?"))), fmt(num(s, "np")),
+                 fmt(num(s, "batch_per_rank")), fmt(num(s, "steps"), 10),
+                 fmt(num(s, "train_samples_per_s")), fmt(num(s, "val_loss")),
+                 std::isfinite(num(s, "val_accuracy")) ? fmt(num(s, "val_accuracy") * 100) + " %"
+                                                       : fmt(NAN),
                  fmt(num(s, "wall_s")),
-                 s.contains("params_identical_across_ranks") ? (s["params_identical_across_ranks"].get<bool>() ? "yes"
-                                                                                                                : "NO")
-                                                             : fmt(NAN)}) +
+                 s.contains("params_identical_across_ranks")
+                     ? (s["params_identical_across_ranks"].get<bool>() ? "yes" : "NO")
+                     : fmt(NAN)}) +
             "</table>\n";
     if (in.summaries.size() > 1) {
-      body += note(std::to_string(in.summaries.size()) + " runs ended in these files; the last one is shown.");
+      body += note(std::to_string(in.summaries.size()) +
+                   " runs ended in these files; the last one is shown.");
     }
   }
   body += note("Read: " + escape_xml([&] {
                  std::string s;
-                 for (size_t i = 0; i < in.files.size(); ++i) s += (i ? ", " : "") + in.files[i];
+                 const size_t shown = std::min<size_t>(in.files.size(), 12);
+                 for (size_t i = 0; i < shown; ++i) s += (i ? ", " : "") + in.files[i];
+                 if (shown < in.files.size()) {
+                   s += " and " + std::to_string(in.files.size() - shown) + " more";
+                 }
                  return s;
                }()));
   return body;
@@ -164,14 +178,17 @@ std::string throughput_section(const RunInputs& in, const std::vector<Segment>& 
   c.y_label = "samples/s";
   for (const auto& seg : segs) {
     Series s{seg.name, {}, true};
-    for (const auto* j : seg.steps) s.points.emplace_back(num(*j, "step"), num(*j, "samples_per_s"));
+    for (const auto* j : seg.steps)
+      s.points.emplace_back(num(*j, "step"), num(*j, "samples_per_s"));
     c.series.push_back(s);
   }
   c.markers = markers(in);
   if (!has_points(c)) return note("No step line has samples/s.");
   return line_chart_svg(c) +
-         note("Samples per second of the whole job over each logging interval (train --log-every), at the "
-              "interval's last step. Dashed lines: the run's events (table below).");
+         note(
+             "Samples per second of the whole job over each logging interval (train --log-every), "
+             "at the "
+             "interval's last step. Dashed lines: the run's events (table below).");
 }
 
 std::string loss_section(const RunInputs& in, const std::vector<Segment>& segs) {
@@ -195,10 +212,13 @@ std::string loss_section(const RunInputs& in, const std::vector<Segment>& segs) 
   for (const auto& [x, y] : val.points) has_val = has_val || std::isfinite(y);
   if (has_val) loss.series.push_back(val);
   loss.markers = markers(in);
-  if (!has_points(loss)) return note("No loss was logged: the run ended before its first logging interval.");
+  if (!has_points(loss))
+    return note("No loss was logged: the run ended before its first logging interval.");
   body += line_chart_svg(loss);
-  body += note("Training loss: the mean over every rank's batches of each logging interval. Validation loss: at "
-               "each epoch's end, over the whole validation set.");
+  body += note(
+      "Training loss: the mean over every rank's batches of each logging interval. Validation "
+      "loss: at "
+      "each epoch's end, over the whole validation set.");
   bool has_acc = false;
   for (const auto& [x, y] : acc.points) has_acc = has_acc || std::isfinite(y);
   if (has_acc) {
@@ -211,7 +231,8 @@ std::string loss_section(const RunInputs& in, const std::vector<Segment>& segs) 
     a.markers = markers(in);
     body += line_chart_svg(a);
   } else {
-    body += note("No accuracy: the run had no validation set (train --val) or ended before an epoch did.");
+    body += note(
+        "No accuracy: the run had no validation set (train --val) or ended before an epoch did.");
   }
   return body;
 }
@@ -237,23 +258,28 @@ std::string split_section(const RunInputs& in, const RunReportOptions& o) {
       BarRow b{"rank " + std::to_string(r), std::vector<double>(4, 0.0)};
       for (const auto* j : with_ranks) {
         const auto& rj = (*j)["ranks"][r];
-        for (int k = 0; k < 4; ++k) b.values[k] += num(rj, kSplitKeys[k]) / static_cast<double>(with_ranks.size());
+        for (int k = 0; k < 4; ++k)
+          b.values[k] += num(rj, kSplitKeys[k]) / static_cast<double>(with_ranks.size());
       }
       bars.rows.push_back(b);
     }
     std::string more;
     if (bars.rows.size() > o.max_rank_rows) {
-      auto total = [](const BarRow& b) { return b.values[0] + b.values[1] + b.values[2] + b.values[3]; };
+      auto total = [](const BarRow& b) {
+        return b.values[0] + b.values[1] + b.values[2] + b.values[3];
+      };
       std::stable_sort(bars.rows.begin(), bars.rows.end(),
                        [&](const BarRow& a, const BarRow& b) { return total(a) > total(b); });
-      more = " The " + std::to_string(o.max_rank_rows) + " slowest of " + std::to_string(bars.rows.size()) +
-             " ranks are drawn.";
+      more = " The " + std::to_string(o.max_rank_rows) + " slowest of " +
+             std::to_string(bars.rows.size()) + " ranks are drawn.";
       bars.rows.resize(o.max_rank_rows);
     }
     body += stacked_bars_svg(bars);
     body += note("Each rank's mean time per step over the " + std::to_string(with_ranks.size()) +
-                 " logging intervals that list every rank: waiting for data, forward and backward, waiting for the gradient sync left "
-                 "after backward, the optimizer step." + more);
+                 " logging intervals that list every rank: waiting for data, forward and backward, "
+                 "waiting for the gradient sync left "
+                 "after backward, the optimizer step." +
+                 more);
     return body;
   }
   // Older files (or the elastic loop): only the slowest rank's split, if any.
@@ -262,17 +288,22 @@ std::string split_section(const RunInputs& in, const RunReportOptions& o) {
     if (std::isfinite(num(j, "data_wait_ms"))) slowest.push_back(&j);
   }
   if (slowest.empty()) {
-    return note("The step lines carry no time split (an elastic run's loop does not time the step's parts).");
+    return note(
+        "The step lines carry no time split (an elastic run's loop does not time the step's "
+        "parts).");
   }
   BarRow b{"slowest", std::vector<double>(4, 0.0)};
   for (const auto* j : slowest) {
-    for (int k = 0; k < 4; ++k) b.values[k] += num(*j, kSplitKeys[k]) / static_cast<double>(slowest.size());
+    for (int k = 0; k < 4; ++k)
+      b.values[k] += num(*j, kSplitKeys[k]) / static_cast<double>(slowest.size());
   }
   bars.title = "Mean step time of the slowest rank";
   bars.rows.push_back(b);
   body += stacked_bars_svg(bars);
-  body += note("This metrics file holds only the slowest rank's split of each interval (no \"ranks\" field: written "
-               "by an hpctrain before per-rank splits); rank 0 names the slowest rank in each step line.");
+  body += note(
+      "This metrics file holds only the slowest rank's split of each interval (no \"ranks\" field: "
+      "written "
+      "by an hpctrain before per-rank splits); rank 0 names the slowest rank in each step line.");
   return body;
 }
 
@@ -281,86 +312,111 @@ std::string scaling_section(const RunInputs& in) {
   // One chart per model and batch: bench train's lines of hpctrain itself.
   std::map<std::string, std::vector<nlohmann::json>> groups;
   for (const auto& j : in.bench_train) {
-    if (j.value("impl", std::string("hpctrain")) != "hpctrain" || !j.contains("scaling_efficiency")) continue;
-    groups[j.value("model", std::string("?")) + ", batch " + j.value("batch_per_rank", nlohmann::json()).dump()]
+    if (j.value("impl", std::string("hpctrain")) != "hpctrain" || !j.contains("scaling_efficiency"))
+      continue;
+    groups[j.value("model", std::string("?")) + ", batch " +
+           j.value("batch_per_rank", nlohmann::json()).dump()]
         .push_back(j);
   }
   for (auto& [name, lines] : groups) {
     std::stable_sort(lines.begin(), lines.end(),
-                     [](const nlohmann::json& a, const nlohmann::json& b) { return num(a, "np") < num(b, "np"); });
+                     [](const nlohmann::json& a, const nlohmann::json& b) {
+                       return num(a, "np") < num(b, "np");
+                     });
     body += bench::scaling_plot_svg(lines);
   }
-  body += "<table>\n" +
-          row({"impl", "model", "ranks", "samples/s", "scaling efficiency", "sync efficiency", "data ms", "compute ms",
-               "sync ms", "optimizer ms"},
-              true);
+  body += "<table>\n" + row({"impl", "model", "ranks", "samples/s", "scaling efficiency",
+                             "sync efficiency", "data ms", "compute ms", "sync ms", "optimizer ms"},
+                            true);
   for (const auto& j : in.bench_train) {
     const auto split = j.value("split_ms_mean", nlohmann::json::object());
-    body += row({escape_xml(j.value("impl", std::string("hpctrain"))), escape_xml(j.value("model", std::string("?"))),
-                 fmt(num(j, "np")), fmt(num(j, "samples_per_s")),
-                 std::isfinite(num(j, "scaling_efficiency")) ? fmt(num(j, "scaling_efficiency") * 100, 3) + " %"
-                                                             : fmt(NAN),
-                 std::isfinite(num(j, "sync_efficiency")) ? fmt(num(j, "sync_efficiency") * 100, 3) + " %" : fmt(NAN),
+    body += row({escape_xml(j.value("impl", std::string("hpctrain"))),
+                 escape_xml(j.value("model", std::string("?"))), fmt(num(j, "np")),
+                 fmt(num(j, "samples_per_s")),
+                 std::isfinite(num(j, "scaling_efficiency"))
+                     ? fmt(num(j, "scaling_efficiency") * 100, 3) + " %"
+                     : fmt(NAN),
+                 std::isfinite(num(j, "sync_efficiency"))
+                     ? fmt(num(j, "sync_efficiency") * 100, 3) + " %"
+                     : fmt(NAN),
                  fmt(num(split, "data")), fmt(num(split, "compute")), fmt(num(split, "sync")),
                  fmt(num(split, "optimizer"))});
   }
   body += "</table>\n";
-  body += note("Scaling efficiency: samples/s over (ranks &times; the smallest rank count's samples/s per rank). The "
-               "split is the mean over ranks of a timed step (bench train's split_ms_mean).");
+  body += note(
+      "Scaling efficiency: samples/s over (ranks &times; the smallest rank count's samples/s per "
+      "rank). The "
+      "split is the mean over ranks of a timed step (bench train's split_ms_mean).");
   return body;
 }
 
 std::string events_section(const RunInputs& in) {
   if (in.events.empty()) {
-    return note("No restart, fault, membership change or checkpoint was recorded. Launch with --output-dir DIR "
-                "(its launcher.log) and give DIR to see the launcher's restarts and failures here.");
+    return note(
+        "No restart, fault, membership change or checkpoint was recorded. Launch with --output-dir "
+        "DIR "
+        "(its launcher.log) and give DIR to see the launcher's restarts and failures here.");
   }
   std::vector<RunEvent> ev = in.events;
   std::stable_sort(ev.begin(), ev.end(), [](const RunEvent& a, const RunEvent& b) {
-    const double ka = std::isfinite(a.time) ? a.time : INFINITY, kb = std::isfinite(b.time) ? b.time : INFINITY;
+    const double ka = std::isfinite(a.time) ? a.time : INFINITY,
+                 kb = std::isfinite(b.time) ? b.time : INFINITY;
     if (ka != kb) return ka < kb;
-    return (std::isfinite(a.step) ? a.step : INFINITY) < (std::isfinite(b.step) ? b.step : INFINITY);
+    return (std::isfinite(a.step) ? a.step : INFINITY) <
+           (std::isfinite(b.step) ? b.step : INFINITY);
   });
-  std::string body = "<table id='events'>\n" + row({"time (UTC)", "step", "kind", "what", "from"}, true);
+  std::string body =
+      "<table id='events'>\n" + row({"time (UTC)", "step", "kind", "what", "from"}, true);
   for (const auto& e : ev) {
-    body += "<tr class='event' data-kind='" + escape_xml(e.kind) + "'><td class='text'>" + utc(e.time) + "</td><td>" +
-            fmt(e.step, 10) + "</td><td class='text'>" + escape_xml(e.kind) + "</td><td class='text'>" +
-            escape_xml(e.text) + "</td><td class='text'>" + escape_xml(fs::path(e.source).filename().string()) +
+    body += "<tr class='event' data-kind='" + escape_xml(e.kind) + "'><td class='text'>" +
+            utc(e.time) + "</td><td>" + fmt(e.step, 10) + "</td><td class='text'>" +
+            escape_xml(e.kind) + "</td><td class='text'>" + escape_xml(e.text) +
+            "</td><td class='text'>" + escape_xml(fs::path(e.source).filename().string()) +
             "</td></tr>\n";
   }
   body += "</table>\n";
-  body += note("Steps of launcher lines are the run's step at that time (the last metrics line before it).");
+  body += note(
+      "Steps of launcher lines are the run's step at that time (the last metrics line before it).");
   return body;
 }
 
 std::string trace_section(const RunInputs& in, const RunReportOptions& o) {
   if (in.traces.empty()) {
-    return note("No Chrome trace: set HPCT_TIMELINE=FILE for the run (rank 0's engine timeline) and give the file "
-                "or its directory.");
+    return note(
+        "No Chrome trace: set HPCT_TIMELINE=FILE for the run (rank 0's engine timeline) and give "
+        "the file "
+        "or its directory.");
   }
   std::string body = "<ul>\n";
   const fs::path base = fs::absolute(o.output_path).parent_path();
   for (const auto& t : in.traces) {
     std::error_code ec;
     fs::path rel = fs::relative(fs::absolute(t), base, ec);
-    const std::string href = ec || rel.empty() ? "file://" + fs::absolute(t).string() : rel.string();
+    const std::string href =
+        ec || rel.empty() ? "file://" + fs::absolute(t).string() : rel.string();
     const auto size = fs::file_size(t, ec);
-    body += "<li><a class='trace' href='" + escape_xml(href) + "'>" + escape_xml(fs::path(t).filename().string()) +
-            "</a>" + (ec ? "" : " (" + bytes_text(static_cast<double>(size)) + ")") + "</li>\n";
+    body += "<li><a class='trace' href='" + escape_xml(href) + "'>" +
+            escape_xml(fs::path(t).filename().string()) + "</a>" +
+            (ec ? "" : " (" + bytes_text(static_cast<double>(size)) + ")") + "</li>\n";
   }
   body += "</ul>\n";
-  body += note("The engine's timeline of every tensor (queued, negotiated, fused, communicated, done). Open it in "
-               "chrome://tracing or https://ui.perfetto.dev (Open trace file); the page itself loads nothing.");
+  body += note(
+      "The engine's timeline of every tensor (queued, negotiated, fused, communicated, done). Open "
+      "it in "
+      "chrome://tracing or https://ui.perfetto.dev (Open trace file); the page itself loads "
+      "nothing.");
   return body;
 }
 
 }  // namespace
 
 void add_run_sections(ReportPage& page, RunInputs in, const RunReportOptions& o) {
-  const bool metrics = !in.steps.empty() || !in.epochs.empty() || !in.summaries.empty() || !in.starts.empty();
+  const bool metrics =
+      !in.steps.empty() || !in.epochs.empty() || !in.summaries.empty() || !in.starts.empty();
   if (!metrics && in.bench_train.empty() && in.traces.empty()) {
-    throw_invalid_argument("nothing to report: no metrics line, bench train line or Chrome trace was read; give the "
-                           "file of `train --metrics`, `bench train` output or a run directory");
+    throw_invalid_argument(
+        "nothing to report: no metrics line, bench train line or Chrome trace was read; give the "
+        "file of `train --metrics`, `bench train` output or a run directory");
   }
   place_events(&in);
   if (metrics) {
@@ -369,7 +425,8 @@ void add_run_sections(ReportPage& page, RunInputs in, const RunReportOptions& o)
     if (!segs.empty()) {
       page.add_section("Throughput", throughput_section(in, segs));
     }
-    if (!segs.empty() || !in.epochs.empty()) page.add_section("Loss and accuracy", loss_section(in, segs));
+    if (!segs.empty() || !in.epochs.empty())
+      page.add_section("Loss and accuracy", loss_section(in, segs));
     page.add_section("Step time per rank", split_section(in, o));
     page.add_section("Restarts, faults and changes", events_section(in));
   }

@@ -32,11 +32,12 @@ TEST(RunReport, SelfContainedPageWithEverySection) {
   RunInputs in;
   read_run_text("metrics.jsonl", kTwoRanks, &in);
   read_run_text("/tmp/run/timeline.json", "{\"traceEvents\":[]}", &in);
-  read_run_text("bench.jsonl",
-                R"({"bench":"train","impl":"hpctrain","model":"cnn","batch_per_rank":64,"np":1,"samples_per_s":900.5,"scaling_efficiency":1.0})"
-                "\n"
-                R"({"bench":"train","impl":"hpctrain","model":"cnn","batch_per_rank":64,"np":2,"samples_per_s":1500.0,"scaling_efficiency":0.833})",
-                &in);
+  read_run_text(
+      "bench.jsonl",
+      R"({"bench":"train","impl":"hpctrain","model":"cnn","batch_per_rank":64,"np":1,"samples_per_s":900.5,"scaling_efficiency":1.0})"
+      "\n"
+      R"({"bench":"train","impl":"hpctrain","model":"cnn","batch_per_rank":64,"np":2,"samples_per_s":1500.0,"scaling_efficiency":0.833})",
+      &in);
   ReportPage page("hpctrain report");
   RunReportOptions o;
   o.output_path = "/tmp/run/report.html";
@@ -47,14 +48,17 @@ TEST(RunReport, SelfContainedPageWithEverySection) {
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);
   EXPECT_NE(html.find("Content-Security-Policy"), std::string::npos);
-  for (const char* section : {"Run", "Throughput", "Loss and accuracy", "Step time per rank",
-                              "Restarts, faults and changes", "Scaling (bench train)", "Chrome trace"}) {
+  for (const char* section :
+       {"Run", "Throughput", "Loss and accuracy", "Step time per rank",
+        "Restarts, faults and changes", "Scaling (bench train)", "Chrome trace"}) {
     EXPECT_NE(html.find(std::string("<h2>") + section), std::string::npos) << section;
   }
   EXPECT_EQ(count(html, "data-series='train' data-x="), 2u);  // the 2 step lines' throughput
   EXPECT_NE(html.find("data-series='train' data-x='10.0' data-y='420.25'"), std::string::npos);
-  EXPECT_NE(html.find("data-series='train training loss' data-x='5.0' data-y='2.25'"), std::string::npos);
-  EXPECT_NE(html.find("data-series='validation accuracy' data-x='10.0' data-y='0.625'"), std::string::npos);
+  EXPECT_NE(html.find("data-series='train training loss' data-x='5.0' data-y='2.25'"),
+            std::string::npos);
+  EXPECT_NE(html.find("data-series='validation accuracy' data-x='10.0' data-y='0.625'"),
+            std::string::npos);
   // Rank 1's mean sync wait over the two intervals: (4 + 2) / 2.
   EXPECT_NE(html.find("data-row='rank 1' data-part='sync' data-value='3.0'"), std::string::npos);
   EXPECT_EQ(count(html, "<rect class='part'"), 8u);
@@ -65,14 +69,16 @@ TEST(RunReport, SelfContainedPageWithEverySection) {
 
 TEST(RunReport, OlderFileWithoutPerRankSplitSaysSo) {
   RunInputs in;
-  read_run_text("old.jsonl",
-                R"({"type":"step","step":50,"loss":1.0,"samples_per_s":300,"data_wait_ms":1,"forward_backward_ms":2,"sync_wait_ms":3,"optimizer_ms":4,"slowest_rank":0})",
-                &in);
+  read_run_text(
+      "old.jsonl",
+      R"({"type":"step","step":50,"loss":1.0,"samples_per_s":300,"data_wait_ms":1,"forward_backward_ms":2,"sync_wait_ms":3,"optimizer_ms":4,"slowest_rank":0})",
+      &in);
   ReportPage page("old");
   add_run_sections(page, in, RunReportOptions{});
   const std::string html = page.html();
   EXPECT_NE(html.find("only the slowest rank"), std::string::npos);
-  EXPECT_NE(html.find("data-row='slowest' data-part='optimizer' data-value='4.0'"), std::string::npos);
+  EXPECT_NE(html.find("data-row='slowest' data-part='optimizer' data-value='4.0'"),
+            std::string::npos);
   EXPECT_NE(html.find("No summary line"), std::string::npos);
   EXPECT_NE(html.find("No Chrome trace"), std::string::npos);
   EXPECT_NE(html.find("No accuracy"), std::string::npos);
@@ -86,12 +92,17 @@ TEST(RunReport, NothingToReportIsAnError) {
 // What another command (hpctrain plan) adds: a plot of its JSON lines.
 TEST(RunReport, JsonlPlotOneSeriesPerValueOfTheSeriesKey) {
   const std::string path = "/tmp/hpct-report-plan-" + std::to_string(::getpid()) + ".jsonl";
-  std::ofstream(path) << R"({"hosts":1,"path":"flat","samples_per_s":500})" "\n"
-                      << R"({"hosts":2,"path":"flat","samples_per_s":900})" "\n"
-                      << R"({"hosts":2,"path":"hierarchical","samples_per_s":950.5})" "\n"
-                      << R"({"note":"a line without x"})" "\n";
+  std::ofstream(path) << R"({"hosts":1,"path":"flat","samples_per_s":500})"
+                         "\n"
+                      << R"({"hosts":2,"path":"flat","samples_per_s":900})"
+                         "\n"
+                      << R"({"hosts":2,"path":"hierarchical","samples_per_s":950.5})"
+                         "\n"
+                      << R"({"note":"a line without x"})"
+                         "\n";
   ReportPage page("plan");
-  add_jsonl_plot(page, parse_plot_spec(path + ":x=hosts:y=samples_per_s:series=path:title=Predicted"));
+  add_jsonl_plot(page,
+                 parse_plot_spec(path + ":x=hosts:y=samples_per_s:series=path:title=Predicted"));
   const std::string html = page.html();
   EXPECT_NE(html.find("<h2>Predicted</h2>"), std::string::npos);
   EXPECT_EQ(count(html, "<circle class='point'"), 3u);
@@ -101,10 +112,12 @@ TEST(RunReport, JsonlPlotOneSeriesPerValueOfTheSeriesKey) {
     add_jsonl_plot(page, parse_plot_spec(path + ":x=nodes:y=samples_per_s"));
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("no line has a number at nodes"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no line has a number at nodes"), std::string::npos)
+        << e.what();
   }
   ::unlink(path.c_str());
-  EXPECT_THROW(add_jsonl_plot(page, parse_plot_spec(path + ":x=hosts:y=samples_per_s")), Error);  // gone
+  EXPECT_THROW(add_jsonl_plot(page, parse_plot_spec(path + ":x=hosts:y=samples_per_s")),
+               Error);  // gone
   EXPECT_THROW(parse_plot_spec("plan.jsonl"), Error);
   EXPECT_THROW(parse_plot_spec("plan.jsonl:x=hosts"), Error);
   EXPECT_THROW(parse_plot_spec("plan.jsonl:x=hosts:y=a:colour=red"), Error);

@@ -65,8 +65,8 @@ void legend(std::ostringstream& o, double x, double y, const std::vector<std::st
     // Long names are cut to the legend's width; the whole name is the tooltip.
     const std::string shown = names[i].size() > 30 ? names[i].substr(0, 29) + "\u2026" : names[i];
     o << "<rect x='" << x << "' y='" << ly - 9 << "' width='10' height='10' fill='" << colours[i]
-      << "'/><text x='" << x + 14 << "' y='" << ly << "'><title>" << escape_xml(names[i]) << "</title>"
-      << escape_xml(shown) << "</text>\n";
+      << "'/><text x='" << x + 14 << "' y='" << ly << "'><title>" << escape_xml(names[i])
+      << "</title>" << escape_xml(shown) << "</text>\n";
   }
 }
 
@@ -77,12 +77,23 @@ std::string escape_xml(const std::string& text) {
   out.reserve(text.size());
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '\'': out += "&#39;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -101,7 +112,8 @@ std::string line_chart_svg(const LineChart& chart) {
       y_hi = std::max(y_hi, y);
     }
   }
-  if (!std::isfinite(x_lo)) throw_invalid_argument("chart '" + chart.title + "': no finite point to draw");
+  if (!std::isfinite(x_lo))
+    throw_invalid_argument("chart '" + chart.title + "': no finite point to draw");
   for (const auto& m : chart.markers) {
     if (std::isfinite(m.x)) {
       x_lo = std::min(x_lo, m.x);
@@ -119,8 +131,9 @@ std::string line_chart_svg(const LineChart& chart) {
   auto py = [&](double y) { return h - b - (y - y_lo) / (y_hi - y_lo) * (h - t - b); };
 
   std::ostringstream o;
-  o << "<svg xmlns='http://www.w3.org/2000/svg' class='chart' id='" << escape_xml(chart.id) << "' width='" << w
-    << "' height='" << h << "' viewBox='0 0 " << w << ' ' << h << "' font-family='sans-serif' font-size='12'>\n"
+  o << "<svg xmlns='http://www.w3.org/2000/svg' class='chart' id='" << escape_xml(chart.id)
+    << "' width='" << w << "' height='" << h << "' viewBox='0 0 " << w << ' ' << h
+    << "' font-family='sans-serif' font-size='12'>\n"
     << "<rect width='100%' height='100%' fill='white'/>\n"
     << "<text x='" << (l + w - r) / 2 << "' y='18' text-anchor='middle' font-weight='bold'>"
     << escape_xml(chart.title) << "</text>\n";
@@ -133,21 +146,24 @@ std::string line_chart_svg(const LineChart& chart) {
     double lo = x_lo, hi = x_hi;
     for (double v : nice_ticks(&lo, &hi, 6)) {
       if (v < x_lo - 1e-9 || v > x_hi + 1e-9) continue;
-      o << "<text x='" << px(v) << "' y='" << h - b + 16 << "' text-anchor='middle'>" << tick_text(v)
-        << "</text>\n";
+      o << "<text x='" << px(v) << "' y='" << h - b + 16 << "' text-anchor='middle'>"
+        << tick_text(v) << "</text>\n";
     }
   }
-  o << "<line x1='" << l << "' y1='" << h - b << "' x2='" << w - r << "' y2='" << h - b << "' stroke='black'/>\n"
-    << "<line x1='" << l << "' y1='" << t << "' x2='" << l << "' y2='" << h - b << "' stroke='black'/>\n"
-    << "<text x='" << (l + w - r) / 2 << "' y='" << h - 8 << "' text-anchor='middle'>" << escape_xml(chart.x_label)
-    << "</text>\n"
+  o << "<line x1='" << l << "' y1='" << h - b << "' x2='" << w - r << "' y2='" << h - b
+    << "' stroke='black'/>\n"
+    << "<line x1='" << l << "' y1='" << t << "' x2='" << l << "' y2='" << h - b
+    << "' stroke='black'/>\n"
+    << "<text x='" << (l + w - r) / 2 << "' y='" << h - 8 << "' text-anchor='middle'>"
+    << escape_xml(chart.x_label) << "</text>\n"
     << "<text transform='translate(16," << (t + h - b) / 2 << ") rotate(-90)' text-anchor='middle'>"
     << escape_xml(chart.y_label) << "</text>\n";
   for (const auto& m : chart.markers) {
     if (!std::isfinite(m.x)) continue;
-    o << "<line class='marker' data-kind='" << escape_xml(m.kind) << "' data-x='" << exact_number(m.x) << "' x1='"
-      << px(m.x) << "' y1='" << t << "' x2='" << px(m.x) << "' y2='" << h - b << "' stroke='"
-      << marker_colour(m.kind) << "' stroke-width='2' stroke-dasharray='5,3'><title>" << escape_xml(m.label)
+    o << "<line class='marker' data-kind='" << escape_xml(m.kind) << "' data-x='"
+      << exact_number(m.x) << "' x1='" << px(m.x) << "' y1='" << t << "' x2='" << px(m.x)
+      << "' y2='" << h - b << "' stroke='" << marker_colour(m.kind)
+      << "' stroke-width='2' stroke-dasharray='5,3'><title>" << escape_xml(m.label)
       << "</title></line>\n";
   }
   std::vector<std::string> names, colours;
@@ -161,19 +177,22 @@ std::string line_chart_svg(const LineChart& chart) {
     for (const auto& [x, y] : s.points) {
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
       pts += std::to_string(px(x)) + "," + std::to_string(py(y)) + " ";
-      dots << "<circle class='point' data-series='" << escape_xml(s.name) << "' data-x='" << exact_number(x)
-           << "' data-y='" << exact_number(y) << "' cx='" << px(x) << "' cy='" << py(y) << "' r='3' fill='" << colour
-           << "'><title>" << escape_xml(s.name) << ": " << escape_xml(chart.x_label) << ' ' << tick_text(x) << ", "
-           << tick_text(y) << "</title></circle>\n";
+      dots << "<circle class='point' data-series='" << escape_xml(s.name) << "' data-x='"
+           << exact_number(x) << "' data-y='" << exact_number(y) << "' cx='" << px(x) << "' cy='"
+           << py(y) << "' r='3' fill='" << colour << "'><title>" << escape_xml(s.name) << ": "
+           << escape_xml(chart.x_label) << ' ' << tick_text(x) << ", " << tick_text(y)
+           << "</title></circle>\n";
     }
     if (s.line && !pts.empty()) {
-      o << "<polyline points='" << pts << "' fill='none' stroke='" << colour << "' stroke-width='1.5'/>\n";
+      o << "<polyline points='" << pts << "' fill='none' stroke='" << colour
+        << "' stroke-width='1.5'/>\n";
     }
     o << dots.str();
   }
   std::vector<std::string> kinds;
   for (const auto& m : chart.markers) {
-    if (std::isfinite(m.x) && std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end()) kinds.push_back(m.kind);
+    if (std::isfinite(m.x) && std::find(kinds.begin(), kinds.end(), m.kind) == kinds.end())
+      kinds.push_back(m.kind);
   }
   for (const auto& k : kinds) {
     names.push_back(k);
@@ -190,8 +209,8 @@ std::string stacked_bars_svg(const StackedBars& bars) {
   for (const auto& row : bars.rows) {
     if (row.values.size() != bars.parts.size()) {
       throw_invalid_argument("chart '" + bars.title + "': row " + row.label + " has " +
-                             std::to_string(row.values.size()) + " values for " + std::to_string(bars.parts.size()) +
-                             " parts");
+                             std::to_string(row.values.size()) + " values for " +
+                             std::to_string(bars.parts.size()) + " parts");
     }
     double total = 0;
     for (double v : row.values) total += std::isfinite(v) && v > 0 ? v : 0;
@@ -203,36 +222,42 @@ std::string stacked_bars_svg(const StackedBars& bars) {
   const double h = t + b + row_h * static_cast<double>(bars.rows.size());
   auto px = [&](double v) { return l + v / hi * (w - l - r); };
   std::ostringstream o;
-  o << "<svg xmlns='http://www.w3.org/2000/svg' class='chart' id='" << escape_xml(bars.id) << "' width='" << w
-    << "' height='" << h << "' viewBox='0 0 " << w << ' ' << h << "' font-family='sans-serif' font-size='12'>\n"
+  o << "<svg xmlns='http://www.w3.org/2000/svg' class='chart' id='" << escape_xml(bars.id)
+    << "' width='" << w << "' height='" << h << "' viewBox='0 0 " << w << ' ' << h
+    << "' font-family='sans-serif' font-size='12'>\n"
     << "<rect width='100%' height='100%' fill='white'/>\n"
     << "<text x='" << (l + w - r) / 2 << "' y='18' text-anchor='middle' font-weight='bold'>"
     << escape_xml(bars.title) << "</text>\n";
   for (double v : ticks) {
-    o << "<line x1='" << px(v) << "' y1='" << t << "' x2='" << px(v) << "' y2='" << h - b << "' stroke='#e5e5e5'/>"
-      << "<text x='" << px(v) << "' y='" << h - b + 16 << "' text-anchor='middle'>" << tick_text(v) << "</text>\n";
+    o << "<line x1='" << px(v) << "' y1='" << t << "' x2='" << px(v) << "' y2='" << h - b
+      << "' stroke='#e5e5e5'/>"
+      << "<text x='" << px(v) << "' y='" << h - b + 16 << "' text-anchor='middle'>" << tick_text(v)
+      << "</text>\n";
   }
-  o << "<text x='" << (l + w - r) / 2 << "' y='" << h - 6 << "' text-anchor='middle'>" << escape_xml(bars.unit)
-    << "</text>\n";
+  o << "<text x='" << (l + w - r) / 2 << "' y='" << h - 6 << "' text-anchor='middle'>"
+    << escape_xml(bars.unit) << "</text>\n";
   std::vector<std::string> colours;
-  for (size_t k = 0; k < bars.parts.size(); ++k) colours.push_back(kPalette[k % (sizeof kPalette / sizeof kPalette[0])]);
+  for (size_t k = 0; k < bars.parts.size(); ++k)
+    colours.push_back(kPalette[k % (sizeof kPalette / sizeof kPalette[0])]);
   for (size_t i = 0; i < bars.rows.size(); ++i) {
     const auto& row = bars.rows[i];
     const double y = t + row_h * static_cast<double>(i);
-    o << "<text x='" << l - 6 << "' y='" << y + row_h / 2 + 4 << "' text-anchor='end'>" << escape_xml(row.label)
-      << "</text>\n";
+    o << "<text x='" << l - 6 << "' y='" << y + row_h / 2 + 4 << "' text-anchor='end'>"
+      << escape_xml(row.label) << "</text>\n";
     double at = 0;
     for (size_t k = 0; k < row.values.size(); ++k) {
       const double v = std::isfinite(row.values[k]) && row.values[k] > 0 ? row.values[k] : 0;
-      o << "<rect class='part' data-row='" << escape_xml(row.label) << "' data-part='" << escape_xml(bars.parts[k])
-        << "' data-value='" << exact_number(row.values[k]) << "' x='" << px(at) << "' y='" << y + 3 << "' width='"
-        << px(at + v) - px(at) << "' height='" << row_h - 6 << "' fill='" << colours[k] << "'><title>"
-        << escape_xml(row.label) << ' ' << escape_xml(bars.parts[k]) << ": " << tick_text(v) << ' '
-        << escape_xml(bars.unit) << "</title></rect>\n";
+      o << "<rect class='part' data-row='" << escape_xml(row.label) << "' data-part='"
+        << escape_xml(bars.parts[k]) << "' data-value='" << exact_number(row.values[k]) << "' x='"
+        << px(at) << "' y='" << y + 3 << "' width='" << px(at + v) - px(at) << "' height='"
+        << row_h - 6 << "' fill='" << colours[k] << "'><title>" << escape_xml(row.label) << ' '
+        << escape_xml(bars.parts[k]) << ": " << tick_text(v) << ' ' << escape_xml(bars.unit)
+        << "</title></rect>\n";
       at += v;
     }
   }
-  o << "<line x1='" << l << "' y1='" << t << "' x2='" << l << "' y2='" << h - b << "' stroke='black'/>\n";
+  o << "<line x1='" << l << "' y1='" << t << "' x2='" << l << "' y2='" << h - b
+    << "' stroke='black'/>\n";
   legend(o, w - r + 14, t + 8, bars.parts, colours);
   o << "</svg>\n";
   return o.str();

@@ -19,8 +19,9 @@ namespace hpct::report {
 
 struct Series {
   std::string name;
-  std::vector<std::pair<double, double>> points;  // (x, y) in drawing order; non-finite ones are skipped
-  bool line = true;                                // false: the points alone
+  std::vector<std::pair<double, double>>
+      points;        // (x, y) in drawing order; non-finite ones are skipped
+  bool line = true;  // false: the points alone
 };
 
 // A vertical line across the chart at x: a restart, a fault, a membership

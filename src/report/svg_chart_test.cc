@@ -28,9 +28,11 @@ TEST(SvgChart, LineChartCarriesEveryFinitePointExactly) {
   EXPECT_EQ(svg.rfind("<svg ", 0), 0u) << svg;
   EXPECT_NE(svg.find("id='tp'"), std::string::npos);
   EXPECT_EQ(count(svg, "<circle class='point'"), 3u) << svg;  // the NaN point is skipped
-  EXPECT_NE(svg.find("data-series='run 1' data-x='10.0' data-y='512.25'"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("data-series='run 1' data-x='10.0' data-y='512.25'"), std::string::npos)
+      << svg;
   EXPECT_NE(svg.find("data-series='run 1' data-x='20.0' data-y='0.1'"), std::string::npos) << svg;
-  EXPECT_NE(svg.find("data-series='run 2' data-x='20.0' data-y='1000000.0'"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("data-series='run 2' data-x='20.0' data-y='1000000.0'"), std::string::npos)
+      << svg;
   EXPECT_EQ(count(svg, "<polyline"), 1u);  // run 2 is points only
   EXPECT_EQ(count(svg, "class='marker'"), 1u);
   EXPECT_NE(svg.find("data-kind='restart' data-x='15.0'"), std::string::npos);
@@ -66,8 +68,10 @@ TEST(SvgChart, StackedBarsOneRectPerPartWithItsValue) {
   b.rows.push_back(BarRow{"rank 1", {0, 30, 0.75, 0.5}});
   const std::string svg = stacked_bars_svg(b);
   EXPECT_EQ(count(svg, "<rect class='part'"), 8u);
-  EXPECT_NE(svg.find("data-row='rank 0' data-part='sync' data-value='3.25'"), std::string::npos) << svg;
-  EXPECT_NE(svg.find("data-row='rank 1' data-part='compute' data-value='30.0'"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("data-row='rank 0' data-part='sync' data-value='3.25'"), std::string::npos)
+      << svg;
+  EXPECT_NE(svg.find("data-row='rank 1' data-part='compute' data-value='30.0'"), std::string::npos)
+      << svg;
   b.rows.push_back(BarRow{"rank 2", {1}});
   EXPECT_THROW(stacked_bars_svg(b), Error);
   EXPECT_THROW(stacked_bars_svg(StackedBars{}), Error);

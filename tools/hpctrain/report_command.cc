@@ -41,19 +41,25 @@ int run_report(const ReportArgs& a) {
 
 void add_report_command(CLI::App& app, Cli& cli) {
   auto a = std::make_shared<ReportArgs>();
-  auto* c = app.add_subcommand("report", "One self-contained HTML page of a run: metrics, bench train output, "
-                                         "or a run directory");
+  auto* c =
+      app.add_subcommand("report",
+                         "One self-contained HTML page of a run: metrics, bench train output, "
+                         "or a run directory");
   c->add_option("inputs", a->inputs,
-                "train --metrics files, bench train output, Chrome traces, or run directories (launch --output-dir)");
+                "train --metrics files, bench train output, Chrome traces, or run directories "
+                "(launch --output-dir)");
   c->add_option("-o,--output", a->output, "The HTML page to write")->capture_default_str();
   c->add_option("--title", a->title, "The page's title")->capture_default_str();
   c->add_option("--plot", a->plots,
-                "Also chart a JSON-lines file: FILE:x=KEY:y=KEY[,KEY...][:series=KEY][:title=TEXT] (repeatable)");
+                "Also chart a JSON-lines file: FILE:x=KEY:y=KEY[,KEY...][:series=KEY][:title=TEXT] "
+                "(repeatable)")
+      ->allow_extra_args(false);
   c->callback([&cli, a] {
     cli.run = [a] {
       if (a->inputs.empty() && a->plots.empty()) {
-        throw_invalid_argument("report: nothing to read; usage: hpctrain report METRICS.jsonl|RUN_DIR... -o "
-                               "report.html");
+        throw_invalid_argument(
+            "report: nothing to read; usage: hpctrain report METRICS.jsonl|RUN_DIR... -o "
+            "report.html");
       }
       return run_report(*a);
     };
