@@ -77,6 +77,9 @@ Browser open_in_chromium(const std::string& page, const std::string& screenshot 
   b.exit_code = r.exit_code;
   b.dom = r.out;
   b.log = slurp(err);
+  if (b.exit_code == 127)
+    b.log = "chromium is not installed: run scripts/install-deps.sh (Debian's chromium)\n" + b.log;
+  if (b.exit_code == 124) b.log = "chromium did not end within 60 s\n" + b.log;
   std::istringstream lines(b.log);
   std::string line;
   while (std::getline(lines, line)) {
