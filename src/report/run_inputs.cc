@@ -65,7 +65,7 @@ void metrics_events(const nlohmann::json& j, const std::string& name, RunInputs*
 // One launcher.log line: "<unix seconds> text".
 void launcher_event(const std::string& line, const std::string& name, RunInputs* in) {
   static const std::regex rank_failed(
-      R"(^(rank|server) \d+ .*(exited with code [1-9]|killed by|did not start))");
+      R"(^(rank|(parameter )?server) \d+ .*(exited with code [1-9]|killed by|did not start))");
   const auto space = line.find(' ');
   if (space == std::string::npos) return;
   RunEvent e;

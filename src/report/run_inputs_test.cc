@@ -123,6 +123,7 @@ TEST_F(RunInputsTest, RunDirectoryEveryKindAndEventsPlacedOnSteps) {
     mux.launcher_line(
         "rank 1 on host h was killed by signal 9 (Killed); stopped the other ranks in 5 ms");
     mux.launcher_line("restarting the job (restart 1 of 1); ranks see HPCT_RESTART=1");
+    mux.launcher_line("parameter server 0 on host h was killed by signal 9");
     mux.launcher_line("an unrelated line");
     ::close(devnull);
   }
@@ -139,7 +140,7 @@ TEST_F(RunInputsTest, RunDirectoryEveryKindAndEventsPlacedOnSteps) {
   std::map<std::string, int> kinds;
   for (const auto& e : in.events) ++kinds[e.kind];
   EXPECT_EQ(kinds["checkpoint"], 1);
-  EXPECT_EQ(kinds["fault"], 2);    // the rank's own line and the launcher's
+  EXPECT_EQ(kinds["fault"], 3);    // the rank's own line and the launcher's two
   EXPECT_EQ(kinds["restart"], 2);  // the launcher's line and the restarted run's start line
   EXPECT_EQ(kinds["membership"], 1);
   // The launcher's lines have times of now, after every metrics line: they
