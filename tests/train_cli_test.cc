@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_summary_run.h"
+#include "rank_process.h"
 
 namespace {
 
@@ -95,24 +96,6 @@ TEST_F(TrainCli, TwoRanksEndIdenticalAndResumeIsBitExact) {
   EXPECT_EQ(again.summary["params_crc32c"], full.summary["params_crc32c"]) << again.out;
 }
 
-// The pid of the `hpctrain train` process of `rank` whose command line
-// names `marker`, or 0.
-pid_t find_rank(const std::string& marker, int rank) {
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    std::string name = e.path().filename().string();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream cl(e.path() / "cmdline");
-    std::string cmd((std::istreambuf_iterator<char>(cl)), std::istreambuf_iterator<char>());
-    if (cmd.find(marker) == std::string::npos || cmd.find(std::string("train") + '\0') == std::string::npos) continue;
-    std::ifstream en(e.path() / "environ");
-    std::string env((std::istreambuf_iterator<char>(en)), std::istreambuf_iterator<char>());
-    if (env.find(std::string("HPCT_RANK=") + std::to_string(rank) + '\0') != std::string::npos) {
-      return static_cast<pid_t>(std::stoi(name));
-    }
-  }
-  return 0;
-}
-
 // Rank 1 SIGKILLed after the first checkpoint: launch restarts the job, it
 // resumes by itself (--resume auto) and ends with the same parameters as
 // the uninterrupted run of the first test's settings.
@@ -123,7 +106,7 @@ TEST_F(TrainCli, KilledRankResumesUnderLaunchAndEndsBitExact) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
     while (std::chrono::steady_clock::now() < deadline) {
       if (fs::exists(dir_ + "/c/ckpt-0000000010.json")) {
-        if (pid_t pid = find_rank(dir_ + "/c", 1)) {
+        if (pid_t pid = hpct::test::find_train_rank(dir_ + "/c", 1)) {
           ::kill(pid, SIGKILL);
           return;
         }

@@ -10,7 +10,7 @@
 
 namespace hpct::bench {
 
-void write_scaling_plot(const std::string& path, const std::vector<nlohmann::json>& runs) {
+std::string scaling_plot_svg(const std::vector<nlohmann::json>& runs) {
   if (runs.empty()) throw_invalid_argument("a scaling plot needs at least one result line");
   const double w = 640, h = 400, l = 70, r = 70, t = 40, b = 50;
   double max_np = 1, max_sps = 1;
@@ -58,14 +58,21 @@ void write_scaling_plot(const std::string& path, const std::vector<nlohmann::jso
     o << "<text x='" << x(np) << "' y='" << h - b + 16 << "' text-anchor='middle'>" << j["np"]
       << "</text>\n"
       << "<circle cx='" << x(np) << "' cy='" << ys(j["samples_per_s"].get<double>())
-      << "' r='4' fill='steelblue'/>\n"
+      << "' r='4' fill='steelblue' data-np='" << j["np"] << "' data-samples-per-s='"
+      << j["samples_per_s"].dump() << "'/>\n"
       << "<circle cx='" << x(np) << "' cy='" << ye(j["scaling_efficiency"].get<double>())
-      << "' r='4' fill='darkorange'/>\n";
+      << "' r='4' fill='darkorange' data-np='" << j["np"] << "' data-efficiency='"
+      << j["scaling_efficiency"].dump() << "'/>\n";
   }
   o << "<polyline points='" << sps_pts << "' fill='none' stroke='steelblue' stroke-width='2'/>\n"
     << "<polyline points='" << eff_pts
     << "' fill='none' stroke='darkorange' stroke-width='2'/>\n</svg>\n";
+  return o.str();
+}
+
+void write_scaling_plot(const std::string& path, const std::vector<nlohmann::json>& runs) {
+  const std::string svg = scaling_plot_svg(runs);
   std::ofstream f(path);
-  if (!(f << o.str())) throw_io("write " + path, errno ? errno : EIO);
+  if (!(f << svg)) throw_io("write " + path, errno ? errno : EIO);
 }
 }  // namespace hpct::bench

@@ -40,6 +40,9 @@ TEST(ScalingPlot, DrawsOnePointPerRankCountOnBothAxes) {
     ++circles;
   }
   EXPECT_EQ(circles, 4u);  // samples/s and efficiency for np 1 and 2
+  EXPECT_NE(svg.find("data-np='2' data-samples-per-s='900.0'"), std::string::npos) << svg;
+  EXPECT_NE(svg.find("data-np='2' data-efficiency='0.9'"), std::string::npos) << svg;
+  EXPECT_EQ(scaling_plot_svg(two_runs()), svg);  // the file holds the inlined text
   EXPECT_NE(svg.find("stroke='steelblue'"), std::string::npos);
   EXPECT_NE(svg.find("stroke='darkorange'"), std::string::npos);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);

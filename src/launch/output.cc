@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <cstdio>
 
 #include "core/error.h"
 
@@ -48,6 +50,9 @@ OutputMux::OutputMux(OutputPrefix prefix, std::vector<std::string> host_by_rank,
     throw_io("cannot create output directory " + output_dir, errno);
   }
   output_dir_ = output_dir;
+  const std::string log = output_dir + "/launcher.log";
+  launcher_log_ = UniqueFd(::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644));
+  if (!launcher_log_.valid()) throw_io("cannot create " + log, errno);
   for (size_t r = 0; r < hosts_.size(); ++r) open_files(r);
 }
 
@@ -98,6 +103,15 @@ void OutputMux::spawner_line(const std::string& source, bool is_stderr, const st
 
 void OutputMux::launcher_line(const std::string& text) {
   write_fully(stderr_fd_, "hpctrain launch: " + text + "\n");
+  if (launcher_log_.valid()) {
+    // Unix seconds first: `hpctrain report` puts restarts and membership
+    // changes on the run's timeline with them.
+    char stamp[32];
+    const double now =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    std::snprintf(stamp, sizeof stamp, "%.3f ", now);
+    write_fully(launcher_log_.get(), stamp + text + "\n");
+  }
 }
 
 const std::deque<std::string>& OutputMux::stderr_tail(int rank) const {

@@ -3,7 +3,10 @@
 // Each line is written with one write(2), so lines from ranks never
 // interleave mid-line, even when several launchers share a terminal. With an
 // output directory each rank's lines also go, unprefixed, to
-// DIR/rank.N/stdout and DIR/rank.N/stderr. The last lines of each rank's
+// DIR/rank.N/stdout and DIR/rank.N/stderr, and the launcher's own lines
+// (restarts, membership changes, failures) to DIR/launcher.log, each after
+// its time in Unix seconds ("1795000000.123 restarting the job ..."),
+// appended across launches into the same directory. The last lines of each rank's
 // stderr are kept for the failure summary. Not thread-safe: the supervisor's
 // one thread owns it.
 #pragma once
@@ -57,6 +60,7 @@ class OutputMux {
   size_t tail_lines_;
   std::vector<std::deque<std::string>> tails_;
   std::string output_dir_;
+  UniqueFd launcher_log_;         // DIR/launcher.log with an output directory
   std::vector<UniqueFd> files_;  // 2 per rank (stdout, stderr) with an output directory
 };
 

@@ -48,6 +48,11 @@ TEST(Output, PrefixesLinesAndWritesRankFiles) {
   EXPECT_EQ(slurp((dir / "rank.0" / "stdout").string()), "hello\n");
   EXPECT_EQ(slurp((dir / "rank.1" / "stderr").string()), "e1\ne2\ne3\n");
   EXPECT_EQ(slurp((dir / "rank.1" / "stdout").string()), "");
+  // The launcher's lines with their Unix time, for `hpctrain report`.
+  const std::string log = slurp((dir / "launcher.log").string());
+  ASSERT_EQ(log.back(), '\n') << log;
+  EXPECT_EQ(log.substr(log.find(' ')), " done\n") << log;
+  EXPECT_GT(std::stod(log), 1.7e9) << log;
   std::filesystem::remove_all(dir);
   ::close(out[0]);
   ::close(err[0]);

@@ -323,8 +323,14 @@ class MetricsFile {
     out_.open(path, std::ios::app);
     if (!out_) throw_io("open " + path, errno ? errno : EACCES);
   }
-  void write(const nlohmann::json& j) {
-    if (out_.is_open()) out_ << j.dump() << '\n' << std::flush;
+  // Adds "time" (Unix seconds) so `hpctrain report` can place the line
+  // among the launcher's restart lines and the other runs appended here.
+  void write(nlohmann::json j) {
+    if (!out_.is_open()) return;
+    if (!j.contains("time")) {
+      j["time"] = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    }
+    out_ << j.dump() << '\n' << std::flush;
   }
 
  private:
@@ -460,6 +466,19 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
       ctx.config(), discover_world(ProcessEnv()), ProcessEnv(), &ctx.engine(), &ctx.engine().communicator());
   if (prometheus) log.info("train", "metrics at " + prometheus->url());
   const std::int64_t global_batch = o.batch * ctx.size();
+  {
+    // Where this run begins: a restart by the launcher or a resume shows
+    // in the report's timeline.
+    nlohmann::json j;
+    j["type"] = "start";
+    j["model"] = o.model;
+    j["np"] = ctx.size();
+    j["batch_per_rank"] = o.batch;
+    j["restart"] = discover_world(ProcessEnv()).restart;
+    j["step"] = step;
+    j["resumed_from_step"] = resumed_from;
+    metrics.write(j);
+  }
   double val_loss = NAN, val_acc = NAN, last_loss = NAN;
   std::int64_t trained_samples = 0;
   double train_seconds = 0;
@@ -569,6 +588,14 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
           j["sync_wait_ms"] = row[2].item<double>() * 1e3;
           j["optimizer_ms"] = row[3].item<double>() * 1e3;
           j["slowest_rank"] = slowest;
+          nlohmann::json ranks = nlohmann::json::array();
+          for (std::int64_t r = 0; r < ctx.size(); ++r) {
+            ranks.push_back({{"data_wait_ms", m[r][0].item<double>() * 1e3},
+                             {"forward_backward_ms", m[r][1].item<double>() * 1e3},
+                             {"sync_wait_ms", m[r][2].item<double>() * 1e3},
+                             {"optimizer_ms", m[r][3].item<double>() * 1e3}});
+          }
+          j["ranks"] = ranks;
           auto sources = shard_fs->stats();
           if (!sources.empty()) j["sources"] = sources;  // rank 0's remote reads so far
           metrics.write(j);
@@ -804,6 +831,15 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
             }
             if (lead && state.step % o.log_every == 0) {
               const double secs = seconds_since(interval_start);
+              nlohmann::json j;
+              j["type"] = "step";
+              j["step"] = state.step;
+              j["epoch"] = state.epoch;
+              j["size"] = ctx.size();
+              j["loss"] = last_loss;  // rank 0's last batch (the elastic loop keeps no split)
+              j["lr"] = lr;
+              j["samples_per_s"] = static_cast<double>(o.log_every * global_batch) / std::max(1e-9, secs);
+              metrics.write(j);
               std::printf("epoch %lld step %lld loss %.4f lr %.4g size %d %.0f samples/s\n",
                           static_cast<long long>(state.epoch + 1), static_cast<long long>(state.step), last_loss, lr,
                           ctx.size(), static_cast<double>(o.log_every * global_batch) / std::max(1e-9, secs));

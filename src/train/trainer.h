@@ -24,10 +24,13 @@
 // Loader position; with the same seed and world size a resumed run computes
 // the same parameters as an uninterrupted one.
 //
-// Metrics (JSON lines, rank 0): one "step" line every log_every steps with
-// loss, lr, samples/s and the mean time split per step (data wait,
-// forward+backward, gradient sync wait, optimizer) of the slowest rank, who
-// is named; one "epoch" line with validation loss and accuracy; a "summary".
+// Metrics (JSON lines, rank 0, appended; every line has "time", Unix
+// seconds): a "start" line per run (restart count, resumed step); one
+// "step" line every log_every steps with loss, lr, samples/s and the mean
+// time split per step (data wait, forward+backward, gradient sync wait,
+// optimizer) of the slowest rank, who is named, and every rank's split in
+// "ranks"; one "epoch" line with validation loss and accuracy; a "summary".
+// `hpctrain report` draws them (docs/report.md).
 #pragma once
 
 #include <atomic>
