@@ -17,6 +17,8 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev python3
   # Prometheus endpoints of the ranks (prometheus-cpp), and a real Prometheus and promtool for their test
   prometheus-cpp-dev prometheus
+  # hpctrain top read off a real terminal in its test
+  tmux
   # multi-host tests: sshd in network namespaces, a real Slurm
   openssh-server openssh-client iproute2 iptables slurm-wlm
   # bare test hosts (netns-cluster.sh --bare), the .deb and its bundle, the apt proxy

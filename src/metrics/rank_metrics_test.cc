@@ -92,6 +92,32 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
   });
 }
 
+TEST(RankMetrics, DataSourcesAreSummedByKindAndEveryKindIsThereFromTheStart) {
+  int calls = 0;
+  RankMetricsOptions o;
+  o.data_sources = [&calls] {
+    ++calls;
+    std::vector<DataSourceTotals> v;
+    if (calls > 1) {
+      v.push_back({"s3", 1000, 2, 0.5});
+      v.push_back({"http", 10, 0, 0});
+      v.push_back({"http", 5, 1, 0.25});
+    }
+    return v;
+  };
+  RankMetrics m(o);
+  std::string text = get(m.url());  // no source read yet: zeros, not missing series
+  EXPECT_EQ(value_of(text, "hpctrain_data_s3_bytes_total", "rank=\"0\""), 0);
+  EXPECT_EQ(value_of(text, "hpctrain_data_http_stalls_total", "rank=\"0\""), 0);
+  text = get(m.url());
+  EXPECT_EQ(value_of(text, "hpctrain_data_s3_bytes_total", "rank=\"0\""), 1000);
+  EXPECT_EQ(value_of(text, "hpctrain_data_s3_stalls_total", "rank=\"0\""), 2);
+  EXPECT_EQ(value_of(text, "hpctrain_data_s3_stall_seconds_total", "rank=\"0\""), 0.5);
+  EXPECT_EQ(value_of(text, "hpctrain_data_http_bytes_total", "rank=\"0\""), 15);
+  EXPECT_EQ(value_of(text, "hpctrain_data_http_stall_seconds_total", "rank=\"0\""), 0.25);
+  EXPECT_NE(text.find("# TYPE hpctrain_data_http_bytes_total counter"), std::string::npos);
+}
+
 TEST(RankMetrics, PortInUseIsOneLineNamingTheAddressAndTheFix) {
   RankMetricsOptions o;
   RankMetrics first(o);
