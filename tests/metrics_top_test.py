@@ -35,7 +35,7 @@ def tmux(*args, **kw):
 
 
 def screen():
-    return tmux("capture-pane", "-p", "-t", "top").stdout
+    return tmux("capture-pane", "-p", "-t", "top").stdout.rstrip() + "\n"
 
 
 def row(text, rank, host):
