@@ -118,6 +118,19 @@ TEST(RankMetrics, DataSourcesAreSummedByKindAndEveryKindIsThereFromTheStart) {
   EXPECT_NE(text.find("# TYPE hpctrain_data_http_bytes_total counter"), std::string::npos);
 }
 
+TEST(RankMetrics, MembershipChangesCountTheElasticGenerationsAndTheWorldSizeFollows) {
+  RankMetrics m(RankMetricsOptions{});
+  m.record_world(0, 3);  // the first world is no change
+  std::string text = get(m.url());
+  EXPECT_EQ(value_of(text, "hpctrain_membership_changes_total", "rank=\"0\""), 0);
+  EXPECT_EQ(value_of(text, "hpctrain_world_size", "rank=\"0\""), 3);
+  m.record_world(2, 2);  // generation 2: two changes since the start
+  m.record_world(1, 2);  // a late report of an older generation: a counter never goes back
+  text = get(m.url());
+  EXPECT_EQ(value_of(text, "hpctrain_membership_changes_total", "rank=\"0\""), 2);
+  EXPECT_EQ(value_of(text, "hpctrain_world_size", "rank=\"0\""), 2);
+}
+
 TEST(RankMetrics, PortInUseIsOneLineNamingTheAddressAndTheFix) {
   RankMetricsOptions o;
   RankMetrics first(o);
