@@ -19,6 +19,8 @@ packages=(
   prometheus-cpp-dev prometheus
   # the browser that opens hpctrain report's page in its test (headless)
   chromium
+  # hpctrain top read off a real terminal in its test
+  tmux
   # multi-host tests: sshd in network namespaces, a real Slurm
   openssh-server openssh-client iproute2 iptables slurm-wlm
   # bare test hosts (netns-cluster.sh --bare), the .deb and its bundle, the apt proxy

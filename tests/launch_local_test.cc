@@ -124,4 +124,12 @@ TEST(LaunchLocal, FullBinaryAndBadInput) {
   EXPECT_NE(missing.out.find("could not be started"), std::string::npos) << missing.out;
 }
 
+// An elastic job's ranks change with membership: no fixed discovery file.
+TEST(LaunchLocal, ElasticJobRefusesAMetricsDiscoveryFileNamingTheFix) {
+  Outcome r = run(H + " launch --min-np 1 --max-np 2 --metrics-port 9400 --metrics-sd /tmp/never-written.json "
+                      "--host-discovery-script \"echo localhost:1\" -- hostname");
+  EXPECT_EQ(r.exit_code, 2) << r.out;
+  EXPECT_NE(r.out.find("drop --metrics-sd"), std::string::npos) << r.out;
+}
+
 }  // namespace

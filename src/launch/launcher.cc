@@ -203,6 +203,18 @@ int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& 
   spec.cwd = std::filesystem::current_path().string();
   spec.env = carried_env(o, config, env);
   spec.env["HPCT_ELASTIC_TIMEOUT_S"] = std::to_string(o.elastic_timeout_s);
+  if (!o.metrics_sd.empty()) {
+    throw_invalid_argument("--metrics-sd lists a fixed set of ranks, and an elastic job's workers come and go; "
+                           "drop --metrics-sd (each worker still serves --metrics-port: point Prometheus at "
+                           "HOST:PORT of every host the discovery script may list)");
+  }
+  if (o.metrics_port != 0) {
+    if (o.metrics_port < 0 || o.metrics_port > 65535) {
+      throw_invalid_argument("--metrics-port " + std::to_string(o.metrics_port) + ": a port in 1..65535");
+    }
+    // Every elastic worker is local rank 0 on its host: one worker per host serves this port.
+    spec.env["HPCT_METRICS_PORT"] = std::to_string(o.metrics_port);
+  }
   spec.secret = job_store.secret();
   spec.store_addr = job_store.address();
   spec.job_id = make_job_id();

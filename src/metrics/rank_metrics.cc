@@ -19,6 +19,7 @@
 
 #include <prometheus/collectable.h>
 #include <prometheus/counter.h>
+#include <prometheus/gauge.h>
 #include <prometheus/histogram.h>
 #include <prometheus/metric_family.h>
 #include <prometheus/registry.h>
@@ -52,8 +53,10 @@ prometheus::Histogram::BucketBoundaries step_buckets() {
 class ScrapeTimeFamilies : public prometheus::Collectable {
  public:
   ScrapeTimeFamilies(std::vector<ClientMetric::Label> labels, int restarts,
-                     const engine::Engine* engine, const comm::Communicator* comm)
-      : labels_(std::move(labels)), restarts_(restarts), engine_(engine), comm_(comm) {}
+                     const engine::Engine* engine, const comm::Communicator* comm,
+                     std::function<std::vector<DataSourceTotals>()> data_sources)
+      : labels_(std::move(labels)), restarts_(restarts), engine_(engine), comm_(comm),
+        data_sources_(std::move(data_sources)) {}
 
   std::vector<MetricFamily> Collect() const override {
     std::vector<MetricFamily> out;
@@ -91,6 +94,32 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
       stalls.metric.push_back(counter(static_cast<double>(s.stall_warnings)));
       out.push_back(std::move(stalls));
     }
+    {
+      // Every kind, zero when the job reads none of it, so a dashboard's
+      // query finds the series before the first remote byte.
+      std::vector<DataSourceTotals> totals = data_sources_ ? data_sources_() : std::vector<DataSourceTotals>{};
+      for (const char* kind : kDataSourceKinds) {
+        DataSourceTotals t;
+        for (const auto& x : totals) {
+          if (x.kind == kind) t.bytes += x.bytes, t.stalls += x.stalls, t.stall_seconds += x.stall_seconds;
+        }
+        const std::string k = kind;
+        const std::string what = k == "s3" ? "S3" : "HTTP(S)";
+        MetricFamily b = family("hpctrain_data_" + k + "_bytes_total",
+                                "Shard bytes received from " + what + " sources", MetricType::Counter);
+        b.metric.push_back(counter(t.bytes));
+        MetricFamily n = family("hpctrain_data_" + k + "_stalls_total",
+                                "Shard reads from " + what + " sources that waited for bytes not yet arrived",
+                                MetricType::Counter);
+        n.metric.push_back(counter(t.stalls));
+        MetricFamily w = family("hpctrain_data_" + k + "_stall_seconds_total",
+                                "Time shard reads waited for " + what + " sources", MetricType::Counter);
+        w.metric.push_back(counter(t.stall_seconds));
+        out.push_back(std::move(b));
+        out.push_back(std::move(n));
+        out.push_back(std::move(w));
+      }
+    }
     MetricFamily restarts = family("hpctrain_restarts_total",
                                    "Times the launcher restarted the job before this run", MetricType::Counter);
     restarts.metric.push_back(counter(restarts_));
@@ -110,7 +139,7 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
   }
 
  private:
-  static MetricFamily family(const char* name, const char* help, MetricType type) {
+  static MetricFamily family(const std::string& name, const std::string& help, MetricType type) {
     MetricFamily f;
     f.name = name;
     f.help = help;
@@ -133,6 +162,7 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
   double restarts_;
   const engine::Engine* engine_;
   const comm::Communicator* comm_;
+  std::function<std::vector<DataSourceTotals>()> data_sources_;
 };
 
 // The endpoint's server: one thread answers GET /metrics, one connection at
@@ -232,6 +262,8 @@ struct RankMetrics::Impl {
   prometheus::Counter* samples = nullptr;
   prometheus::Counter* steps = nullptr;
   prometheus::Histogram* step = nullptr;
+  prometheus::Counter* membership_changes = nullptr;
+  prometheus::Gauge* world_size = nullptr;
   std::array<prometheus::Histogram*, 4> phases{};
   std::mutex mu;  // prometheus-cpp's metrics are thread-safe; this orders a step's updates
 
@@ -267,6 +299,18 @@ RankMetrics::RankMetrics(const RankMetricsOptions& o) : impl_(std::make_unique<I
                      .Labels(labels)
                      .Register(r)
                      .Add({}, step_buckets());
+  impl_->membership_changes = &prometheus::BuildCounter()
+                                    .Name("hpctrain_membership_changes_total")
+                                    .Help("Times an elastic job's membership changed (ranks left or joined)")
+                                    .Labels(labels)
+                                    .Register(r)
+                                    .Add({});
+  impl_->world_size = &prometheus::BuildGauge()
+                            .Name("hpctrain_world_size")
+                            .Help("Ranks in the job's current world")
+                            .Labels(labels)
+                            .Register(r)
+                            .Add({});
   auto& phases = prometheus::BuildHistogram()
                      .Name("hpctrain_step_phase_seconds")
                      .Help("Time of a step's parts: data wait, forward and backward, gradient sync, optimizer")
@@ -276,7 +320,7 @@ RankMetrics::RankMetrics(const RankMetricsOptions& o) : impl_(std::make_unique<I
   for (int i = 0; i < 4; ++i) impl_->phases[i] = &phases.Add({{"phase", names[i]}}, step_buckets());
   std::vector<ClientMetric::Label> flat;
   for (const auto& [k, v] : labels) flat.push_back({k, v});
-  impl_->scraped = std::make_shared<ScrapeTimeFamilies>(flat, o.restarts, o.engine, o.comm);
+  impl_->scraped = std::make_shared<ScrapeTimeFamilies>(flat, o.restarts, o.engine, o.comm, o.data_sources);
 
   const std::string listen = o.bind_address + ":" + std::to_string(o.port);
   try {
@@ -310,9 +354,17 @@ void RankMetrics::record_step(std::int64_t samples, double data_s, double comput
   for (int i = 0; i < 4; ++i) impl_->phases[i]->Observe(parts[i]);
 }
 
+void RankMetrics::record_world(std::int64_t changes, int size) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  const double more = static_cast<double>(changes) - impl_->membership_changes->Value();
+  if (more > 0) impl_->membership_changes->Increment(more);
+  impl_->world_size->Set(size);
+}
+
 std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, const WorldInfo& world,
                                                       const Env& env, const engine::Engine* engine,
-                                                      const comm::Communicator* comm) {
+                                                      const comm::Communicator* comm,
+                                                      std::function<std::vector<DataSourceTotals>()> data_sources) {
   if (config.metrics_port == 0) return nullptr;
   if (config.metrics_port < 0 || config.metrics_port + world.local_rank > 65535) {
     throw_invalid_argument("HPCT_METRICS_PORT=" + std::to_string(config.metrics_port) +
@@ -324,6 +376,7 @@ std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, cons
   o.restarts = world.restart;
   o.engine = engine;
   o.comm = comm;
+  o.data_sources = std::move(data_sources);
   o.job = env.get("HPCT_JOB_ID").value_or("hpctrain");
   char name[256] = {0};
   ::gethostname(name, sizeof(name) - 1);

@@ -17,6 +17,10 @@
 //   hpctrain_compression_ratio                         allreduced tensor bytes / bytes on the wire
 //   hpctrain_stall_warnings_total                      the engine's stall warnings
 //   hpctrain_restarts_total                            restarts of the job before this run
+//   hpctrain_membership_changes_total, hpctrain_world_size
+//                                                      elastic jobs: worlds since the start, ranks now
+//   hpctrain_data_{http,s3}_bytes_total, hpctrain_data_{http,s3}_stalls_total,
+//   hpctrain_data_{http,s3}_stall_seconds_total         remote shard reads by kind of source
 //   hpctrain_process_cpu_seconds_total, hpctrain_process_resident_memory_bytes
 //
 // The engine's and the communicator's figures are read when Prometheus
@@ -29,8 +33,10 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace hpct {
 struct Config;
@@ -46,6 +52,19 @@ class Engine;
 
 namespace hpct::metrics {
 
+// Remote shard reads of one kind of source, summed over its sources (the
+// data layer's per-source counters): "http" (http:// and https://) or "s3".
+struct DataSourceTotals {
+  std::string kind;
+  double bytes = 0;          // body bytes received
+  double stalls = 0;         // reads that waited for bytes not yet arrived
+  double stall_seconds = 0;  // time spent in those waits
+};
+
+// The data source kinds exported, each as its own families (the kind is in
+// the name, not a label: hpctrain_data_s3_bytes_total).
+inline const char* const kDataSourceKinds[] = {"http", "s3"};
+
 struct RankMetricsOptions {
   std::string bind_address = "127.0.0.1";
   int port = 0;  // 0: a free port (tests)
@@ -55,6 +74,8 @@ struct RankMetricsOptions {
   int restarts = 0;
   const engine::Engine* engine = nullptr;      // may be null
   const comm::Communicator* comm = nullptr;    // may be null
+  // Read at scrape time, from the scrape's thread; may be empty.
+  std::function<std::vector<DataSourceTotals>()> data_sources;
 };
 
 class RankMetrics {
@@ -72,6 +93,10 @@ class RankMetrics {
   void record_step(std::int64_t samples, double data_s, double compute_s, double sync_s,
                    double optimizer_s);
 
+  // An elastic job's world: `changes` membership changes since the job
+  // began (the elastic generation; never decreasing) and the ranks now in it.
+  void record_world(std::int64_t changes, int size);
+
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
@@ -83,6 +108,7 @@ class RankMetrics {
 // when HPCT_METRICS_PORT is 0.
 std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, const WorldInfo& world,
                                                       const Env& env, const engine::Engine* engine,
-                                                      const comm::Communicator* comm);
+                                                      const comm::Communicator* comm,
+                                                      std::function<std::vector<DataSourceTotals>()> data_sources = {});
 
 }  // namespace hpct::metrics

@@ -92,6 +92,45 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
   });
 }
 
+TEST(RankMetrics, DataSourcesAreSummedByKindAndEveryKindIsThereFromTheStart) {
+  int calls = 0;
+  RankMetricsOptions o;
+  o.data_sources = [&calls] {
+    ++calls;
+    std::vector<DataSourceTotals> v;
+    if (calls > 1) {
+      v.push_back({"s3", 1000, 2, 0.5});
+      v.push_back({"http", 10, 0, 0});
+      v.push_back({"http", 5, 1, 0.25});
+    }
+    return v;
+  };
+  RankMetrics m(o);
+  std::string text = get(m.url());  // no source read yet: zeros, not missing series
+  EXPECT_EQ(value_of(text, "hpctrain_data_s3_bytes_total", "rank=\"0\""), 0);
+  EXPECT_EQ(value_of(text, "hpctrain_data_http_stalls_total", "rank=\"0\""), 0);
+  text = get(m.url());
+  EXPECT_EQ(value_of(text, "hpctrain_data_s3_bytes_total", "rank=\"0\""), 1000);
+  EXPECT_EQ(value_of(text, "hpctrain_data_s3_stalls_total", "rank=\"0\""), 2);
+  EXPECT_EQ(value_of(text, "hpctrain_data_s3_stall_seconds_total", "rank=\"0\""), 0.5);
+  EXPECT_EQ(value_of(text, "hpctrain_data_http_bytes_total", "rank=\"0\""), 15);
+  EXPECT_EQ(value_of(text, "hpctrain_data_http_stall_seconds_total", "rank=\"0\""), 0.25);
+  EXPECT_NE(text.find("# TYPE hpctrain_data_http_bytes_total counter"), std::string::npos);
+}
+
+TEST(RankMetrics, MembershipChangesCountTheElasticGenerationsAndTheWorldSizeFollows) {
+  RankMetrics m(RankMetricsOptions{});
+  m.record_world(0, 3);  // the first world is no change
+  std::string text = get(m.url());
+  EXPECT_EQ(value_of(text, "hpctrain_membership_changes_total", "rank=\"0\""), 0);
+  EXPECT_EQ(value_of(text, "hpctrain_world_size", "rank=\"0\""), 3);
+  m.record_world(2, 2);  // generation 2: two changes since the start
+  m.record_world(1, 2);  // a late report of an older generation: a counter never goes back
+  text = get(m.url());
+  EXPECT_EQ(value_of(text, "hpctrain_membership_changes_total", "rank=\"0\""), 2);
+  EXPECT_EQ(value_of(text, "hpctrain_world_size", "rank=\"0\""), 2);
+}
+
 TEST(RankMetrics, PortInUseIsOneLineNamingTheAddressAndTheFix) {
   RankMetricsOptions o;
   RankMetrics first(o);

@@ -463,8 +463,24 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
 
   MetricsFile metrics(lead ? o.metrics : "");
   const auto prometheus = metrics::rank_metrics_from_config(
-      ctx.config(), discover_world(ProcessEnv()), ProcessEnv(), &ctx.engine(), &ctx.engine().communicator());
-  if (prometheus) log.info("train", "metrics at " + prometheus->url());
+      ctx.config(), discover_world(ProcessEnv()), ProcessEnv(), &ctx.engine(), &ctx.engine().communicator(),
+      [fs = shard_fs] {
+        // The shard file system's per-source counters ("s3://bucket", "https://host:port"), by kind.
+        std::vector<metrics::DataSourceTotals> out;
+        for (const auto& [source, c] : fs->stats().items()) {
+          metrics::DataSourceTotals t;
+          t.kind = source.rfind("s3://", 0) == 0 ? "s3" : source.rfind("http", 0) == 0 ? "http" : source;
+          t.bytes = c.value("bytes", 0.0);
+          t.stalls = c.value("stalls", 0.0);
+          t.stall_seconds = c.value("stall_ms", 0.0) / 1e3;
+          out.push_back(t);
+        }
+        return out;
+      });
+  if (prometheus) {
+    prometheus->record_world(0, ctx.size());
+    log.info("train", "metrics at " + prometheus->url());
+  }
   const std::int64_t global_batch = o.batch * ctx.size();
   {
     // Where this run begins: a restart by the launcher or a resume shows
@@ -755,6 +771,12 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
 
   elastic::State state(*model, *optimizer);
   if (!o.checkpoint_dir.empty()) state.write_every(o.checkpoint_dir + "/elastic-state.pt", 10);
+  // One endpoint for the process, across its worlds: the engine and the
+  // communicator are rebuilt with each world, so their families are left
+  // out here; the steps' split and the membership changes are recorded.
+  const auto prometheus = metrics::rank_metrics_from_config(config, discover_world(ProcessEnv()), ProcessEnv(),
+                                                            nullptr, nullptr);
+  if (prometheus) log.info("train", "metrics at " + prometheus->url());
   int worlds = 0;
   nlohmann::json changes = nlohmann::json::array();
   nlohmann::json summary;
@@ -781,6 +803,7 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
         cj["step"] = state.step;
         changes.push_back(cj);
         metrics.write(cj);
+        if (prometheus) prometheus->record_world(change.generation, ctx.size());
         // Random layers draw differently on each rank and in each world.
         torch::manual_seed(o.seed + 1 + static_cast<std::uint64_t>(ctx.rank()) +
                            1000003ull * static_cast<std::uint64_t>(change.generation));
@@ -809,14 +832,25 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
           auto interval_start = Clock::now();
           std::int64_t epoch_trained = 0;
           data::Batch batch;
-          while (loader.next(&batch)) {
+          while (true) {
+            const auto t0 = Clock::now();
+            if (!loader.next(&batch)) break;
+            const auto t1 = Clock::now();
             const double progress = static_cast<double>(state.epoch) + static_cast<double>(state.samples) / epoch_samples;
             const double lr = learning_rate(o, ctx.size(), progress);
             set_lr(*optimizer, lr);
             opt.zero_grad();
             auto loss = classification_loss(o.model, logits(*model, o.model, batch.images), batch.labels);
             loss.backward();
+            const auto t2 = Clock::now();
+            opt.synchronize();
+            const auto t3 = Clock::now();
             opt.step();
+            if (prometheus) {
+              using D = std::chrono::duration<double>;
+              prometheus->record_step(batch.labels.size(0), D(t1 - t0).count(), D(t2 - t1).count(),
+                                      D(t3 - t2).count(), D(Clock::now() - t3).count());
+            }
             ++state.step;
             ++state.batch;
             state.samples += global_batch;

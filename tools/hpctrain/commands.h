@@ -65,6 +65,7 @@ void add_train_command(CLI::App& app, Cli& cli);
 void add_cluster_command(CLI::App& app, Cli& cli);    // setup, status
 void add_ps_server_command(CLI::App& app, Cli& cli);  // hidden: launch --servers starts it
 void add_report_command(CLI::App& app, Cli& cli);     // one HTML page of a run (src/report)
+void add_top_command(CLI::App& app, Cli& cli);        // live view of a running job (metrics endpoints)
 // -np -> --np before parsing (CLI11 takes one letter after a single dash).
 void rewrite_single_dash_options(int argc, char** argv);
 
