@@ -98,10 +98,12 @@ if ! apt-get -s -q "${apt_have[@]}" install "$deb" "${wanted[@]}" > "$tmp/plan" 
   cat "$tmp/plan" "$tmp/plan.err" >&2
   die "apt cannot resolve hpctrain's dependencies here: fix: apt-get update, or check the Depends of $deb"
 fi
-# "Inst NAME [OLD VERSION] (VERSION SOURCES [ARCH])": upgrades of what the hosts have come too.
+# "Inst NAME [OLD VERSION] (VERSION SOURCES [ARCH]) [BROKEN]": upgrades of what the hosts have come too.
 awk '$1 == "Inst" && $2 != "hpctrain" {
        for (i = 3; i <= NF; i++) if ($i ~ /^\(/) { v = substr($i, 2); break }
-       a = $NF; gsub(/[\[\]()]/, "", a); print $2, v, a }' "$tmp/plan" > "$tmp/list"
+       # the architecture closes the parenthesis ("[amd64])"); a trailing "[]" may follow
+       for (i = NF; i > 3; i--) if ($i ~ /\]\)$/) { a = $i; break }
+       gsub(/[\[\]()]/, "", a); print $2, v, a }' "$tmp/plan" > "$tmp/list"
 
 cache=${HPCT_BUNDLE_CACHE:-/var/cache/hpctrain/bundle-debs}
 mkdir -p "$cache"
