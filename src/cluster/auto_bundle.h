@@ -3,7 +3,8 @@
 // (package_features: sshfs or NFS, Slurm, GlusterFS) plus hpctrain's .deb,
 // with scripts/package-bundle.sh, into STATE/bundle. Kept between runs: it
 // is made again only when its inputs change (the .deb, the features, the
-// script, this machine's apt lists). Blocks; not thread-safe with itself
+// script; not this machine's apt lists: remove STATE/bundle for newer
+// versions of the other packages). Blocks; not thread-safe with itself
 // for one state folder.
 #pragma once
 
