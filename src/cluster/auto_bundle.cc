@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -59,9 +60,10 @@ std::string find_bundle_script(const std::string& playbooks) {
                          ": make a bundle with it yourself and give --packages bundle:DIR");
 }
 
-std::vector<std::string> bundle_command(const SetupOptions& o, const std::string& script, const std::string& dir) {
+std::vector<std::string> bundle_command(const SetupOptions& o, const std::vector<std::string>& features,
+                                        const std::string& script, const std::string& dir) {
   std::vector<std::string> argv = {"bash", script, dir, "--deb", o.deb};
-  for (const auto& f : package_features(o)) {
+  for (const auto& f : features) {
     argv.push_back("--for");
     argv.push_back(f);
   }
@@ -69,25 +71,44 @@ std::vector<std::string> bundle_command(const SetupOptions& o, const std::string
 }
 
 std::string bundle_inputs(const SetupOptions& o, const std::string& script) {
-  std::string line = "deb " + o.deb + " " + stamp_of(o.deb) + "; features";
-  for (const auto& f : package_features(o)) line += " " + f;
+  std::string line = "deb " + o.deb + " " + stamp_of(o.deb);
   // A new script may choose other packages. This machine's apt lists are left out: any
   // apt-get update here would remake the bundle; a bundle is consistent as made.
   line += "; script " + stamp_of(script) + "\n";
   return line;
 }
 
+std::vector<std::string> bundle_features(const std::vector<std::string>& wanted,
+                                         const std::vector<std::string>& held) {
+  std::vector<std::string> all = held;
+  for (const auto& f : wanted) {
+    if (std::find(all.begin(), all.end(), f) == all.end()) all.push_back(f);
+  }
+  return all;
+}
+
 std::string make_auto_bundle(const SetupOptions& o, const std::string& playbooks, const std::string& state_dir) {
   const std::string script = find_bundle_script(playbooks);
   const std::string dir = state_dir + "/bundle";
   const std::string stamp_file = dir + "/.hpctrain-inputs";
+  // The stamp: the inputs line, then "features A B ..." (what the bundle holds).
   const std::string inputs = bundle_inputs(o, script);
-  if (is_file(dir + "/Packages") && read_file(stamp_file) == inputs) {
+  const std::string stamp = read_file(stamp_file);
+  std::vector<std::string> held;
+  bool same_inputs = is_file(dir + "/Packages") && stamp.rfind(inputs, 0) == 0;
+  if (same_inputs) {
+    std::istringstream rest(stamp.substr(inputs.size()));
+    std::string word;
+    rest >> word;  // "features"
+    while (rest >> word) held.push_back(word);
+  }
+  const auto features = bundle_features(package_features(o), held);
+  if (same_inputs && features.size() == held.size()) {
     std::cout << "packages: the bundle " << dir << " is up to date\n";
     return dir;
   }
   std::remove(stamp_file.c_str());
-  auto argv = bundle_command(o, script, dir);
+  auto argv = bundle_command(o, features, script, dir);
   std::cout << "packages: making the bundle " << dir << " (" << join_command(argv) << ")\n" << std::flush;
   auto t0 = std::chrono::steady_clock::now();
   // The script's output goes to a log in the state folder; its last lines are shown.
@@ -104,7 +125,9 @@ std::string make_auto_bundle(const SetupOptions& o, const std::string& playbooks
   }
   {
     std::ofstream f(stamp_file, std::ios::trunc);
-    f << inputs;
+    f << inputs << "features";
+    for (const auto& feature : features) f << " " << feature;
+    f << "\n";
   }
   double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char secs[32];

@@ -226,10 +226,13 @@ TEST(ClusterAutoBundle, WhatTheRolesInstallAndTheCommand) {
   o.deb = "/b/hpctrain_1_amd64.deb";
   std::vector<std::string> want = {"bash", "/s/package-bundle.sh", "/st/bundle", "--deb", "/b/hpctrain_1_amd64.deb",
                                    "--for", "sshfs", "--for", "slurm", "--for", "glusterfs"};
-  EXPECT_EQ(bundle_command(o, "/s/package-bundle.sh", "/st/bundle"), want);
-  // Other features are another bundle.
+  EXPECT_EQ(bundle_command(o, package_features(o), "/s/package-bundle.sh", "/st/bundle"), want);
+  // A run with fewer features reuses the bundle; one with a feature it lacks adds it.
+  EXPECT_EQ(bundle_features({"sshfs"}, {"sshfs", "slurm"}), std::vector<std::string>({"sshfs", "slurm"}));
+  EXPECT_EQ(bundle_features({"glusterfs"}, {"sshfs"}), std::vector<std::string>({"sshfs", "glusterfs"}));
+  // Another .deb is another bundle.
   std::string before = bundle_inputs(o, "/s/package-bundle.sh");
-  o.slurm = false;
+  o.deb = "/b/hpctrain_2_amd64.deb";
   EXPECT_NE(bundle_inputs(o, "/s/package-bundle.sh"), before);
   // The source tree's script is found beside its playbooks.
   std::string script = find_bundle_script(HPCT_ANSIBLE_SOURCE_DIR);
