@@ -9,10 +9,13 @@
 # `hpctrain cluster setup --packages bundle:DIR` copies it to every host and
 # installs from it (docs/cluster.md).
 #
-#   scripts/package-bundle.sh DIR --deb hpctrain_VERSION_amd64.deb [--slurm] [--have STATUS] [PACKAGE...]
+#   scripts/package-bundle.sh DIR --deb hpctrain_VERSION_amd64.deb [--for FEATURE]... [--slurm] [--have STATUS] [PACKAGE...]
 #
 #   --deb FILE     hpctrain's package (cmake --build BUILD --target hpctrain-deb)
-#   --slurm        add what `cluster setup --slurm` installs (munge, slurmd, slurmctld, slurm-client)
+#   --for FEATURE  add what the roles install for FEATURE: sshfs, nfs, slurm or glusterfs
+#                  (hpct_feature_packages in deploy/ansible/roles/packages/defaults/main.yml;
+#                  `cluster setup --packages bundle` passes the ones its options use)
+#   --slurm        the same as --for slurm
 #   --have STATUS  a dpkg status file of what the hosts already have (default:
 #                  the bare test root's, scripts/bare-root.sh, when it exists;
 #                  else only Debian's required packages are taken as present)
@@ -27,17 +30,18 @@
 set -euo pipefail
 
 src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-usage() { echo "usage: $0 DIR --deb FILE [--slurm] [--have STATUS] [PACKAGE...]" >&2; exit 2; }
+usage() { echo "usage: $0 DIR --deb FILE [--for FEATURE]... [--slurm] [--have STATUS] [PACKAGE...]" >&2; exit 2; }
 die() { echo "package-bundle: $*" >&2; exit 1; }
 
 dir=${1:-}
 [[ -n "$dir" && "$dir" != -* ]] || usage
 shift
-deb="" have="" extra=()
+deb="" have="" extra=() features=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --deb) deb=${2:?--deb needs a file}; shift 2 ;;
-    --slurm) extra+=(munge slurmd slurmctld slurm-client); shift ;;
+    --for) features+=("${2:?--for needs a feature: sshfs, nfs, slurm or glusterfs}"); shift 2 ;;
+    --slurm) features+=(slurm); shift ;;
     --have) have=${2:?--have needs a dpkg status file}; shift 2 ;;
     -*) usage ;;
     *) extra+=("$1"); shift ;;
@@ -54,6 +58,13 @@ defaults=$src/deploy/ansible/roles/packages/defaults/main.yml
 [[ -f "$defaults" ]] || defaults=/usr/share/hpctrain/ansible/roles/packages/defaults/main.yml
 base=$(sed -n 's/^hpct_base_packages: *\[\(.*\)\]/\1/p' "$defaults" | tr -d ' ' | tr ',' ' ')
 [[ -n "$base" ]] || die "no hpct_base_packages line in $defaults"
+# Each feature's packages, from the same file (lines "  FEATURE: [a, b]").
+for f in "${features[@]}"; do
+  list=$(sed -n '/^hpct_feature_packages:/,/^[^ ]/s/^  '"$f"': *\[\(.*\)\]/\1/p' "$defaults" | tr -d ' ' | tr ',' ' ')
+  [[ -n "$list" ]] || die "--for $f: no such feature in $defaults (choose sshfs, nfs, slurm or glusterfs)"
+  # shellcheck disable=SC2206
+  extra+=($list)
+done
 # shellcheck disable=SC2206
 wanted=($base "${extra[@]}")
 
@@ -87,10 +98,12 @@ if ! apt-get -s -q "${apt_have[@]}" install "$deb" "${wanted[@]}" > "$tmp/plan" 
   cat "$tmp/plan" "$tmp/plan.err" >&2
   die "apt cannot resolve hpctrain's dependencies here: fix: apt-get update, or check the Depends of $deb"
 fi
-# "Inst NAME [OLD VERSION] (VERSION SOURCES [ARCH])": upgrades of what the hosts have come too.
+# "Inst NAME [OLD VERSION] (VERSION SOURCES [ARCH]) [BROKEN]": upgrades of what the hosts have come too.
 awk '$1 == "Inst" && $2 != "hpctrain" {
        for (i = 3; i <= NF; i++) if ($i ~ /^\(/) { v = substr($i, 2); break }
-       a = $NF; gsub(/[\[\]()]/, "", a); print $2, v, a }' "$tmp/plan" > "$tmp/list"
+       # the architecture closes the parenthesis ("[amd64])"); a trailing "[]" may follow
+       for (i = NF; i > 3; i--) if ($i ~ /\]\)$/) { a = $i; break }
+       gsub(/[\[\]()]/, "", a); print $2, v, a }' "$tmp/plan" > "$tmp/list"
 
 cache=${HPCT_BUNDLE_CACHE:-/var/cache/hpctrain/bundle-debs}
 mkdir -p "$cache"
@@ -115,6 +128,9 @@ if [[ -d "$dir" ]] && [[ -n "$(ls -A "$dir")" ]] && [[ ! -f "$dir/Packages" ]]; 
   die "$dir exists and is not a bundle (no Packages index): fix: give a new or empty folder"
 fi
 mkdir -p "$dir"
+# The .deb may be the bundle's own copy (refreshing a bundle in place): keep it aside first.
+cp "$deb" "$tmp/"
+deb=$tmp/$(basename "$deb")
 rm -f "$dir"/*.deb "$dir/Packages" "$dir/Packages.gz"
 while read -r pkg ver arch; do
   f="${pkg}_${ver//:/%3a}_${arch}.deb"

@@ -95,7 +95,7 @@ std::string head_address_toward(const std::string& address) {
 }
 
 std::vector<std::string> doctor_command(const SetupOptions& o, const InventoryHost& on,
-                                        const std::string& state_dir) {
+                                        const std::string& state_dir, const std::string& dir) {
   std::vector<std::string> argv = {"ssh", "-T",
                                    "-i", state_dir + "/id_ed25519",
                                    "-o", "IdentitiesOnly=yes",
@@ -112,9 +112,17 @@ std::vector<std::string> doctor_command(const SetupOptions& o, const InventoryHo
   argv.push_back(o.user);
   argv.push_back(on.address);
   std::string remote = "hpctrain doctor --hostfile /etc/hpctrain/hosts --quick";
-  if (!o.shared_dir.empty()) remote += " --shared-dir " + o.shared_dir;
+  if (!dir.empty()) remote += " --shared-dir " + dir;
   argv.push_back(remote);
   return argv;
+}
+
+std::vector<std::string> doctor_dirs(const SetupOptions& o) {
+  std::vector<std::string> dirs;
+  if (!o.shared_dir.empty()) dirs.push_back(o.shared_dir);
+  if (!o.scratch_dir.empty()) dirs.push_back(o.scratch_dir);
+  if (dirs.empty()) dirs.push_back("");
+  return dirs;
 }
 
 }  // namespace hpct::cluster

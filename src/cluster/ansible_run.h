@@ -43,8 +43,14 @@ std::string head_address_toward(const std::string& address);
 
 // ssh to `on` as the training user with the cluster key and the known
 // hosts setup recorded (StrictHostKeyChecking=yes), running
-// `hpctrain doctor --hostfile /etc/hpctrain/hosts [--shared-dir D] --quick`.
+// `hpctrain doctor --hostfile /etc/hpctrain/hosts --quick [--shared-dir DIR]`
+// (DIR: the shared directory or the scratch file system; empty: none).
 std::vector<std::string> doctor_command(const SetupOptions& o, const InventoryHost& on,
-                                        const std::string& state_dir);
+                                        const std::string& state_dir, const std::string& dir);
+
+// The directories doctor checks, one run each: the shared directory, then
+// the scratch file system (a file written on one host is read on every
+// other). One empty entry when there is neither.
+std::vector<std::string> doctor_dirs(const SetupOptions& o);
 
 }  // namespace hpct::cluster

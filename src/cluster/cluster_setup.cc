@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster/ansible_run.h"
+#include "cluster/auto_bundle.h"
 #include "cluster/inventory.h"
 #include "cluster/run_summary.h"
 #include "core/error.h"
@@ -55,11 +56,15 @@ nlohmann::json saved_options(const SetupOptions& o) {
   if (o.packages.kind == PackageSource::Kind::kProxy && !o.packages.proxy_url.empty()) {
     packages += ":" + o.packages.proxy_url;
   }
-  if (o.packages.kind == PackageSource::Kind::kBundle) packages += ":" + o.packages.bundle_dir;
+  // A bundle setup made itself is made again (when stale) by status and the next setup.
+  if (o.packages.kind == PackageSource::Kind::kBundle && !o.packages.made_by_setup) {
+    packages += ":" + o.packages.bundle_dir;
+  }
   return {{"identity", o.identity}, {"ssh_user", o.ssh_user}, {"ssh_port", o.ssh_port},
           {"user", o.user},         {"uid", o.uid},           {"shared_dir", o.shared_dir},
           {"shared_from", o.shared_from}, {"shared_type", o.shared_type}, {"slurm", o.slurm},
-          {"packages", packages},   {"deb", o.deb}};
+          {"packages", packages},   {"deb", o.deb},           {"scratch_dir", o.scratch_dir},
+          {"scratch_type", o.scratch_type}, {"scratch_size", o.scratch_size}, {"scratch_ram", o.scratch_ram}};
 }
 
 // The hosts, resolved, with the inventory written into the state folder.
@@ -121,33 +126,49 @@ int run_doctor_on_cluster(const SetupOptions& o, const std::vector<InventoryHost
     std::cout << "doctor: no host finished setup to run it on\n";
     return 1;
   }
-  std::cout << "\nhpctrain doctor on " << on->name << " as " << o.user << ":\n" << std::flush;
-  auto argv = doctor_command(o, *on, state);
-  SubprocessResult r = run_subprocess(argv, {}, Millis(180000));
-  if (r.timed_out) {
-    std::cout << "doctor did not answer within 180 s: run `" << join_command(argv) << "` to see why\n";
-    return 1;
+  int result = 0;
+  for (const auto& dir : doctor_dirs(o)) {
+    std::cout << "\nhpctrain doctor on " << on->name << " as " << o.user
+              << (dir.empty() ? std::string() : ", " + dir + " shared by every host") << ":\n"
+              << std::flush;
+    auto argv = doctor_command(o, *on, state, dir);
+    SubprocessResult r = run_subprocess(argv, {}, Millis(180000));
+    if (r.timed_out) {
+      std::cout << "doctor did not answer within 180 s: run `" << join_command(argv) << "` to see why\n";
+      return 1;
+    }
+    if (r.exit_code == 255) {
+      std::cout << "cannot log in to " << on->name << " as " << o.user << " with the cluster key (" << state
+                << "/id_ed25519): fix: run setup again, or `" << join_command(argv) << "` to see ssh's error\n";
+      return 1;
+    }
+    if (r.signal != 0 || r.exit_code != 0) result = 1;
   }
-  if (r.exit_code == 255) {
-    std::cout << "cannot log in to " << on->name << " as " << o.user << " with the cluster key (" << state
-              << "/id_ed25519): fix: run setup again, or `" << join_command(argv) << "` to see ssh's error\n";
-    return 1;
-  }
-  return r.signal != 0 || r.exit_code != 0 ? 1 : 0;
+  return result;
 }
 
 }  // namespace
 
-int run_setup(const SetupOptions& o, const std::string& playbooks) {
+int run_setup(const SetupOptions& given, const std::string& playbooks) {
+  SetupOptions o = given;
   const std::string state = state_dir_for(o);
   auto t0 = std::chrono::steady_clock::now();
+  if (o.packages.kind == PackageSource::Kind::kBundle && o.packages.bundle_dir.empty()) {
+    validate(o, launch::parse_hostfile(o.hostfile));  // before minutes of bundling
+    make_state_dir(state);
+    o.packages.made_by_setup = true;
+    o.packages.bundle_dir = make_auto_bundle(o, playbooks, state);
+  }
   auto hosts = prepare(o, state);
   write_file(state + "/cluster.json", saved_options(o).dump(2) + "\n");
   std::string names;
   for (const auto& h : hosts) names += (names.empty() ? "" : ", ") + h.name;
   std::cout << "hpctrain cluster setup" << (o.dry_run ? " --dry-run" : "") << ": " << hosts.size() << " hosts ("
             << names << "), user " << o.user << ", packages " << o.packages.name()
-            << (o.shared_dir.empty() ? "" : ", shared " + o.shared_dir) << (o.slurm ? ", Slurm" : "")
+            << (o.shared_dir.empty() ? "" : ", shared " + o.shared_dir)
+            << (o.scratch_dir.empty() ? "" : ", scratch " + o.scratch_dir + " (" + o.scratch_type +
+                                                 (o.scratch_ram ? " on RAM bricks" : "") + ")")
+            << (o.slurm ? ", Slurm" : "")
             << "; state in " << state << "\n";
   int code = 0;
   RunSummary s = run_playbooks(o, o.dry_run ? RunMode::kDryRun : RunMode::kSetup, playbooks, state,
@@ -168,6 +189,10 @@ int run_setup(const SetupOptions& o, const std::string& playbooks) {
   std::snprintf(line, sizeof line, "\nsetup finished on every host in %.1f s, %d step(s) changed something\n", took,
                 s.total_changed());
   std::cout << line;
+  if (!o.scratch_dir.empty() && o.scratch_ram) {
+    std::cout << o.scratch_dir << " is scratch: its files are spread over the hosts' memory; a host that restarts "
+              << "loses the files placed on it. Keep what matters elsewhere.\n";
+  }
   return run_doctor_on_cluster(o, hosts, s, state);
 }
 
@@ -191,7 +216,15 @@ int run_status(const SetupOptions& given, const std::string& playbooks) {
     o.shared_type = j.value("shared_type", "auto");
     o.slurm = j.value("slurm", false);
     o.packages = parse_package_source(j.value("packages", "online"));
+    if (o.packages.kind == PackageSource::Kind::kBundle && o.packages.bundle_dir.empty()) {
+      o.packages.made_by_setup = true;  // status checks against the bundle setup made; it does not remake it
+      o.packages.bundle_dir = state + "/bundle";
+    }
     o.deb = j.value("deb", "");
+    o.scratch_dir = j.value("scratch_dir", "");
+    o.scratch_type = j.value("scratch_type", "glusterfs");
+    o.scratch_size = j.value("scratch_size", "");
+    o.scratch_ram = j.value("scratch_ram", false);
   } catch (const nlohmann::json::exception& e) {
     throw_data_corrupt(state + "/cluster.json: " + e.what());
   }

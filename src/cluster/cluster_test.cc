@@ -10,6 +10,7 @@
 #include <functional>
 
 #include "cluster/ansible_run.h"
+#include "cluster/auto_bundle.h"
 #include "cluster/inventory.h"
 #include "cluster/run_summary.h"
 #include "cluster/setup_options.h"
@@ -128,6 +129,9 @@ TEST(ClusterInventory, JsonCarriesEverySettingTheRolesRead) {
   o.uid = 2000;
   o.shared_dir = "/shared";
   o.slurm = true;
+  o.scratch_dir = "/mnt/parallel";
+  o.scratch_ram = true;
+  o.scratch_size = "4G";
   auto hosts = inventory_hosts(three_hosts(), table_resolver(), head());
   auto inv = inventory_json(hosts, o, "/st", "");
   const auto& v = inv["all"]["vars"];
@@ -143,6 +147,12 @@ TEST(ClusterInventory, JsonCarriesEverySettingTheRolesRead) {
   EXPECT_EQ(v["hpct_packages"], "bundle");
   EXPECT_EQ(v["hpct_bundle_dir"], dir.path());
   EXPECT_EQ(v["hpct_slurm"], true);
+  EXPECT_EQ(v["hpct_scratch_dir"], "/mnt/parallel");
+  EXPECT_EQ(v["hpct_scratch_type"], "glusterfs");
+  EXPECT_EQ(v["hpct_scratch_size"], "4G");
+  EXPECT_EQ(v["hpct_scratch_ram"], true);
+  EXPECT_EQ(v["hpct_bundle_features"].get<std::vector<std::string>>(),
+            std::vector<std::string>({"sshfs", "nfs", "slurm", "glusterfs"}));
   EXPECT_EQ(v["hpct_state_dir"], "/st");
   EXPECT_EQ(inv["all"]["hosts"]["node2.lan"]["ansible_host"], "10.0.0.2");
   EXPECT_EQ(inv["all"]["hosts"]["node2.lan"]["hpct_slots"], 2);
@@ -163,6 +173,72 @@ TEST(ClusterOptions, PackageSources) {
   EXPECT_NE(msg.find("no Packages index"), std::string::npos) << msg;
   EXPECT_NE(invalid([] { parse_package_source("bundle:/no/such/dir"); }).find("package-bundle.sh"),
             std::string::npos);
+  auto made = parse_package_source("bundle");  // setup makes it
+  EXPECT_EQ(made.kind, PackageSource::Kind::kBundle);
+  EXPECT_EQ(made.bundle_dir, "");
+}
+
+TEST(ClusterOptions, ScratchErrorsNameTheOptionAndTheFix) {
+  TempDir dir;
+  auto hosts = three_hosts();
+  auto check = [&](const std::function<void(SetupOptions&)>& change) {
+    SetupOptions o = bundle_options(dir);
+    o.scratch_dir = "/mnt/parallel";
+    change(o);
+    return invalid([&] { validate(o, hosts); });
+  };
+  EXPECT_EQ(check([](SetupOptions&) {}), "");
+  EXPECT_EQ(check([](SetupOptions& o) {
+              o.scratch_ram = true;
+              o.scratch_size = "4G";
+            }),
+            "");
+  EXPECT_NE(check([](SetupOptions& o) { o.scratch_dir = "parallel"; }).find("--scratch-dir parallel: give an absolute"),
+            std::string::npos);
+  EXPECT_NE(check([](SetupOptions& o) { o.shared_dir = "/mnt/parallel"; }).find("also --shared-dir"),
+            std::string::npos);
+  EXPECT_NE(check([](SetupOptions& o) { o.scratch_type = "beegfs"; }).find("choose glusterfs"), std::string::npos);
+  EXPECT_NE(check([](SetupOptions& o) {
+              o.scratch_ram = true;
+              o.scratch_size = "4 gigs";
+            }).find("e.g. 4G"),
+            std::string::npos);
+  EXPECT_NE(check([](SetupOptions& o) { o.scratch_size = "4G"; }).find("add --scratch-ram"), std::string::npos);
+  EXPECT_NE(check([](SetupOptions& o) {
+              o.scratch_dir = "";
+              o.scratch_ram = true;
+            }).find("need --scratch-dir"),
+            std::string::npos);
+  // A bundle setup makes itself needs hpctrain's .deb.
+  EXPECT_NE(check([](SetupOptions& o) { o.packages = parse_package_source("bundle"); }).find("--deb FILE"),
+            std::string::npos);
+}
+
+TEST(ClusterAutoBundle, WhatTheRolesInstallAndTheCommand) {
+  SetupOptions o;
+  EXPECT_TRUE(package_features(o).empty());
+  o.shared_dir = "/shared";
+  EXPECT_EQ(package_features(o), std::vector<std::string>({"sshfs", "nfs"}));  // auto: the hosts' kernels decide
+  o.shared_type = "sshfs";
+  o.slurm = true;
+  o.scratch_dir = "/mnt/parallel";
+  EXPECT_EQ(package_features(o), std::vector<std::string>({"sshfs", "slurm", "glusterfs"}));
+  o.deb = "/b/hpctrain_1_amd64.deb";
+  std::vector<std::string> want = {"bash", "/s/package-bundle.sh", "/st/bundle", "--deb", "/b/hpctrain_1_amd64.deb",
+                                   "--for", "sshfs", "--for", "slurm", "--for", "glusterfs"};
+  EXPECT_EQ(bundle_command(o, package_features(o), "/s/package-bundle.sh", "/st/bundle"), want);
+  // A run with fewer features reuses the bundle; one with a feature it lacks adds it.
+  EXPECT_EQ(bundle_features({"sshfs"}, {"sshfs", "slurm"}), std::vector<std::string>({"sshfs", "slurm"}));
+  EXPECT_EQ(bundle_features({"glusterfs"}, {"sshfs"}), std::vector<std::string>({"sshfs", "glusterfs"}));
+  // Another .deb is another bundle.
+  std::string before = bundle_inputs(o, "/s/package-bundle.sh");
+  o.deb = "/b/hpctrain_2_amd64.deb";
+  EXPECT_NE(bundle_inputs(o, "/s/package-bundle.sh"), before);
+  // The source tree's script is found beside its playbooks.
+  std::string script = find_bundle_script(HPCT_ANSIBLE_SOURCE_DIR);
+  EXPECT_NE(script.find("scripts/package-bundle.sh"), std::string::npos) << script;
+  std::string msg = invalid([] { find_bundle_script("/nowhere/ansible"); });
+  EXPECT_NE(msg.find("--packages bundle:DIR"), std::string::npos) << msg;
 }
 
 TEST(ClusterOptions, ErrorsNameTheOptionAndTheFix) {
@@ -254,7 +330,7 @@ TEST(ClusterAnsible, DoctorRunsAsTheTrainingUserWithCheckedHostKeys) {
   InventoryHost h;
   h.name = "node1";
   h.address = "10.0.0.1";
-  auto argv = doctor_command(o, h, "/st");
+  auto argv = doctor_command(o, h, "/st", "/shared");
   std::string line;
   for (const auto& a : argv) line += a + " ";
   EXPECT_NE(line.find("-i /st/id_ed25519"), std::string::npos) << line;
@@ -262,6 +338,13 @@ TEST(ClusterAnsible, DoctorRunsAsTheTrainingUserWithCheckedHostKeys) {
   EXPECT_NE(line.find("UserKnownHostsFile=/st/known_hosts"), std::string::npos) << line;
   EXPECT_NE(line.find("-l alice 10.0.0.1"), std::string::npos) << line;
   EXPECT_EQ(argv.back(), "hpctrain doctor --hostfile /etc/hpctrain/hosts --quick --shared-dir /shared");
+  EXPECT_EQ(doctor_command(o, h, "/st", "").back(), "hpctrain doctor --hostfile /etc/hpctrain/hosts --quick");
+  // One doctor run per shared directory: the shared one, then the scratch file system.
+  EXPECT_EQ(doctor_dirs(o), std::vector<std::string>({"/shared"}));
+  o.scratch_dir = "/mnt/parallel";
+  EXPECT_EQ(doctor_dirs(o), std::vector<std::string>({"/shared", "/mnt/parallel"}));
+  o.shared_dir = "";
+  EXPECT_EQ(doctor_dirs(o), std::vector<std::string>({"/mnt/parallel"}));
 }
 
 TEST(ClusterSummary, FailuresNameHostStepAndFix) {

@@ -70,6 +70,11 @@ nlohmann::ordered_json inventory_json(const std::vector<InventoryHost>& hosts, c
   vars["hpct_bundle_dir"] = o.packages.bundle_dir;
   vars["hpct_deb"] = o.deb;
   vars["hpct_slurm"] = o.slurm;
+  vars["hpct_scratch_dir"] = o.scratch_dir;
+  vars["hpct_scratch_type"] = o.scratch_type;
+  vars["hpct_scratch_size"] = o.scratch_size;
+  vars["hpct_scratch_ram"] = o.scratch_ram;
+  vars["hpct_bundle_features"] = package_features(o);
   nlohmann::ordered_json members = nlohmann::ordered_json::object();
   for (const auto& h : hosts) {
     nlohmann::ordered_json v;

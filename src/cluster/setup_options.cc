@@ -59,7 +59,7 @@ const char* PackageSource::name() const {
 
 PackageSource parse_package_source(const std::string& text) {
   PackageSource s;
-  const std::string forms = "online, proxy, proxy:http://HOST:PORT or bundle:DIR";
+  const std::string forms = "online, proxy, proxy:http://HOST:PORT, bundle or bundle:DIR";
   if (text == "online") return s;
   if (text == "proxy" || text.rfind("proxy:", 0) == 0) {
     s.kind = PackageSource::Kind::kProxy;
@@ -69,6 +69,10 @@ PackageSource parse_package_source(const std::string& text) {
         throw_invalid_argument("--packages " + text + ": the proxy is an http:// URL, e.g. proxy:http://10.0.0.254:3142");
       }
     }
+    return s;
+  }
+  if (text == "bundle") {  // made by setup itself, in the state folder
+    s.kind = PackageSource::Kind::kBundle;
     return s;
   }
   if (text.rfind("bundle:", 0) == 0) {
@@ -128,6 +132,45 @@ void validate(const SetupOptions& o, const std::vector<launch::HostEntry>& hosts
       }
     }
   }
+  if (!o.scratch_dir.empty()) {
+    if (o.scratch_dir[0] != '/' || o.scratch_dir == "/" || !plain_path(o.scratch_dir)) {
+      throw_invalid_argument("--scratch-dir " + o.scratch_dir +
+                             ": give an absolute path of letters, digits and / _ - . (not /), e.g. /mnt/parallel");
+    }
+    if (o.scratch_dir == o.shared_dir) {
+      throw_invalid_argument("--scratch-dir " + o.scratch_dir + " is also --shared-dir: give them different paths");
+    }
+    if (o.scratch_type != "glusterfs") {
+      throw_invalid_argument("--scratch-type " + o.scratch_type + ": choose glusterfs (the only one packaged in Debian)");
+    }
+    if (!o.scratch_size.empty()) {
+      size_t digits = 0;
+      while (digits < o.scratch_size.size() && std::isdigit(static_cast<unsigned char>(o.scratch_size[digits]))) {
+        ++digits;
+      }
+      std::string unit = o.scratch_size.substr(digits);
+      if (digits == 0 || !(unit.empty() || unit == "k" || unit == "K" || unit == "m" || unit == "M" || unit == "g" ||
+                           unit == "G" || unit == "%")) {
+        throw_invalid_argument("--scratch-size " + o.scratch_size +
+                               ": give a size as tmpfs takes it, e.g. 4G, 512M or 25% (of each host's memory)");
+      }
+      if (!o.scratch_ram) {
+        throw_invalid_argument("--scratch-size " + o.scratch_size +
+                               " sizes RAM bricks: add --scratch-ram (a directory brick takes what its disk has)");
+      }
+    }
+  } else if (o.scratch_ram || !o.scratch_size.empty() || o.scratch_type != "glusterfs") {
+    throw_invalid_argument("--scratch-type, --scratch-size and --scratch-ram need --scratch-dir, e.g. --scratch-dir /mnt/parallel");
+  }
+  if (o.packages.kind == PackageSource::Kind::kBundle && o.packages.bundle_dir.empty()) {
+    if (o.deb.empty()) {
+      throw_invalid_argument("--packages bundle makes a bundle of hpctrain's .deb and what the roles install: give "
+                             "--deb FILE (make package writes build/hpctrain_VERSION_ARCH.deb), or use --packages bundle:DIR");
+    }
+    if (!exists(o.deb) || o.deb.size() < 5 || o.deb.substr(o.deb.size() - 4) != ".deb") {
+      throw_invalid_argument("--deb " + o.deb + ": no such .deb file; build it with make package");
+    }
+  }
   if (o.packages.kind != PackageSource::Kind::kBundle) {
     if (o.deb.empty()) {
       throw_invalid_argument(std::string("--packages ") + o.packages.name() +
@@ -145,6 +188,17 @@ void validate(const SetupOptions& o, const std::vector<launch::HostEntry>& hosts
 std::string state_dir_for(const SetupOptions& o) {
   if (!o.state_dir.empty()) return absolute(o.state_dir);
   return absolute(o.hostfile) + ".cluster";
+}
+
+std::vector<std::string> package_features(const SetupOptions& o) {
+  std::vector<std::string> f;
+  if (!o.shared_dir.empty()) {
+    if (o.shared_type == "sshfs" || o.shared_type == "auto") f.push_back("sshfs");
+    if (o.shared_type == "nfs" || o.shared_type == "auto") f.push_back("nfs");
+  }
+  if (o.slurm) f.push_back("slurm");
+  if (!o.scratch_dir.empty()) f.push_back(o.scratch_type);
+  return f;
 }
 
 }  // namespace hpct::cluster

@@ -16,11 +16,13 @@ struct PackageSource {
   enum class Kind { kOnline, kProxy, kBundle };
   Kind kind = Kind::kOnline;
   std::string proxy_url;   // kProxy: "http://10.0.0.254:3142"; empty: the head's address, port 3142
-  std::string bundle_dir;  // kBundle: absolute folder with a Packages index
+  std::string bundle_dir;  // kBundle: absolute folder with a Packages index; empty: setup makes
+                           // one in the state folder (auto_bundle.h)
+  bool made_by_setup = false;  // kBundle given without a folder: bundle_dir is STATE/bundle
   const char* name() const;  // "online", "proxy", "bundle"
 };
 
-// "online", "proxy", "proxy:http://host:3142", "bundle:DIR". InvalidArgument
+// "online", "proxy", "proxy:http://host:3142", "bundle" or "bundle:DIR". InvalidArgument
 // naming the accepted forms; the bundle folder is made absolute and must
 // hold a Packages or Packages.gz index.
 PackageSource parse_package_source(const std::string& text);
@@ -36,6 +38,10 @@ struct SetupOptions {
   std::string shared_from;        // a listed host; empty: the first
   std::string shared_type = "auto";  // auto, nfs, sshfs, existing
   bool slurm = false;
+  std::string scratch_dir;        // a parallel scratch file system at this path; empty: none
+  std::string scratch_type = "glusterfs";
+  std::string scratch_size;       // tmpfs size of each host's RAM brick ("4G"); empty: tmpfs's default
+  bool scratch_ram = false;       // bricks on tmpfs (scratch: gone when a host restarts)
   PackageSource packages;
   std::string deb;                // the hpctrain .deb (online and proxy)
   bool dry_run = false;
@@ -52,5 +58,11 @@ void validate(const SetupOptions& o, const std::vector<launch::HostEntry>& hosts
 
 // The state folder: o.state_dir, else "<hostfile>.cluster".
 std::string state_dir_for(const SetupOptions& o);
+
+// What the roles install besides the base packages, by feature (the keys of
+// hpct_feature_packages in deploy/ansible/roles/packages/defaults/main.yml):
+// "sshfs", "nfs", "slurm", "glusterfs". A shared directory of type auto
+// needs both sshfs and nfs (which one is decided from the hosts' kernels).
+std::vector<std::string> package_features(const SetupOptions& o);
 
 }  // namespace hpct::cluster

@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
 # hpctrain cluster setup on 3 bare hosts (scripts/netns-cluster.sh --bare:
 # each its own Debian root, sshd and root's key only, no mirror), brought up
-# once and walked through the issue's acceptance points in sequence:
-#   1  setup --user alice --shared-dir /shared --packages bundle:DIR --slurm ends
-#      with doctor passing every check; the installed hpctrain is this build;
-#      as alice on the first host, launch runs rank-check on 3 hosts and a
-#      3-rank train of the cnn on shards in /shared
+# once and walked through the acceptance points in sequence:
+#   1  setup --user alice --shared-dir /shared --packages bundle --deb DEB --slurm
+#      --scratch-dir /mnt/parallel --scratch-type glusterfs --scratch-ram ends with
+#      doctor passing every check on /shared and on /mnt/parallel; setup made the
+#      bundle itself (no package named here); the installed hpctrain is this
+#      build; the GlusterFS volume is started with a brick online on each host and
+#      mounted everywhere; a file alice writes in /mnt/parallel on one host is read
+#      on the others; as alice on the first host, launch runs rank-check on 3 hosts
+#      and a 3-rank train of the cnn on shards in /mnt/parallel
 #   3  (same run: --slurm) sinfo shows 3 idle nodes and an sbatch job completes
 #      in which srun runs hpctrain train on the 3 nodes (and so does launch --spawner srun)
-#   2  a second run changes nothing
+#   2  a second run changes nothing (the bundle is not made again)
 #   5  --dry-run shows the drift (a 127.0.1.1 line put back on one host) and
 #      changes nothing (checksums of the managed files on every host)
-#   4  faults in one run: an unreachable host and a uid taken on another are
-#      each named with a fix, bounded in time; the 127.0.1.1 line is fixed,
-#      not failed; the other hosts finish. Then a key the hosts refuse, and a
-#      package proxy no host reaches: each named per host with its fix
+#   4  faults in one run: an unreachable host, a uid taken on another and the
+#      scratch mount point in use on a third are each named with a fix, bounded
+#      in time; the 127.0.1.1 line is fixed, not failed; host 1 finishes and
+#      keeps its scratch mount. Then, in one run, a brick host unreachable while
+#      host 1 mounts the scratch volume again and glusterd not starting on host 3:
+#      each named with host and fix, bounded; hosts 1 and 3 have their mounts.
+#      Then a key the hosts refuse, and a package proxy no host reaches: each
+#      named per host with its fix
 # Wall times are printed as "[ measured ]" lines.
 #
 #   tests/cluster/setup_test.sh BUILD_DIR
@@ -53,13 +61,11 @@ managed_sums() {
 command -v ansible-playbook >/dev/null || { echo "SKIP: no ansible-playbook (apt-get install ansible-core)"; exit 77; }
 [[ -x "$hpctrain" ]] || die "$hpctrain is missing: build first"
 
-# --- the package and a bundle of what bare hosts lack (no mirror reaches them) ---
-# HPCT_TEST_DEB and HPCT_TEST_BUNDLE_SCRIPT replace the package target and
-# scripts/package-bundle.sh (to run this test against another build).
+# --- the package (setup makes the bundle of what bare hosts lack: no mirror reaches them) ---
+# HPCT_TEST_DEB replaces the package target (to run this test against another build).
 t0=$(now)
 deb=${HPCT_TEST_DEB:-}
-bundle_script=${HPCT_TEST_BUNDLE_SCRIPT:-$src/scripts/package-bundle.sh}
-[[ -f "$bundle_script" ]] || { echo "SKIP: no scripts/package-bundle.sh in this tree (the package bundle)"; exit 77; }
+[[ -f "$src/scripts/package-bundle.sh" ]] || { echo "SKIP: no scripts/package-bundle.sh in this tree (the package bundle)"; exit 77; }
 if [[ -z "$deb" ]]; then
   if ! cmake --build "$build" --target hpctrain-deb > "$work/deb.log" 2>&1; then
     if grep -q "unknown target" "$work/deb.log"; then echo "SKIP: no hpctrain-deb target (make package) in this tree"; exit 77; fi
@@ -68,9 +74,7 @@ if [[ -z "$deb" ]]; then
   deb=$(find "$build" -maxdepth 1 -name 'hpctrain_*_amd64.deb' -printf '%T@ %p\n' | sort -rn | head -n 1 | cut -d' ' -f2-)
 fi
 [[ -f "$deb" ]] || die "no $build/hpctrain_*_amd64.deb after the package target"
-bash "$bundle_script" "$work/bundle" --deb "$deb" --slurm sshfs > "$work/bundle.log" 2>&1 ||
-  { cat "$work/bundle.log"; die "package-bundle.sh failed"; }
-echo "[ measured ] package + bundle: $(secs "$t0" "$(now)") s ($(tail -n 1 "$work/bundle.log"))"
+echo "[ measured ] package: $(secs "$t0" "$(now)") s"
 
 # --- three bare hosts ---
 t0=$(now)
@@ -83,9 +87,12 @@ printf '%s slots=1\n' "$h1" "$h2" "$h3" > "$work/hosts"
 on 2 grep -q '^127.0.1.1' /etc/hosts || die "bare host 2 has no 127.0.1.1 line to fix (netns-cluster.sh changed?)"
 # Slurm is set up in the first run already (one run less: the test must fit CI's time);
 # the dry run and the run with faults go without it.
+# The first run makes the bundle in the state folder (--packages bundle, no folder);
+# later runs with a state folder of their own use it as bundle:DIR.
+scratch=(--scratch-dir /mnt/parallel --scratch-type glusterfs --scratch-ram --scratch-size 512M)
 setup() {
   timeout 900 "$hpctrain" cluster setup --hostfile "$1" -i "$NETNS_KEY" --user alice --shared-dir /shared \
-    --packages "bundle:$work/bundle" "${@:2}"
+    --packages bundle --deb "$deb" "${scratch[@]}" "${@:2}"
 }
 changed_steps() { python3 -c 'import json,sys; print(sum(h.get("changed", 0) for h in json.load(open(sys.argv[1]))["hosts"].values()))' "$state/last-run.json"; }
 
@@ -96,7 +103,23 @@ rc=$?
 took=$(secs "$t0" "$(now)")
 echo "[ measured ] cluster setup of 3 bare hosts (bundle copied, packages installed): $took s, exit $rc"
 if [[ $rc -ne 0 ]]; then cat "$work/setup1.log"; die "setup exited $rc"; fi
-grep -q "READY: 3 host(s), 0 failure(s)" "$work/setup1.log" || { cat "$work/setup1.log"; fail "doctor did not report READY"; }
+[[ $(grep -c "READY: 3 host(s), 0 failure(s)" "$work/setup1.log") -eq 2 ]] ||
+  { cat "$work/setup1.log"; fail "doctor did not report READY on /shared and on /mnt/parallel"; }
+grep -q "packages: bundle $state/bundle: " "$work/setup1.log" || fail "setup did not make the bundle itself"
+echo "[ measured ] $(grep -o 'packages: bundle .*' "$work/setup1.log")"
+grep -q "/mnt/parallel is scratch" "$work/setup1.log" || fail "setup's summary does not say the RAM volume is scratch"
+# The scratch volume: started, a brick online on every host, mounted everywhere, alice writes.
+vstatus=$(on 1 gluster --mode=script volume status hpctrain-scratch 2>&1)
+[[ $(grep -cE '^Brick 10\.' <<< "$vstatus") -eq 3 ]] || { echo "$vstatus"; fail "the scratch volume has not 3 bricks"; }
+[[ $(on 1 gluster --mode=script volume info hpctrain-scratch | grep -c '^Status: Started') -eq 1 ]] || fail "the scratch volume is not started"
+for i in 1 2 3; do
+  [[ "$(on "$i" findmnt -n -o FSTYPE /mnt/parallel)" == fuse.glusterfs ]] || fail "host $i has no GlusterFS mount at /mnt/parallel"
+  [[ "$(on "$i" findmnt -n -o FSTYPE /var/lib/hpctrain/scratch)" == tmpfs ]] || fail "host $i's brick is not on tmpfs"
+done
+on 1 runuser -u alice -- sh -c 'echo "from h1" > /mnt/parallel/hello' || fail "alice cannot write into /mnt/parallel on host 1"
+for i in 2 3; do
+  [[ "$(on "$i" runuser -u alice -- cat /mnt/parallel/hello 2>&1)" == "from h1" ]] || fail "host $i does not read the file host 1 wrote in /mnt/parallel"
+done
 uids=""
 for i in 1 2 3; do
   on "$i" grep -q '^127\.0\.1\.1' /etc/hosts && fail "host $i still has a 127.0.1.1 line"
@@ -123,14 +146,16 @@ echo "[ measured ] launch rank-check on 3 hosts as alice: $(secs "$t0" "$(now)")
 # Shards packed here, copied into /shared through host 1 (sshfs makes them visible on all).
 "$hpctrain" data pack --from fashion-mnist --split test --max-count 2500 -o "$work/shards/test-%06d.tar" --quiet \
   > "$work/pack.log" 2>&1 || { cat "$work/pack.log"; die "data pack failed"; }
-tar -C "$work/shards" -cf - . | as_alice "mkdir -p /shared/shards && tar -C /shared/shards -xf -" ||
-  fail "copying the shards into /shared failed"
+for d in /shared /mnt/parallel; do
+  tar -C "$work/shards" -cf - . | as_alice "mkdir -p $d/shards && tar -C $d/shards -xf -" ||
+    fail "copying the shards into $d failed"
+done
 t0=$(now)
 out=$(as_alice "hpctrain launch --hostfile /etc/hpctrain/hosts -np 3 --env OMP_NUM_THREADS=1 \
-  --env OPENBLAS_NUM_THREADS=1 -- hpctrain train --model cnn --data '/shared/shards/test-{000000..000003}.tar' \
+  --env OPENBLAS_NUM_THREADS=1 -- hpctrain train --model cnn --data '/mnt/parallel/shards/test-{000000..000003}.tar' \
   --batch 32 --max-steps 50 --threads 1 --log-every 25" 2>&1)
 rc=$?
-echo "[ measured ] 3-rank train of the cnn, 50 steps, shards in /shared: $(secs "$t0" "$(now)") s, exit $rc"
+echo "[ measured ] 3-rank train of the cnn, 50 steps, shards in /mnt/parallel (GlusterFS): $(secs "$t0" "$(now)") s, exit $rc"
 [[ $rc -eq 0 ]] || { echo "$out" | tail -20; fail "train on 3 hosts exited $rc"; }
 summary=$(grep '"type":"summary"' <<< "$out" | tail -n 1)
 if ! grep -q '"np":3' <<< "$summary" || ! grep -q '"steps":50' <<< "$summary"; then
@@ -189,6 +214,7 @@ echo "[ measured ] second setup run (nothing to change, doctor included): $took 
 [[ $rc -eq 0 ]] || { cat "$work/setup2.log"; fail "the second run exited $rc"; }
 n=$(changed_steps)
 [[ "$n" == 0 ]] || { grep -E "changed|would change" "$work/setup2.log"; fail "the second run changed $n step(s)"; }
+grep -q "packages: the bundle $state/bundle is up to date" "$work/setup2.log" || fail "the second run made the bundle again"
 
 # --- 5: a dry run shows the drift and changes nothing ---
 on 2 sh -c 'printf "127.0.1.1\th2\n" >> /etc/hosts'
@@ -206,6 +232,8 @@ for i in 1 2 3; do
 done
 
 # --- 4: faults, in one run ---
+# Host 2: the scratch mount point is already a mount of something else.
+on 2 sh -c 'umount /mnt/parallel && mount -t tmpfs squat /mnt/parallel' || fail "cannot stage the mount point in use"
 # Host 3: alice moves to 1999 and 'squatter' takes the id alice has everywhere else.
 uid=$(on 1 id -u alice)
 on 3 sh -c "usermod -u 1999 alice && groupmod -g 1999 alice && useradd -u $uid -U squatter" || fail "cannot stage the uid fault"
@@ -215,13 +243,18 @@ t0=$(now)
 setup "$work/hosts4" --uid "$uid" --state-dir "$state" > "$work/faults.log" 2>&1
 rc=$?
 took=$(secs "$t0" "$(now)")
-echo "[ measured ] run with faults (unreachable host, uid taken): $took s, exit $rc"
+echo "[ measured ] run with faults (unreachable host, uid taken, scratch mount point in use): $took s, exit $rc"
 [[ $rc -eq 1 ]] || fail "the run with faults exited $rc, not 1"
 grep -q "$dead: unreachable in step preflight" "$work/faults.log" || fail "the unreachable host is not named"
 grep -q "fix: check that $dead is up and TCP port 22 is open" "$work/faults.log" || fail "no fix line for the unreachable host"
 grep -q "uid $uid is taken on $h3 by user squatter" "$work/faults.log" || fail "the taken uid is not named with host and owner"
 grep -q "fix: give the training user another id with --uid" "$work/faults.log" || fail "no fix line for the taken uid"
-grep -q "configured: $h1, $h2" "$work/faults.log" || fail "the summary does not say h1 and h2 finished"
+grep -q "configured: $h1\$" "$work/faults.log" || fail "the summary does not say h1 finished"
+grep -q "$h2: failed in step scratch" "$work/faults.log" || fail "h2 did not get as far as the scratch step"
+grep -q "/mnt/parallel on $h2 is already in use: a tmpfs mount of squat" "$work/faults.log" ||
+  fail "the scratch mount point in use on $h2 is not named"
+grep -q "fix: unmount it on $h2 (umount /mnt/parallel)" "$work/faults.log" || fail "no fix line for the mount point in use"
+[[ "$(on 1 cat /mnt/parallel/hello 2>&1)" == "from h1" ]] || fail "host 1 lost its scratch mount in the run with faults"
 on 2 grep -q '^127\.0\.1\.1' /etc/hosts && fail "the 127.0.1.1 line on host 2 was not fixed"
 grep -qE "^ *[0-9.]+s +$h2 +changed +hosts:" "$work/faults.log" || fail "fixing host 2's /etc/hosts is not reported as a change"
 awk -v t="$took" 'BEGIN { exit !(t < 300) }' || fail "the run with faults took $took s (bound: 300 s)"
@@ -234,10 +267,51 @@ fi
 # Host 3 gets its ids back first, so the runs below fail only for what they test; each
 # run has a state folder of its own (no ssh connection of an earlier run is reused).
 on 3 sh -c "userdel squatter && usermod -u $uid alice && groupmod -g $uid alice" || fail "cannot undo the uid fault"
+
+# --- 4, scratch: host 2 off the network (its brick with it) while host 1 mounts again, and
+# glusterd not starting on host 3 (its port taken), in one run. Host 3 keeps its mount.
+on 2 umount /mnt/parallel || fail "cannot undo the mount point in use"
+on 1 umount /mnt/parallel || fail "cannot unmount /mnt/parallel on host 1"
+# shellcheck disable=SC2016
+squat_pid=$(on 3 sh -c 'kill "$(cat /run/glusterd.pid)"; python3 -c "
+import socket, time
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+for _ in range(100):
+    try:
+        s.bind((\"0.0.0.0\", 24007)); break
+    except OSError:
+        time.sleep(0.1)
+s.listen(); time.sleep(900)" > /dev/null 2>&1 & echo $!')
+[[ "$squat_pid" =~ ^[0-9]+$ ]] || fail "cannot stage glusterd's port taken on host 3: $squat_pid"
+ip -n "hpct-$name-h2" link set eth0 down || fail "cannot take host 2 off the network"
+t0=$(now)
+setup "$work/hosts" > "$work/scratch-faults.log" 2>&1
+rc=$?
+took=$(secs "$t0" "$(now)")
+ip -n "hpct-$name-h2" link set eth0 up
+kill "$squat_pid" 2> /dev/null
+echo "[ measured ] run with scratch faults (brick host unreachable at mount time, glusterd not starting): $took s, exit $rc"
+[[ $rc -eq 1 ]] || fail "the run with scratch faults exited $rc, not 1"
+grep -q "$h2: unreachable in step preflight" "$work/scratch-faults.log" || fail "the unreachable brick host is not named"
+grep -q "brick(s) $h2:/var/lib/hpctrain/scratch/brick are offline" "$work/scratch-faults.log" ||
+  fail "the offline brick on $h2 is not named"
+grep -q "fix: bring the host back and run setup again" "$work/scratch-faults.log" || fail "no fix line for the offline brick"
+grep -qE "glusterd did not start within [0-9]+ s \(.*Address already in use.*\) on $h3" "$work/scratch-faults.log" ||
+  fail "glusterd not starting on $h3 is not named with glusterd's reason"
+grep -q "fix: see /var/log/glusterfs/glusterd.log on $h3" "$work/scratch-faults.log" || fail "no fix line for glusterd"
+for i in 1 3; do
+  [[ "$(on "$i" findmnt -n -o FSTYPE /mnt/parallel)" == fuse.glusterfs ]] || fail "host $i has no scratch mount after the run with faults"
+done
+awk -v t="$took" 'BEGIN { exit !(t < 300) }' || fail "the run with scratch faults took $took s (bound: 300 s)"
+if [[ -n "${HPCT_TEST_KEEP_LOGS:-}" ]]; then mkdir -p "$HPCT_TEST_KEEP_LOGS" && cp "$work"/*.log "$HPCT_TEST_KEEP_LOGS/"; fi
+if [[ $failures -ne 0 ]]; then
+  echo "--- scratch-faults.log"; cat "$work/scratch-faults.log"
+fi
+
 ssh-keygen -q -t ed25519 -N '' -f "$work/wrong_key" || fail "cannot make a second key"
 t0=$(now)
 timeout 300 "$hpctrain" cluster setup --hostfile "$work/hosts" -i "$work/wrong_key" --user alice \
-  --shared-dir /shared --packages "bundle:$work/bundle" --state-dir "$work/state-key" > "$work/key.log" 2>&1
+  --shared-dir /shared --packages "bundle:$state/bundle" --state-dir "$work/state-key" > "$work/key.log" 2>&1
 rc=$?
 took=$(secs "$t0" "$(now)")
 echo "[ measured ] run with a refused key: $took s, exit $rc"

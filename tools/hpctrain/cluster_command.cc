@@ -52,11 +52,20 @@ void add_cluster_command(CLI::App& app, Cli& cli) {
                 "nfs, sshfs (FUSE), existing (only checked), or auto: nfs where every kernel has it, else sshfs")
       ->capture_default_str();
   s->add_flag("--slurm", setup->o.slurm, "Also munge, slurmctld on the first host and slurmd everywhere");
+  s->add_option("--scratch-dir", setup->o.scratch_dir,
+                "A parallel scratch file system over every host, mounted at this path, e.g. /mnt/parallel");
+  s->add_option("--scratch-type", setup->o.scratch_type, "Its kind: glusterfs (one distributed volume, FUSE)")
+      ->capture_default_str();
+  s->add_option("--scratch-size", setup->o.scratch_size, "Each host's RAM brick, as tmpfs takes it (4G, 25%)");
+  s->add_flag("--scratch-ram", setup->o.scratch_ram,
+              "Bricks on tmpfs: RAM-fast scratch, lost when a host restarts");
   s->add_option("--packages", setup->packages,
                 "Package source: online (the hosts' mirror), proxy[:URL] (apt proxy on this machine, port 3142), "
+                "bundle (made here from --deb and what the roles install, kept in the state folder), "
                 "bundle:DIR (.deb files copied over)")
       ->capture_default_str();
-  s->add_option("--deb", setup->o.deb, "The hpctrain .deb to install (online, proxy; make package builds it)");
+  s->add_option("--deb", setup->o.deb,
+                "The hpctrain .deb to install (online, proxy, bundle without a folder; make package builds it)");
   s->add_flag("--dry-run", setup->o.dry_run, "Show per host what would change (diffs); change nothing");
   s->add_option("--forks", setup->o.forks, "Hosts configured at once (default: all, up to 32)");
   s->callback([&cli, setup] {

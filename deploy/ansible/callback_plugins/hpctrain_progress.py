@@ -40,7 +40,7 @@ DOCUMENTATION = """
           - name: HPCTRAIN_ANSIBLE_SSH_KEY
 """
 
-STEPS = ["preflight", "hosts", "user", "ssh_trust", "packages", "profile", "shared_dir", "slurm"]
+STEPS = ["preflight", "hosts", "user", "ssh_trust", "packages", "profile", "shared_dir", "slurm", "scratch"]
 
 
 def split_fix(message):

@@ -74,12 +74,13 @@ def host_keys():
     return sorted(set(keys))
 
 
-def mounts():
+def mounts(field=2):
+    """mount point -> its type (field 2) or source (field 0)."""
     out = {}
     for line in read("/proc/self/mounts").splitlines():
         parts = line.split()
         if len(parts) >= 3:
-            out[parts[1].replace("\\040", " ")] = parts[2]
+            out[parts[1].replace("\\040", " ")] = parts[field]
     return out
 
 
@@ -95,6 +96,7 @@ def main():
         "group": {g.gr_name: g.gr_gid for g in grp.getgrall()},
         "etc_hosts": read("/etc/hosts"),
         "mounts": mounts(),
+        "mount_sources": mounts(0),
         "packages": installed(sys.argv[1:]),
         "bundle_id": read("/var/cache/hpctrain/bundle/.bundle-id").strip(),
         "nfs": "nfs" in read("/proc/filesystems").split()
