@@ -16,7 +16,9 @@
   matrix_approximation_rank=R, start_powerSGD_iter=START, default max(2,
   --warmup))); --fp16-hook is --hook fp16. --evaluate adds the test set's
   accuracy after training; --max-samples N trains on the first N images only;
-  --timeout-s bounds every collective (the process group's timeout);
+  --bucket-mb M sets DDP's bucket_cap_mb and its first bucket's size
+  (dist._DEFAULT_FIRST_BUCKET_BYTES) to M MiB; --timeout-s bounds every collective (the process group's timeout) and every
+  step (a watchdog: a hang in a hook ends the rank with its stacks);
   --result-file names where rank 0 writes its line; --log-dir DIR copies
   stderr (rank r's in ddp-rank mode) to DIR/stderr[.r], where a crash that
   Python cannot catch (a C++ abort in gloo) still leaves its text.
@@ -117,6 +119,25 @@ def copy_stderr(path):
     tee.stdin.close()
 
 
+class StallWatchdog:
+    """Ends this rank when it makes no progress for `seconds`.
+
+    DDP's PowerSGD hook can hang rather than abort when the ranks' collectives
+    get out of step (seen on the MLP over a fast link), and gloo's timeout does
+    not end that wait. faulthandler's own thread (it needs no GIL, which a
+    hung rank may hold) then writes "Timeout (H:MM:SS)!" and every thread's
+    stack on stderr, and exits with code 1.
+    """
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.progress()
+
+    def progress(self):
+        import faulthandler
+        faulthandler.dump_traceback_later(self.seconds, exit=True)
+
+
 def ddp_rank(rank, args, port, out, master="127.0.0.1"):
     import datetime
     import time
@@ -131,13 +152,20 @@ def ddp_rank(rank, args, port, out, master="127.0.0.1"):
     os.environ["MASTER_PORT"] = str(port)
     dist.init_process_group("gloo", rank=rank, world_size=args.np,
                             timeout=datetime.timedelta(seconds=args.timeout_s))
+    watchdog = StallWatchdog(args.timeout_s)
     images = torch.from_numpy(read_idx(f"{DATA}/train-images-idx3-ubyte.gz").copy())
     labels = torch.from_numpy(read_idx(f"{DATA}/train-labels-idx1-ubyte.gz").copy()).long()
     if args.max_samples > 0:
         images, labels = images[:args.max_samples], labels[:args.max_samples]
     x_all = ((images.float() / 255.0 - 0.2860) / 0.3530).unsqueeze(1)
     torch.manual_seed(42)
-    model = DDP(make_model(args.model))
+    if args.bucket_mb > 0:
+        # DDP's documented knob for its first bucket (1 MiB by default), and
+        # bucket_cap_mb for the others: one bucket when both exceed the model.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.bucket_mb * 1024 * 1024)
+        model = DDP(make_model(args.model), bucket_cap_mb=args.bucket_mb)
+    else:
+        model = DDP(make_model(args.model))
     register_hook(model, args)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sampler = DistributedSampler(range(len(x_all)), num_replicas=args.np, rank=rank, seed=0,
@@ -161,6 +189,7 @@ def ddp_rank(rank, args, port, out, master="127.0.0.1"):
 
     loss = None
     for s in range(args.warmup + args.steps):
+        watchdog.progress()
         if s == args.warmup:
             dist.barrier()
             start = time.perf_counter()
@@ -171,6 +200,7 @@ def ddp_rank(rank, args, port, out, master="127.0.0.1"):
         opt.step()
     elapsed = torch.tensor([time.perf_counter() - start])
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    watchdog.progress()
     accuracy = test_accuracy(model.module, rank, args.np) if args.evaluate else None
     if rank == 0:
         line = {"bench": "train", "impl": "pytorch-ddp", "torch": torch.__version__,
@@ -178,6 +208,7 @@ def ddp_rank(rank, args, port, out, master="127.0.0.1"):
                 "batch_per_rank": args.batch, "steps": args.steps, "warmup": args.warmup,
                 "threads": args.threads, "data": "fashion-mnist",
                 "train_samples": len(x_all), "hook": args.hook,
+                "bucket_mb": args.bucket_mb if args.bucket_mb > 0 else "default",
                 "compression": "none" if args.hook == "none" else args.hook.split(":")[0] + "-hook",
                 "samples_per_s": args.np * args.batch * args.steps / elapsed.item(),
                 "step_ms": elapsed.item() / args.steps * 1e3,
@@ -285,7 +316,9 @@ def main():
         q.add_argument("--fp16-hook", action="store_const", dest="hook", const="fp16")
         q.add_argument("--evaluate", action="store_true", help="report the test set's accuracy")
         q.add_argument("--max-samples", type=int, default=0, help="train on the first N images")
-        q.add_argument("--timeout-s", type=float, default=300, help="bound on every collective")
+        q.add_argument("--timeout-s", type=float, default=300, help="bound on every collective and step")
+        q.add_argument("--bucket-mb", type=float, default=0,
+                       help="DDP's bucket size and first bucket's, in MiB (0: DDP's defaults)")
         q.add_argument("--log-dir", default="", help="also write stderr to DIR/stderr[.RANK]")
         q.add_argument("--result-file", default="", help="rank 0 writes its JSON line here, not on stdout")
     for q in (d, c):

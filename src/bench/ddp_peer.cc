@@ -69,6 +69,14 @@ std::pair<std::string, bool> crash_in(const std::string& log) {
       from_what = true;
     }
     if (python_exception_line(l)) last_python = l;
+    // faulthandler's "Timeout (0:02:00)!": the script's watchdog ended a rank
+    // that made no progress (a hang); the stacks follow.
+    int h = 0, m = 0, sec = 0;
+    if (!from_what && l.rfind("Timeout (", 0) == 0 && std::sscanf(l.c_str(), "Timeout (%d:%d:%d)!", &h, &m, &sec) == 3) {
+      text = "a rank made no progress for " + std::to_string(h * 3600 + m * 60 + sec) +
+             " s and was ended (a hang; its stacks are on stderr)";
+      from_what = true;
+    }
   }
   if (!from_what) text = !last_python.empty() ? last_python : last_line;
   if (text.size() > 500) text = text.substr(0, 497) + "...";
@@ -175,6 +183,11 @@ nlohmann::json run_ddp_peer_once(const DdpPeerOptions& o, int np) {
                                      "--log-dir", dir,
                                      "--result-file", result};
   if (o.evaluate) common.push_back("--evaluate");
+  if (o.bucket_mb > 0) {
+    char mb[32];
+    std::snprintf(mb, sizeof mb, "%g", o.bucket_mb);
+    common.insert(common.end(), {"--bucket-mb", mb});
+  }
   if (o.max_samples > 0) common.insert(common.end(), {"--max-samples", std::to_string(o.max_samples)});
   if (across_hosts) {
     argv = o.launch_prefix(np, {{"GLOO_SOCKET_IFNAME", o.interface},
@@ -205,6 +218,7 @@ nlohmann::json run_ddp_peer_once(const DdpPeerOptions& o, int np) {
                        {"model", o.model}, {"np", np},         {"batch_per_rank", o.batch},
                        {"steps", o.steps}, {"warmup", o.warmup}, {"threads", o.threads},
                        {"hook", o.hook},   {"failed", true},   {"error", error}};
+    if (o.bucket_mb > 0) d["bucket_mb"] = o.bucket_mb;
   } else {
     d["failed"] = false;
   }

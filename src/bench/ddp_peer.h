@@ -10,8 +10,10 @@
 // A peer that crashes is a result, not an error of the benchmark: its line
 // says "failed": true and "error": the crash's text, read from the copy of
 // its stderr that the script keeps in the run's directory (a C++ abort in
-// gloo leaves no Python exception behind). Every run is bounded: the
-// process group's timeout bounds each collective, timeout_s the whole run.
+// gloo leaves no Python exception behind). Every run is bounded:
+// collective_timeout_s bounds each collective (the process group's timeout)
+// and each step (the script's watchdog: DDP's PowerSGD hook can also hang,
+// beyond gloo's timeout), timeout_s the whole run.
 #pragma once
 
 #include <functional>
@@ -31,11 +33,16 @@ struct DdpPeerOptions {
   int warmup = 10;
   bool evaluate = false;  // also report the test set's accuracy after training
   int max_samples = 0;    // > 0: train on the first max_samples images only
+  // > 0: DDP's bucket_cap_mb and its first bucket's size (MiB); 0: DDP's
+  // defaults (25 MiB, first 1 MiB). Above the model's size: one bucket, with
+  // which DDP's PowerSGD hook does not crash (its buckets' collectives can
+  // otherwise run in a different order on each rank).
+  double bucket_mb = 0;
   std::string python = "/usr/bin/python3";
   std::string script;   // bench/ddp_peer.py
   std::string tmp_dir;  // where each run's directory goes (empty: the system's); shared by the hosts
   double timeout_s = 3600;            // bound on the run
-  double collective_timeout_s = 300;  // the process group's timeout (every collective, the rendezvous)
+  double collective_timeout_s = 120;  // the process group's timeout and the bound on one step
   // Across hosts (set): the command prefix that starts np ranks with env;
   // the rendezvous (MASTER_ADDR, MASTER_PORT) and the interface for Gloo.
   std::function<std::vector<std::string>(int np, const std::map<std::string, std::string>& env)>

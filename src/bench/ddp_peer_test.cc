@@ -36,6 +36,12 @@ TEST(DdpPeer, ErrorTextOfAPythonExceptionIsItsLastLine) {
   EXPECT_EQ(peer_error_text(std::string(2000, 'x')).size(), 500u);
 }
 
+TEST(DdpPeer, ErrorTextOfAHangEndedByTheWatchdogSaysSo) {
+  EXPECT_EQ(peer_error_text("Timeout (0:01:00)!\nThread 0x00007f28d66d4040 (most recent call first):\n"
+                            "  File \"ddp_peer.py\", line 200 in ddp_rank\n"),
+            "a rank made no progress for 60 s and was ended (a hang; its stacks are on stderr)");
+}
+
 TEST(DdpPeer, HookSpecsAreCheckedWithTheChoicesNamed) {
   for (const char* ok : {"none", "fp16", "powersgd:1", "powersgd:4", "powersgd:4:100"}) {
     EXPECT_NO_THROW(check_peer_hook(ok)) << ok;

@@ -65,6 +65,8 @@ struct TrainArgs {
   std::string peer;     // "ddp": also run PyTorch DDP on the same ranks and print the ratio
   std::string peer_hooks = "none";  // DDP's comm hooks, a list: none,fp16,powersgd:4
   int repeats = 1;                  // our run and each peer's, alternating, this many times
+  double peer_timeout_s = 120;      // bound on any one step or collective of the peer
+  double peer_bucket_mb = 0;        // DDP's bucket size (0: its defaults)
   bool accuracy = false;            // run --epochs epochs and report the test accuracy
   int epochs = 5;
   bool steps_given = false;
@@ -116,6 +118,8 @@ void check_args(const TrainArgs& a) {
   comm::parse_backend(a.backend);
   if (!a.o.compression.empty()) engine::parse_compression(a.o.compression);
   if (a.repeats < 1) throw_invalid_argument("--repeats must be at least 1");
+  if (a.peer_timeout_s <= 0) throw_invalid_argument("--peer-timeout-s must be more than 0");
+  if (a.peer_bucket_mb < 0) throw_invalid_argument("--peer-bucket-mb must be 0 (DDP's defaults) or more");
   if (a.peer.empty() && a.peer_hooks != "none")
     throw_invalid_argument("--peer-hook is a hook of the DDP peer: add --peer ddp");
   for (const auto& hook : split_list(a.peer_hooks)) bench::check_peer_hook(hook);
@@ -367,12 +371,13 @@ nlohmann::json run_ddp_peer(const TrainArgs& a, const std::string& hook, int np,
   d.threads = a.o.threads;
   d.warmup = a.o.warmup;
   d.evaluate = a.accuracy;
+  d.bucket_mb = a.peer_bucket_mb;
   d.max_samples = a.o.max_samples;
   d.python = a.python;
   d.script = a.ddp_script;
   d.tmp_dir = a.tmp_dir;
   d.timeout_s = std::max(1.0, deadline.remaining().count() / 1e3);
-  d.collective_timeout_s = std::min(300.0, d.timeout_s);
+  d.collective_timeout_s = std::min(a.peer_timeout_s, d.timeout_s);
   if (a.hosts.any()) {
     d.port = (a.ddp_port > 0 ? a.ddp_port : 29500 + ::getpid() % 1000) + run % 50;
     d.interface = a.hosts.network_interface.empty() ? "eth0" : a.hosts.network_interface;
@@ -625,6 +630,14 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
                 "DDP's own comm hook, or a list run one after another: none, fp16 (fp16_compress_hook), "
                 "powersgd:RANK[:START] (powerSGD_hook, matrix_approximation_rank RANK, start_powerSGD_iter "
                 "START, default max(2, --warmup)); a peer that crashes is reported failed with its error")
+      ->capture_default_str();
+  c->add_option("--peer-timeout-s", a->peer_timeout_s,
+                "Bound on any one step or collective of the peer: a hang in a DDP hook becomes a failed "
+                "peer after this long")
+      ->capture_default_str();
+  c->add_option("--peer-bucket-mb", a->peer_bucket_mb,
+                "DDP's bucket_cap_mb and first bucket size in MiB (0: DDP's defaults, 25 and 1); above the "
+                "model's size DDP syncs in one bucket, where its PowerSGD hook does not crash")
       ->capture_default_str();
   c->add_option("--repeats", a->repeats,
                 "Run our side and each peer this many times, alternating; the summary lines give medians")
