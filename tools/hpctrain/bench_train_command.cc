@@ -19,6 +19,11 @@
 // directory (pace page, step logs, result) must then be on a file system
 // every host sees: --tmp-dir, by default the system temp directory, which
 // suits hosts that share this one's file system (namespace hosts, NFS /tmp).
+//
+// --peer ddp runs PyTorch DDP after our run, with each --peer-hook in turn
+// (bench/ddp_peer.h), --repeats times alternating, then prints summary lines
+// with medians. --accuracy trains --epochs epochs on both sides and adds the
+// test set's accuracy to every line (docs/train.md).
 #include <unistd.h>
 
 #include <algorithm>
