@@ -10,7 +10,18 @@
       One DDP rank per process started by a launcher (rank and size from
       HPCT_RANK/HPCT_SIZE, RANK/WORLD_SIZE, OMPI_COMM_WORLD_* or SLURM_*):
       DDP across hosts, started the way hpctrain's ranks are; rank 0 prints
-      the JSON line. --fp16-hook registers DDP's fp16 compression hook.
+      the JSON line.
+  Both take --hook none|fp16|powersgd:R[:START]: DDP's own comm hook
+  (default_hooks.fp16_compress_hook, or powerSGD_hook with PowerSGDState(
+  matrix_approximation_rank=R, start_powerSGD_iter=START, default max(2,
+  --warmup))); --fp16-hook is --hook fp16. --evaluate adds the test set's
+  accuracy after training; --max-samples N trains on the first N images only;
+  --bucket-mb M sets DDP's bucket_cap_mb and its first bucket's size
+  (dist._DEFAULT_FIRST_BUCKET_BYTES) to M MiB; --timeout-s bounds every collective (the process group's timeout) and every
+  step (a watchdog: a hang in a hook ends the rank with its stacks);
+  --result-file names where rank 0 writes its line; --log-dir DIR copies
+  stderr (rank r's in ddp-rank mode) to DIR/stderr[.r], where a crash that
+  Python cannot catch (a C++ abort in gloo) still leaves its text.
   ddp_peer.py compare --hpctrain build/tools/hpctrain/hpctrain --models mlp,cnn --np 2 --repeats 3
       Alternates hpctrain and DDP runs (so drift hits both), prints every run's
       JSON line, then per model the median samples/s of each and the ratio.
@@ -55,7 +66,80 @@ def make_model(name):
     raise SystemExit(f"unknown model {name}")
 
 
+def parse_hook(spec):
+    """none, fp16 or powersgd:R[:START] -> (kind, rank, start or None)."""
+    if spec in ("none", "fp16"):
+        return spec, 0, None
+    parts = spec.split(":")
+    if parts[0] == "powersgd" and len(parts) in (2, 3) and all(p.isdigit() for p in parts[1:]) \
+            and int(parts[1]) >= 1:
+        return "powersgd", int(parts[1]), int(parts[2]) if len(parts) == 3 else None
+    sys.exit(f"--hook {spec}: choose none, fp16 or powersgd:RANK[:START] (RANK >= 1)")
+
+
+def register_hook(model, args):
+    kind, rank, start = parse_hook(args.hook)
+    if kind == "fp16":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    elif kind == "powersgd":
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+        # DDP refuses a start below 2 with error feedback and warm start on.
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=rank,
+            start_powerSGD_iter=start if start is not None else max(2, args.warmup))
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+
+
+def test_accuracy(model, rank, size):
+    """Fashion-MNIST's test set, split over the ranks; (accuracy, loss) over all of it."""
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    images = torch.from_numpy(read_idx(f"{DATA}/t10k-images-idx3-ubyte.gz").copy())
+    labels = torch.from_numpy(read_idx(f"{DATA}/t10k-labels-idx1-ubyte.gz").copy()).long()
+    x = ((images.float() / 255.0 - 0.2860) / 0.3530).unsqueeze(1)[rank::size]
+    y = labels[rank::size]
+    model.eval()
+    correct = loss = 0.0
+    with torch.no_grad():
+        for i in range(0, len(x), 1000):
+            out = model(x[i:i + 1000])
+            loss += F.cross_entropy(out, y[i:i + 1000], reduction="sum").item()
+            correct += (out.argmax(1) == y[i:i + 1000]).sum().item()
+    t = torch.tensor([correct, loss, float(len(y))], dtype=torch.float64)
+    dist.all_reduce(t)
+    return t[0].item() / t[2].item(), t[1].item() / t[2].item()
+
+
+def copy_stderr(path):
+    """From now on fd 2 (and that of every child) goes to stderr and to path."""
+    tee = subprocess.Popen(["tee", "-a", path], stdin=subprocess.PIPE, stdout=sys.stderr.fileno())
+    os.dup2(tee.stdin.fileno(), 2)
+    tee.stdin.close()
+
+
+class StallWatchdog:
+    """Ends this rank when it makes no progress for `seconds`.
+
+    DDP's PowerSGD hook can hang rather than abort when the ranks' collectives
+    get out of step (seen on the MLP over a fast link), and gloo's timeout does
+    not end that wait. faulthandler's own thread (it needs no GIL, which a
+    hung rank may hold) then writes "Timeout (H:MM:SS)!" and every thread's
+    stack on stderr, and exits with code 1.
+    """
+
+    def __init__(self, seconds):
+        self.seconds = seconds
+        self.progress()
+
+    def progress(self):
+        import faulthandler
+        faulthandler.dump_traceback_later(self.seconds, exit=True)
+
+
 def ddp_rank(rank, args, port, out, master="127.0.0.1"):
+    import datetime
     import time
     import torch
     import torch.distributed as dist
@@ -66,15 +150,23 @@ def ddp_rank(rank, args, port, out, master="127.0.0.1"):
     torch.set_num_threads(args.threads)
     os.environ["MASTER_ADDR"] = master
     os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=args.np)
+    dist.init_process_group("gloo", rank=rank, world_size=args.np,
+                            timeout=datetime.timedelta(seconds=args.timeout_s))
+    watchdog = StallWatchdog(args.timeout_s)
     images = torch.from_numpy(read_idx(f"{DATA}/train-images-idx3-ubyte.gz").copy())
     labels = torch.from_numpy(read_idx(f"{DATA}/train-labels-idx1-ubyte.gz").copy()).long()
+    if args.max_samples > 0:
+        images, labels = images[:args.max_samples], labels[:args.max_samples]
     x_all = ((images.float() / 255.0 - 0.2860) / 0.3530).unsqueeze(1)
     torch.manual_seed(42)
-    model = DDP(make_model(args.model))
-    if getattr(args, "fp16_hook", False):
-        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+    if args.bucket_mb > 0:
+        # DDP's documented knob for its first bucket (1 MiB by default), and
+        # bucket_cap_mb for the others: one bucket when both exceed the model.
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(args.bucket_mb * 1024 * 1024)
+        model = DDP(make_model(args.model), bucket_cap_mb=args.bucket_mb)
+    else:
+        model = DDP(make_model(args.model))
+    register_hook(model, args)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     sampler = DistributedSampler(range(len(x_all)), num_replicas=args.np, rank=rank, seed=0,
                                  drop_last=True)
@@ -97,6 +189,7 @@ def ddp_rank(rank, args, port, out, master="127.0.0.1"):
 
     loss = None
     for s in range(args.warmup + args.steps):
+        watchdog.progress()
         if s == args.warmup:
             dist.barrier()
             start = time.perf_counter()
@@ -107,16 +200,23 @@ def ddp_rank(rank, args, port, out, master="127.0.0.1"):
         opt.step()
     elapsed = torch.tensor([time.perf_counter() - start])
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
+    watchdog.progress()
+    accuracy = test_accuracy(model.module, rank, args.np) if args.evaluate else None
     if rank == 0:
+        line = {"bench": "train", "impl": "pytorch-ddp", "torch": torch.__version__,
+                "backend": "gloo", "model": args.model, "np": args.np,
+                "batch_per_rank": args.batch, "steps": args.steps, "warmup": args.warmup,
+                "threads": args.threads, "data": "fashion-mnist",
+                "train_samples": len(x_all), "hook": args.hook,
+                "bucket_mb": args.bucket_mb if args.bucket_mb > 0 else "default",
+                "compression": "none" if args.hook == "none" else args.hook.split(":")[0] + "-hook",
+                "samples_per_s": args.np * args.batch * args.steps / elapsed.item(),
+                "step_ms": elapsed.item() / args.steps * 1e3,
+                "final_loss": loss.item()}
+        if accuracy is not None:
+            line["test_accuracy"], line["test_loss"] = accuracy
         with open(out, "w") as f:
-            json.dump({"bench": "train", "impl": "pytorch-ddp", "torch": torch.__version__,
-                       "backend": "gloo", "model": args.model, "np": args.np,
-                       "batch_per_rank": args.batch, "steps": args.steps, "threads": args.threads,
-                       "data": "fashion-mnist",
-                       "compression": "fp16-hook" if getattr(args, "fp16_hook", False) else "none",
-                       "samples_per_s": args.np * args.batch * args.steps / elapsed.item(),
-                       "step_ms": elapsed.item() / args.steps * 1e3,
-                       "final_loss": loss.item()}, f)
+            json.dump(line, f)
     dist.destroy_process_group()
 
 
@@ -136,16 +236,19 @@ def launched_rank(args):
         print("ddp-rank: GLOO_SOCKET_IFNAME is not set; across hosts gloo may bind the wrong "
               "interface", file=sys.stderr)
     args.np = size
+    if args.log_dir:
+        copy_stderr(os.path.join(args.log_dir, f"stderr.{rank}"))
     import tempfile
     with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
         ddp_rank(rank, args, int(env["MASTER_PORT"]), tmp.name, env["MASTER_ADDR"])
         if rank == 0:
             with open(tmp.name) as f:
                 line = f.read()
-            print(line, flush=True)
-            if args.result_file:
+            if args.result_file:  # the caller prints it
                 with open(args.result_file, "w") as f:
                     f.write(line + "\n")
+            else:
+                print(line, flush=True)
 
 
 def free_port():
@@ -158,11 +261,17 @@ def free_port():
 def run_ddp(args):
     import tempfile
     import torch.multiprocessing as mp
+    if args.log_dir:
+        copy_stderr(os.path.join(args.log_dir, "stderr"))
     with tempfile.NamedTemporaryFile(suffix=".json") as tmp:
         mp.spawn(ddp_rank, args=(args, free_port(), tmp.name), nprocs=args.np, join=True)
         with open(tmp.name) as f:
             result = json.load(f)
-    print(json.dumps(result), flush=True)
+    if args.result_file:  # the caller prints it
+        with open(args.result_file, "w") as f:
+            f.write(json.dumps(result) + "\n")
+    else:
+        print(json.dumps(result), flush=True)
     return result
 
 
@@ -203,7 +312,15 @@ def main():
     lr = sp.add_parser("ddp-rank")
     c = sp.add_parser("compare")
     for q in (d, lr):
-        q.add_argument("--fp16-hook", action="store_true")
+        q.add_argument("--hook", default="none", help="none, fp16 or powersgd:RANK[:START]")
+        q.add_argument("--fp16-hook", action="store_const", dest="hook", const="fp16")
+        q.add_argument("--evaluate", action="store_true", help="report the test set's accuracy")
+        q.add_argument("--max-samples", type=int, default=0, help="train on the first N images")
+        q.add_argument("--timeout-s", type=float, default=300, help="bound on every collective and step")
+        q.add_argument("--bucket-mb", type=float, default=0,
+                       help="DDP's bucket size and first bucket's, in MiB (0: DDP's defaults)")
+        q.add_argument("--log-dir", default="", help="also write stderr to DIR/stderr[.RANK]")
+        q.add_argument("--result-file", default="", help="rank 0 writes its JSON line here, not on stdout")
     for q in (d, c):
         q.add_argument("--np", type=int, default=2)
         q.add_argument("--steps", type=int, default=50)
@@ -212,7 +329,6 @@ def main():
     for q in (d, lr):
         q.add_argument("--model", default="mlp")
         q.add_argument("--warmup", type=int, default=3)
-    lr.add_argument("--result-file", default="", help="rank 0 also writes its JSON line here")
     lr.add_argument("--steps", type=int, default=50)
     lr.add_argument("--batch", type=int, default=64)
     lr.add_argument("--threads", type=int, default=1)
@@ -220,6 +336,8 @@ def main():
     c.add_argument("--repeats", type=int, default=3)
     c.add_argument("--hpctrain", default="build/tools/hpctrain/hpctrain")
     args = p.parse_args()
+    if args.cmd != "compare":
+        parse_hook(args.hook)  # a bad spec ends here, before any rank starts
     if args.cmd == "ddp":
         run_ddp(args)
     elif args.cmd == "ddp-rank":

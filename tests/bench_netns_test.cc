@@ -1,6 +1,7 @@
-// `hpctrain bench comm` across 2 hosts made of network namespaces (label
-// netns; the cluster is the CTest fixture bench_netns, 2 hosts): started with
-// the launcher's host options, and as ranks of a job hpctrain launch started.
+// `hpctrain bench comm` and `bench train` across 2 hosts made of network
+// namespaces (label netns; the cluster is the CTest fixture bench_netns, 2
+// hosts): started with the launcher's host options, and as ranks of a job
+// hpctrain launch started; bench train beside DDP and its comm hooks.
 // Checks the fields a user reads, not the speed (speed is for benchmarks).
 #include <gtest/gtest.h>
 
@@ -102,17 +103,22 @@ TEST_F(BenchNetns, CommRefusesMpiAcrossHostsWithoutAnMpiLauncher) {
   EXPECT_NE(r.out.find("--spawner mpirun or srun"), std::string::npos) << r.out;
 }
 
+// Our run, then DDP plain and with its fp16 hook on the same hosts: a line
+// each, named by hook, and a summary line per hook with the ratio.
 TEST_F(BenchNetns, TrainWithHostOptionsAndTheDdpPeerOnTheSameHosts) {
   Outcome r = run(H + " bench train --model cnn --np 2 --steps 6 --phase-steps 3 --warmup 2" + hosts_opt_ +
-                      "--peer ddp 2>&1", 170);
+                      "--peer ddp --peer-hook none,fp16 2>&1", 170);
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  nlohmann::json ours, ddp, summary;
+  nlohmann::json ours;
+  std::map<std::string, nlohmann::json> ddp, summary;
   for (const auto& j : json_lines(r.out)) {
-    if (j.contains("summary")) summary = j;
-    else if (j.value("impl", "") == "pytorch-ddp") ddp = j;
+    if (j.contains("summary")) summary[j["hook"]] = j;
+    else if (j.value("impl", "") == "pytorch-ddp") ddp[j["hook"]] = j;
     else if (j.value("impl", "") == "hpctrain") ours = j;
   }
-  ASSERT_TRUE(ours.is_object() && ddp.is_object() && summary.is_object()) << r.out;
+  ASSERT_TRUE(ours.is_object()) << r.out;
+  ASSERT_EQ(ddp.size(), 2u) << r.out;
+  ASSERT_EQ(summary.size(), 2u) << r.out;
   EXPECT_EQ(ours["np"], 2);
   EXPECT_EQ(ours["backend"], "gloo");
   EXPECT_EQ(ours["model"], "cnn");
@@ -124,11 +130,39 @@ TEST_F(BenchNetns, TrainWithHostOptionsAndTheDdpPeerOnTheSameHosts) {
     EXPECT_TRUE(d["choice"] == "none" || d["choice"] == "fp16") << d.dump();
     EXPECT_GT(d["float32_ms"].get<double>(), 0.0);
   }
-  EXPECT_EQ(ddp["np"], 2);
-  EXPECT_EQ(ddp["model"], "cnn");
-  EXPECT_EQ(ddp["steps"], 6);
-  EXPECT_NEAR(summary["ratio"].get<double>(),
-              ours["samples_per_s"].get<double>() / ddp["samples_per_s"].get<double>(), 1e-9);
+  for (const char* hook : {"none", "fp16"}) {
+    const auto& d = ddp[hook];
+    EXPECT_FALSE(d["failed"].get<bool>()) << d.dump();
+    EXPECT_EQ(d["np"], 2);
+    EXPECT_EQ(d["model"], "cnn");
+    EXPECT_EQ(d["steps"], 6);
+    EXPECT_EQ(d["compression"], std::string(hook) == "none" ? "none" : "fp16-hook");
+    EXPECT_NEAR(summary[hook]["ratio"].get<double>(),
+                ours["samples_per_s"].get<double>() / d["samples_per_s"].get<double>(), 1e-9);
+  }
+}
+
+// DDP's PowerSGD hook on the MLP (gloo in torch 1.13) aborts on one host,
+// and launch stops the other rank; or both ranks hang, and the peer's bound
+// on a step ends them. Either way the peer's line says failed and why.
+TEST_F(BenchNetns, ACrashingDdpHookAcrossHostsIsReportedFailedNotHung) {
+  Outcome r = run(H + " bench train --model mlp --np 2 --steps 3 --warmup 2 --batch 32 --max-samples 2048" +
+                      hosts_opt_ + "--peer ddp --peer-hook powersgd:4 --peer-timeout-s 45 2>&1", 170);
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json ddp, summary;
+  for (const auto& j : json_lines(r.out)) {
+    if (j.contains("summary")) summary = j;
+    else if (j.value("impl", "") == "pytorch-ddp") ddp = j;
+  }
+  ASSERT_TRUE(ddp.is_object() && summary.is_object()) << r.out;
+  EXPECT_EQ(ddp["hook"], "powersgd:4");
+  EXPECT_TRUE(ddp["failed"].get<bool>()) << ddp.dump();
+  const std::string error = ddp["error"].get<std::string>();
+  EXPECT_TRUE(error.find("op.preamble.length <= op.nbytes") != std::string::npos ||
+              error.find("made no progress for 45 s and was ended") != std::string::npos)
+      << ddp.dump();
+  EXPECT_TRUE(summary["ddp_failed"].get<bool>()) << summary.dump();
+  EXPECT_GT(summary["hpctrain_samples_per_s"].get<double>(), 0.0);
 }
 
 // 2 hosts x 2 ranks: large allreduces go hierarchically (shared memory in

@@ -18,6 +18,44 @@
 namespace hpct::bench {
 namespace {
 
+// Fashion-MNIST's split ("train" or "test"), normalized like the peer script's.
+std::pair<torch::Tensor, torch::Tensor> load_fashion_mnist(const TrainBenchOptions& o, const std::string& split) {
+  auto [ip, lp] = data::fashion_mnist_files(o.data_dir.empty() ? data::kFashionMnistDir : o.data_dir, split);
+  data::IdxArray im = data::read_idx(ip);
+  data::IdxArray lb = data::read_idx(lp);
+  auto n = static_cast<std::int64_t>(im.items());
+  auto x = torch::from_blob(im.values.data(), {n, 1, 28, 28}, torch::kUInt8).to(torch::kFloat);
+  x = (x / 255.0 - 0.2860) / 0.3530;
+  auto y = torch::from_blob(lb.values.data(), {n}, torch::kUInt8).to(torch::kLong);
+  return {x, y};
+}
+
+// The test set through the model: this rank's share (every size-th image
+// from its rank on), summed over the ranks. Returns accuracy and mean loss.
+std::pair<double, double> evaluate_test_set(Context& ctx, const TrainBenchOptions& o, train::Model& model) {
+  auto [x, y] = load_fashion_mnist(o, "test");
+  auto mine = torch::arange(ctx.rank(), x.size(0), ctx.size(), torch::kLong);
+  x = x.index_select(0, mine);
+  y = y.index_select(0, mine);
+  torch::NoGradGuard no_grad;
+  model.eval();
+  double correct = 0, loss = 0;
+  for (std::int64_t i = 0; i < x.size(0); i += 1000) {
+    const std::int64_t n = std::min<std::int64_t>(1000, x.size(0) - i);
+    auto out = model.forward(x.narrow(0, i, n));
+    auto yi = y.narrow(0, i, n);
+    loss += torch::nn::functional::cross_entropy(
+                out, yi, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                .item<double>();
+    correct += out.argmax(1).eq(yi).sum().item<double>();
+  }
+  model.train();
+  auto t = allreduce(ctx, "bench/test", torch::tensor({correct, loss, static_cast<double>(x.size(0))}, torch::kDouble),
+                     false);
+  const double count = std::max(1.0, t[2].item<double>());
+  return {t[0].item<double>() / count, t[1].item<double>() / count};
+}
+
 // [N, 1, 28, 28] float images and [N] labels.
 std::pair<torch::Tensor, torch::Tensor> load_data(const TrainBenchOptions& o) {
   if (!o.shards.empty()) return {torch::empty({0}), torch::empty({0})};  // the Loader streams them
@@ -25,13 +63,8 @@ std::pair<torch::Tensor, torch::Tensor> load_data(const TrainBenchOptions& o) {
     auto gen = at::detail::createCPUGenerator(1);
     return {torch::randn({1024, 1, 28, 28}, gen), torch::randint(0, 10, {1024}, gen, torch::kLong)};
   }
-  auto [ip, lp] = data::fashion_mnist_files(o.data_dir.empty() ? data::kFashionMnistDir : o.data_dir, "train");
-  data::IdxArray im = data::read_idx(ip);
-  data::IdxArray lb = data::read_idx(lp);
-  auto n = static_cast<std::int64_t>(im.items());
-  auto x = torch::from_blob(im.values.data(), {n, 1, 28, 28}, torch::kUInt8).to(torch::kFloat);
-  x = (x / 255.0 - 0.2860) / 0.3530;
-  auto y = torch::from_blob(lb.values.data(), {n}, torch::kUInt8).to(torch::kLong);
+  auto [x, y] = load_fashion_mnist(o, "train");
+  if (o.max_samples > 0 && o.max_samples < x.size(0)) return {x.narrow(0, 0, o.max_samples), y.narrow(0, 0, o.max_samples)};
   return {x, y};
 }
 
@@ -46,6 +79,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   DistributedOptions dopts;
   dopts.overlap = o.overlap;
+  dopts.compression = o.compression;
   std::unique_ptr<DistributedOptimizer> dist;
   if (o.sync) dist = std::make_unique<DistributedOptimizer>(ctx, sgd, model->named_parameters(), dopts);
 
@@ -151,6 +185,8 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   times = allreduce(ctx, "bench/times", times, false);
   double elapsed = times.max().item<double>();
   double avg_loss = allreduce(ctx, "bench/loss", loss_value);
+  std::pair<double, double> test{-1, -1};
+  if (o.evaluate) test = evaluate_test_set(ctx, o, *model);
   auto stats = ctx.engine().stats();
   const auto& eo = ctx.engine().options();
 
@@ -164,6 +200,11 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["steps"] = o.steps;
   j["threads"] = o.threads;
   j["data"] = !o.shards.empty() ? "shards" : o.synthetic ? "synthetic" : "fashion-mnist";
+  if (o.shards.empty()) j["train_samples"] = images.size(0);
+  if (o.evaluate) {
+    j["test_accuracy"] = test.first;
+    j["test_loss"] = test.second;
+  }
   if (loader) j["data_threads"] = o.data_threads;
   j["samples_per_s"] = static_cast<double>(ctx.size()) * o.batch * o.steps / elapsed;
   j["step_ms"] = elapsed / o.steps * 1e3;
@@ -173,7 +214,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["lockstep"] = o.sync || o.lockstep;
   j["fusion_bytes"] = eo.fusion_bytes;
   j["cycle_ms"] = eo.cycle_ms;
-  j["compression"] = engine::compression_name(eo.compression);
+  j["compression"] = o.compression.empty() ? engine::compression_name(eo.compression) : o.compression;
   j["engine_rounds"] = stats.rounds;
   j["engine_full_rounds"] = stats.full_rounds;
   j["engine_in_place_bytes"] = stats.in_place_bytes;

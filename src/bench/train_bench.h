@@ -7,7 +7,8 @@
 // by DistributedSampler; or, with shards, streamed from WebDataset/TFRecord
 // shards through hpct::data::Loader (decode threads, prefetch, the same
 // normalization; `hpctrain data pack --from fashion-mnist` makes them); or,
-// with synthetic, a fixed random pool of 1024 images (no disk). SGD lr 0.01 momentum 0.9, cross-entropy. The first
+// with synthetic, a fixed random pool of 1024 images (no disk); max_samples
+// keeps the first N of Fashion-MNIST's. SGD lr 0.01 momentum 0.9, cross-entropy. The first
 // `warmup` steps are not timed (they include the first, fully negotiated
 // step and the flat-gradient layout). The time is the slowest rank's; the
 // step log (below) gives each step's parts, from which `bench train` works
@@ -52,6 +53,15 @@ struct TrainBenchOptions {
   // rank: step, start and end (steady clock, ns; the start is after any
   // pacing wait), then the data, compute, sync and optimizer parts (ns).
   std::string step_log;
+  // Non-empty: DistributedOptions::compression (the engine parses it); empty:
+  // HPCT_COMPRESSION.
+  std::string compression;
+  // > 0: train on the first max_samples Fashion-MNIST images only.
+  int max_samples = 0;
+  // After the last step: Fashion-MNIST's test set (10,000 images, split over
+  // the ranks) through the trained model; the result gains test_accuracy and
+  // test_loss.
+  bool evaluate = false;
 };
 
 // Blocks for the run; every rank calls it. Returns the result (the same on

@@ -19,6 +19,11 @@
 // directory (pace page, step logs, result) must then be on a file system
 // every host sees: --tmp-dir, by default the system temp directory, which
 // suits hosts that share this one's file system (namespace hosts, NFS /tmp).
+//
+// --peer ddp runs PyTorch DDP after our run, with each --peer-hook in turn
+// (bench/ddp_peer.h), --repeats times alternating, then prints summary lines
+// with medians. --accuracy trains --epochs epochs on both sides and adds the
+// test set's accuracy to every line (docs/train.md).
 #include <unistd.h>
 
 #include <algorithm>
@@ -42,6 +47,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/subprocess.h"
+#include "data/formats/idx.h"
 #include "engine/engine.h"
 #include "train/models.h"
 
@@ -62,10 +68,25 @@ struct TrainArgs {
   BenchHosts hosts;
   std::string tmp_dir;  // where each job's directory goes (shared by the hosts)
   std::string peer;     // "ddp": also run PyTorch DDP on the same ranks and print the ratio
+  std::string peer_hooks = "none";  // DDP's comm hooks, a list: none,fp16,powersgd:4
+  int repeats = 1;                  // our run and each peer's, alternating, this many times
+  double peer_timeout_s = 120;      // bound on any one step or collective of the peer
+  double peer_bucket_mb = 0;        // DDP's bucket size (0: its defaults)
+  bool accuracy = false;            // run --epochs epochs and report the test accuracy
+  int epochs = 5;
+  bool steps_given = false;
   std::string ddp_script = HPCT_DDP_PEER_SCRIPT;
   std::string python = "/usr/bin/python3";
   int ddp_port = 0;  // 0: 29500 + pid % 1000
 };
+
+// "a,b,c" -> {a, b, c}.
+std::vector<std::string> split_list(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream ss(list);
+  for (std::string item; std::getline(ss, item, ',');) out.push_back(item);
+  return out;
+}
 
 std::vector<int> parse_np_list(const std::string& list) {
   std::vector<int> out;
@@ -100,6 +121,41 @@ void check_args(const TrainArgs& a) {
   if (a.o.data_threads < 1) throw_invalid_argument("--data-threads must be at least 1");
   train::make_model(a.o.model);  // refuse an unknown model before starting ranks
   comm::parse_backend(a.backend);
+  if (!a.o.compression.empty()) engine::parse_compression(a.o.compression);
+  if (a.repeats < 1) throw_invalid_argument("--repeats must be at least 1");
+  if (a.peer_timeout_s <= 0) throw_invalid_argument("--peer-timeout-s must be more than 0");
+  if (a.peer_bucket_mb < 0) throw_invalid_argument("--peer-bucket-mb must be 0 (DDP's defaults) or more");
+  if (a.peer.empty() && a.peer_hooks != "none")
+    throw_invalid_argument("--peer-hook is a hook of the DDP peer: add --peer ddp");
+  for (const auto& hook : split_list(a.peer_hooks)) bench::check_peer_hook(hook);
+  if (a.o.max_samples < 0) throw_invalid_argument("--max-samples must be 0 (all) or more");
+  if ((a.accuracy || a.o.max_samples > 0) && (a.o.synthetic || !a.o.shards.empty())) {
+    throw_invalid_argument(
+        "--accuracy and --max-samples use Fashion-MNIST in memory: drop --synthetic or --data");
+  }
+  if (a.accuracy && a.steps_given)
+    throw_invalid_argument("--accuracy runs --epochs epochs and works out the steps: drop --steps");
+  if (a.accuracy && a.epochs < 1) throw_invalid_argument("--epochs must be at least 1");
+}
+
+// With --accuracy: the steps (after --warmup) that make --epochs epochs of
+// the training set on np ranks (each epoch drops the last partial batch, as
+// both sides' samplers do).
+int accuracy_steps(const TrainArgs& a, int np) {
+  auto [images, labels] =
+      data::fashion_mnist_files(a.o.data_dir.empty() ? data::kFashionMnistDir : a.o.data_dir, "train");
+  std::int64_t n = static_cast<std::int64_t>(data::read_idx(labels).items());
+  if (a.o.max_samples > 0) n = std::min<std::int64_t>(n, a.o.max_samples);
+  const std::int64_t per_epoch = n / np / a.o.batch;
+  const std::int64_t steps = per_epoch * a.epochs - a.o.warmup;
+  if (steps < 2) {
+    throw_invalid_argument("--accuracy: " + std::to_string(a.epochs) + " epoch(s) of " + std::to_string(n) +
+                           " images are " + std::to_string(per_epoch * a.epochs) + " steps of --batch " +
+                           std::to_string(a.o.batch) + " on " + std::to_string(np) +
+                           " ranks, too few after --warmup " + std::to_string(a.o.warmup) +
+                           ": give more --epochs or --max-samples, or less --warmup");
+  }
+  return static_cast<int>(std::min<std::int64_t>(steps, 1 << 30));
 }
 
 // One job of the run: np local ranks under mpirun, paced (bench/pacer.h).
@@ -170,6 +226,9 @@ void prepare(const TrainArgs& a, const Config& config, Job* job) {
                            "--timeout-s",     std::to_string(a.timeout_s)});
   if (a.o.synthetic) argv.push_back("--synthetic");
   if (a.no_overlap) argv.push_back("--no-overlap");
+  if (!a.o.compression.empty()) argv.insert(argv.end(), {"--compression", a.o.compression});
+  if (a.o.max_samples > 0) argv.insert(argv.end(), {"--max-samples", std::to_string(a.o.max_samples)});
+  if (a.accuracy && job->mode == Mode::kSync) argv.push_back("--evaluate");
   if (job->mode != Mode::kSync || !a.o.sync) argv.push_back("--no-sync");
   if (job->mode == Mode::kLockstep || (job->mode == Mode::kSync && a.o.lockstep))
     argv.push_back("--lockstep");
@@ -305,28 +364,34 @@ std::string first_host(const BenchHosts& h) {
   return text.substr(0, end);
 }
 
-// --peer ddp: the DDP runner (bench/ddp_peer.h) with this run's settings
-// and, across hosts, hpctrain launch on the same hosts.
-int run_ddp_peer(const TrainArgs& a, const std::vector<nlohmann::json>& ours) {
+// --peer ddp: one DDP run (bench/ddp_peer.h) with this run's settings and
+// the given hook; across hosts through hpctrain launch on the same hosts,
+// each run on its own port (a crashed run's may linger).
+nlohmann::json run_ddp_peer(const TrainArgs& a, const std::string& hook, int np, int run, const Deadline& deadline) {
   bench::DdpPeerOptions d;
   d.model = a.o.model;
+  d.hook = hook;
   d.steps = a.o.steps;
   d.batch = a.o.batch;
   d.threads = a.o.threads;
   d.warmup = a.o.warmup;
+  d.evaluate = a.accuracy;
+  d.bucket_mb = a.peer_bucket_mb;
+  d.max_samples = a.o.max_samples;
   d.python = a.python;
   d.script = a.ddp_script;
   d.tmp_dir = a.tmp_dir;
-  d.timeout_s = a.timeout_s;
+  d.timeout_s = std::max(1.0, deadline.remaining().count() / 1e3);
+  d.collective_timeout_s = std::min(a.peer_timeout_s, d.timeout_s);
   if (a.hosts.any()) {
-    d.port = a.ddp_port > 0 ? a.ddp_port : 29500 + ::getpid() % 1000;
+    d.port = (a.ddp_port > 0 ? a.ddp_port : 29500 + ::getpid() % 1000) + run % 50;
     d.interface = a.hosts.network_interface.empty() ? "eth0" : a.hosts.network_interface;
     d.master = first_host(a.hosts);
-    d.launch_prefix = [&a](int np, const std::map<std::string, std::string>& env) {
-      return a.hosts.launch_prefix(np, "gloo", env);
+    d.launch_prefix = [&a](int n, const std::map<std::string, std::string>& env) {
+      return a.hosts.launch_prefix(n, "gloo", env);
     };
   }
-  return bench::run_ddp_peer(d, ours);
+  return bench::run_ddp_peer_once(d, np);
 }
 
 // Every job is started once and parks before its first timed step; then, in
@@ -335,9 +400,10 @@ int run_ddp_peer(const TrainArgs& a, const std::vector<nlohmann::json>& ours) {
 // alike, and each round pairs turns a second or two apart.
 // Over 100 lines: starting the jobs, their turns and the result lines share
 // one job table; moving this orchestration into src/bench/ is still to do.
-int run_parent(const TrainArgs& a, const Config& config) {
-  check_args(a);
-  auto nps = parse_np_list(a.np);
+// Prints one line per rank count (into *lines too); returns 0 or the failed
+// job's exit code.
+int run_ours(const TrainArgs& a, const Config& config, const std::vector<int>& nps, int repeat,
+             const Deadline& deadline, std::vector<nlohmann::json>* lines) {
   std::vector<std::unique_ptr<Job>> jobs;
   auto add = [&](int np, Mode mode) {
     jobs.push_back(std::make_unique<Job>());
@@ -353,7 +419,6 @@ int run_parent(const TrainArgs& a, const Config& config) {
       add(np, Mode::kLockstep);
     }
   }
-  Deadline deadline(seconds_to_millis(a.timeout_s));
   auto cleanup = [&] {
     for (auto& job : jobs) {
       if (job->thread.joinable()) {
@@ -403,7 +468,6 @@ int run_parent(const TrainArgs& a, const Config& config) {
     throw;
   }
 
-  std::vector<nlohmann::json> lines;
   std::vector<std::vector<double>> rounds(jobs.size());
   std::vector<nlohmann::json> measured(jobs.size());
   for (size_t i = 0; i < jobs.size(); ++i) {
@@ -461,14 +525,49 @@ int run_parent(const TrainArgs& a, const Config& config) {
         j["gradient_sync_efficiency_rounds"] = ratio;
       }
     }
+    if (a.repeats > 1) j["repeat"] = repeat;
+    if (a.accuracy) j["epochs"] = a.epochs;
     std::cout << j.dump() << std::endl;
-    lines.push_back(j);
+    lines->push_back(j);
   }
-  if (!a.plot.empty()) {
-    bench::write_scaling_plot(a.plot, lines);
-    std::fprintf(stderr, "hpctrain: plot written to %s\n", a.plot.c_str());
+  return 0;
+}
+
+// Our run and, with --peer ddp, DDP with each hook after it, --repeats times
+// in turn, so the host's drift reaches every side alike; then, with a peer,
+// one summary line per rank count and hook (bench::peer_summaries).
+int run_parent(TrainArgs a, const Config& config) {
+  check_args(a);
+  const auto nps = parse_np_list(a.np);
+  if (a.accuracy) {
+    if (nps.size() != 1)
+      throw_invalid_argument("--accuracy runs a number of epochs: give one rank count (--np " + a.np + ")");
+    a.o.steps = accuracy_steps(a, nps[0]);
   }
-  if (a.peer == "ddp") return run_ddp_peer(a, lines);
+  const auto hooks = split_list(a.peer_hooks);
+  Deadline deadline(seconds_to_millis(a.timeout_s));
+  std::vector<nlohmann::json> ours, ddp;
+  int peer_runs = 0;
+  for (int repeat = 1; repeat <= a.repeats; ++repeat) {
+    std::vector<nlohmann::json> lines;
+    if (int rc = run_ours(a, config, nps, repeat, deadline, &lines)) return rc;
+    if (!a.plot.empty() && repeat == a.repeats) {
+      bench::write_scaling_plot(a.plot, lines);
+      std::fprintf(stderr, "hpctrain: plot written to %s\n", a.plot.c_str());
+    }
+    ours.insert(ours.end(), lines.begin(), lines.end());
+    if (a.peer != "ddp") continue;
+    for (const auto& hook : hooks) {
+      for (int np : nps) {
+        nlohmann::json d = run_ddp_peer(a, hook, np, peer_runs++, deadline);
+        if (a.repeats > 1) d["repeat"] = repeat;
+        if (a.accuracy) d["epochs"] = a.epochs;
+        std::cout << d.dump() << std::endl;
+        ddp.push_back(d);
+      }
+    }
+  }
+  for (const auto& s : bench::peer_summaries(ours, ddp)) std::cout << s.dump() << std::endl;
   return 0;
 }
 
@@ -497,7 +596,7 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
       ->capture_default_str();
   c->add_option("--plot", a->plot,
                 "Write an SVG of samples/s and scaling efficiency against ranks");
-  c->add_option("--steps", a->o.steps, "Timed steps")->capture_default_str();
+  auto* steps = c->add_option("--steps", a->o.steps, "Timed steps")->capture_default_str();
   c->add_option("--batch", a->o.batch, "Batch per rank")->capture_default_str();
   c->add_option("--threads", a->o.threads, "Intra-op threads per rank")->capture_default_str();
   c->add_option("--warmup", a->o.warmup, "Untimed steps first")->capture_default_str();
@@ -532,6 +631,32 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
                 "ddp: then run PyTorch DDP (gloo) on the same hosts, same model and steps, and "
                 "print the ratio")
       ->check(CLI::IsMember({"", "ddp"}));
+  c->add_option("--peer-hook", a->peer_hooks,
+                "DDP's own comm hook, or a list run one after another: none, fp16 (fp16_compress_hook), "
+                "powersgd:RANK[:START] (powerSGD_hook, matrix_approximation_rank RANK, start_powerSGD_iter "
+                "START, default max(2, --warmup)); a peer that crashes is reported failed with its error")
+      ->capture_default_str();
+  c->add_option("--peer-timeout-s", a->peer_timeout_s,
+                "Bound on any one step or collective of the peer: a hang in a DDP hook becomes a failed "
+                "peer after this long")
+      ->capture_default_str();
+  c->add_option("--peer-bucket-mb", a->peer_bucket_mb,
+                "DDP's bucket_cap_mb and first bucket size in MiB (0: DDP's defaults, 25 and 1); above the "
+                "model's size DDP syncs in one bucket, where its PowerSGD hook does not crash")
+      ->capture_default_str();
+  c->add_option("--repeats", a->repeats,
+                "Run our side and each peer this many times, alternating; the summary lines give medians")
+      ->capture_default_str();
+  c->add_option("--compression", a->o.compression,
+                "Gradient compression of our side (as `hpctrain train --compression`; default HPCT_COMPRESSION)");
+  c->add_flag("--accuracy", a->accuracy,
+              "Train --epochs epochs on Fashion-MNIST (both sides, with --peer) and report the test set's "
+              "accuracy beside the speed; the steps follow from the epochs");
+  c->add_option("--epochs", a->epochs, "With --accuracy: epochs to train")->capture_default_str();
+  c->add_option("--max-samples", a->o.max_samples,
+                "Train on the first N Fashion-MNIST images only (0: all 60,000)")
+      ->capture_default_str();
+  c->add_flag("--evaluate", a->o.evaluate, "Internal: report the test set's accuracy after the steps")->group("");
   c->add_option("--ddp-script", a->ddp_script, "bench/ddp_peer.py, as every host sees it")
       ->capture_default_str();
   c->add_option("--python", a->python, "Python with torch, on every host")->capture_default_str();
@@ -545,7 +670,8 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
   c->add_option("--pace-file", a->o.pace_file, "Internal: the pacing page of this job")->group("");
   c->add_option("--step-log", a->o.step_log, "Internal: per-step timings, one file per rank")
       ->group("");
-  c->callback([&cli, a] {
+  c->callback([&cli, a, steps] {
+    a->steps_given = steps->count() > 0;
     cli.run = [&cli, a] {
       return a->worker ? run_worker(*a, cli.config) : run_parent(*a, cli.config);
     };
