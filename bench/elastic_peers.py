@@ -214,11 +214,11 @@ def run_hpctrain(args, d):
     write_hosts(["localhost", "127.0.0.1", third])
     log = os.path.join(d, "hpctrain.log")
     cmd = [args.hpctrain, "launch", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
-           "cat " + hosts, "--discovery-interval", "0.5", "--blacklist-cooldown", "0", "--",
+           "cat " + hosts, "--discovery-interval", "0.5", "--blacklist-cooldown", "0", "--start-timeout", "120", "--",
            PY, HERE, "rank", "--mode", "hpctrain", "--total-steps", str(args.total_steps),
            "--commit-every", str(args.commit_every)]
-    env = dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(args.hpctrain)),
-                                                   "..", "python"))
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(args.hpctrain))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
     print("+ " + " ".join(cmd), flush=True)
     with open(log, "w") as out:
         job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)

@@ -146,7 +146,8 @@ def elastic():
     log = os.path.join(d, "job.log")
     cmd = [os.environ["HPCTRAIN"], "launch", "--min-np", "1", "--max-np", "2",
            "--host-discovery-script", "cat " + hosts, "--discovery-interval", "0.5",
-           "--blacklist-cooldown", "100", "--", PY, os.path.join(HERE, "elastic_ranks.py"),
+           "--blacklist-cooldown", "100", "--start-timeout", "120", "--", PY,
+           os.path.join(HERE, "elastic_ranks.py"),
            "150", "1", "23", "2"]
     print("+ " + " ".join(cmd), flush=True)
     env = dict(os.environ, HPCT_ELASTIC_TIMEOUT_S="30")
