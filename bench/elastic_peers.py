@@ -6,8 +6,9 @@
       line per run and per event. Three "hosts" on this machine, one worker
       each: hpctrain launch --min-np 2 --max-np 3 with a discovery script
       listing localhost, 127.0.0.1 and the host name; torchrun as three
-      agents (python3 -m torch.distributed.run --nnodes 2:3 --nproc-per-node 1
-      --rdzv-backend c10d --rdzv-endpoint 127.0.0.1:PORT --max-restarts 3).
+      agents (python3 -m torch.distributed.run --nnodes 2:3 --nproc_per_node 1
+      --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:PORT --max_restarts 3
+      --redirects 1 --tee 1).
       At global step --kill-step the third host's processes are SIGKILLed
       (its worker, and for torchrun its agent); once the job trains again
       with two and has done --rejoin-after more steps, the host comes back
@@ -250,9 +251,13 @@ def run_torchrun(args, d):
     env = dict(os.environ)
 
     def agent(i):
-        cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc-per-node", "1",
-               "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:%d" % port,
-               "--rdzv-id", "elastic-peers-%d" % os.getpid(), "--max-restarts", "3",
+        cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc_per_node", "1",
+               "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:%d" % port,
+               "--rdzv_id", "elastic-peers-%d" % os.getpid(), "--max_restarts", "3",
+               # torch 1.13 under Python 3.11 cannot parse the default
+               # --redirects 0 (iterating an IntFlag yields only its one-bit members):
+               # stdout (1) is teed from log files to the console.
+               "--redirects", "1", "--tee", "1",
                HERE, "rank", "--mode", "torchrun", "--total-steps", str(args.total_steps),
                "--steps-per-epoch", str(args.steps_per_epoch), "--dir", d]
         print("+ " + " ".join(cmd), flush=True)
@@ -289,6 +294,8 @@ def compare(args):
     results = []
     for rep in range(args.repeats):
         for mode, fn in (("hpctrain", run_hpctrain), ("torchrun", run_torchrun)):
+            if args.only and mode != args.only:
+                continue
             d = tempfile.mkdtemp(prefix="hpct-elastic-peers-")
             load = os.getloadavg()[0]
             text, kill_t, join_t, _ = fn(args, d)
@@ -300,6 +307,8 @@ def compare(args):
                 print(json.dumps(ev), flush=True)
                 results.append(ev)
     for ev in ("leave", "join"):
+        if args.only:
+            break
         h = [r["lost_s"] for r in results if r["event"] == ev and r["impl"] == "hpctrain"]
         t = [r["lost_s"] for r in results if r["event"] == ev and r["impl"] == "torchrun"]
         print(json.dumps({"summary": ev, "hpctrain_lost_s": statistics.median(h),
@@ -313,6 +322,7 @@ def main():
     c = sub.add_parser("compare")
     c.add_argument("--hpctrain", required=True)
     c.add_argument("--repeats", type=int, default=1)
+    c.add_argument("--only", choices=("hpctrain", "torchrun"), help="run one of the two")
     for q in (c, sub.add_parser("rank")):
         q.add_argument("--total-steps", type=int, default=400)
         q.add_argument("--commit-every", type=int, default=5)
