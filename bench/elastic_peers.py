@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import statistics
@@ -299,6 +300,7 @@ def compare(args):
             d = tempfile.mkdtemp(prefix="hpct-elastic-peers-")
             load = os.getloadavg()[0]
             text, kill_t, join_t, _ = fn(args, d)
+            shutil.rmtree(d, ignore_errors=True)
             leave, join = analyse(steps_of(text), kill_t, join_t)
             for ev in (leave, join):
                 ev.update({"bench": "elastic", "impl": mode, "repeat": rep, "load1": round(load, 1),

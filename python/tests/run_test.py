@@ -7,6 +7,7 @@
 Environment (set by CTest): PYTHONPATH=build/python, HPCTRAIN (the CLI), PYTHON_FOR_TESTS (python3).
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -165,6 +166,7 @@ def elastic():
         job.wait()
         fail("the job did not end within its bound:\n" + open(log).read())
     text = open(log).read()
+    shutil.rmtree(d, ignore_errors=True)
     print(text)
     print("exit %d after %.1f s" % (job.returncode, time.monotonic() - t0))
     if job.returncode != 0:
