@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include "core/error.h"
+#include "elastic_module.h"
 #include "process_group.h"
 #include "runtime.h"
 
@@ -95,4 +96,7 @@ PYBIND11_MODULE(_C, m) {
         return c10::make_intrusive<hpct::py::EngineProcessGroup>(std::move(runtime), rank, size, index);
       },
       py::arg("runtime"), py::arg("rank"), py::arg("size"), py::arg("index"));
+
+  // hpctrain.torch.elastic (elastic_module.h).
+  hpct::py::bind_elastic(m, error_type);
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "comm/tensor.h"
+#include "core/env.h"
 #include "core/error.h"
 #include "engine/message.h"
 #include "torch/context.h"
@@ -15,22 +16,43 @@ torch::Tensor Operation::wait() const {
   return output_;
 }
 
-Runtime::Runtime() : ctx_(init()) {}
+Runtime::Runtime() {
+  ProcessEnv env;
+  if (env.get("HPCT_ELASTIC_ID")) {
+    const Config config = Config::from_env(env);
+    worker_ = std::make_unique<elastic::Worker>(config, Logger::from_config(config, -1));
+    if (!worker_->join()) {
+      throw_invalid_argument("elastic worker " + std::to_string(worker_->id()) +
+                             " was not taken into the job (" + worker_->reason() + ")");
+    }
+    return;
+  }
+  ctx_ = init();
+}
 
 Runtime::~Runtime() { shutdown(); }
 
+const Context* Runtime::current() const {
+  if (worker_) return worker_->joined() ? &worker_->context() : nullptr;
+  return ctx_.get();
+}
+
 Context& Runtime::live() {
+  if (worker_) return worker_->context();  // InvalidArgument between worlds
   if (!ctx_) throw_invalid_argument("hpctrain.torch was shut down; call hvd.init() again first");
   return *ctx_;
 }
 
-int Runtime::rank() const { return ctx_ ? ctx_->rank() : 0; }
-int Runtime::size() const { return ctx_ ? ctx_->size() : 1; }
-int Runtime::local_rank() const { return ctx_ ? ctx_->local_rank() : 0; }
-int Runtime::local_size() const { return ctx_ ? ctx_->local_size() : 1; }
+int Runtime::rank() const { return current() ? current()->rank() : 0; }
+int Runtime::size() const { return current() ? current()->size() : 1; }
+int Runtime::local_rank() const { return current() ? current()->local_rank() : 0; }
+int Runtime::local_size() const { return current() ? current()->local_size() : 1; }
 Context& Runtime::context() { return live(); }
 
-bool Runtime::overlap_default() const { return overlap_from_config(*ctx_); }
+bool Runtime::overlap_default() const {
+  const Context* c = current();
+  return c != nullptr && overlap_from_config(*c);
+}
 
 Operation Runtime::allreduce(const torch::Tensor& t, const std::string& name,
                              const std::string& op, const std::string& compression) {
@@ -62,6 +84,9 @@ Operation Runtime::broadcast(const torch::Tensor& t, const std::string& name, in
   return Operation(std::move(h), t);
 }
 
-void Runtime::shutdown() { ctx_.reset(); }
+void Runtime::shutdown() {
+  ctx_.reset();
+  worker_.reset();
+}
 
 }  // namespace hpct::py

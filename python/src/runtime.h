@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "elastic/elastic.h"
 #include "engine/engine.h"
 #include "hpctrain/hpctrain.h"
 
@@ -44,7 +45,12 @@ class Operation {
 class Runtime {
  public:
   // Joins the job (hpct::init(): hpctrain launch, mpirun, srun or one rank).
-  // Blocks until every rank joined or HPCT_TIMEOUT_S ran out.
+  // Blocks until every rank joined or HPCT_TIMEOUT_S ran out. A worker of
+  // an elastic job (`hpctrain launch --min-np A --max-np B`) joins its
+  // first membership generation instead (elastic::Worker, bounded by
+  // HPCT_ELASTIC_TIMEOUT_S); hpctrain.torch.elastic.run moves it from one
+  // generation's world to the next, and every method below acts on the
+  // current one.
   Runtime();
   ~Runtime();
   Runtime(const Runtime&) = delete;
@@ -71,9 +77,14 @@ class Runtime {
   // Shuts the engine down on every rank (pending operations fail); idempotent.
   void shutdown();
 
+  // The elastic worker, or nullptr in a job of fixed size.
+  elastic::Worker* elastic_worker() { return worker_.get(); }
+
  private:
   Context& live();
-  std::unique_ptr<Context> ctx_;
+  const Context* current() const;
+  std::unique_ptr<elastic::Worker> worker_;  // elastic jobs: owns the current world
+  std::unique_ptr<Context> ctx_;             // fixed-size jobs
 };
 
 }  // namespace hpct::py

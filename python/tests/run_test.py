@@ -2,10 +2,12 @@
 
     run_test.py version_check
     run_test.py ranks N SCRIPT [ARGS...]   # hpctrain launch -np N -- python3 SCRIPT ARGS
+    run_test.py elastic                    # hpctrain.torch.elastic: a worker killed, a host joins
 
 Environment (set by CTest): PYTHONPATH=build/python, HPCTRAIN (the CLI), PYTHON_FOR_TESTS (python3).
 """
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -84,6 +86,8 @@ def main():
         mpirun(*sys.argv[2:])
     elif what == "killed_rank":
         killed_rank(*sys.argv[2:])
+    elif what == "elastic":
+        elastic()
     else:
         fail("unknown test " + what)
 
@@ -99,6 +103,107 @@ def killed_rank(n, bound):
             fail("rank %d raised too late" % k)
     if p.returncode == 0:
         fail("the launcher reported success for a job whose rank was killed")
+
+
+def wait_for(path, text, proc, bound):
+    """The log's text once it contains text, bounded by bound seconds (None when not)."""
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        with open(path) as f:
+            out = f.read()
+        if text in out:
+            return out
+        if proc.poll() is not None:
+            return None
+        time.sleep(0.2)
+    return None
+
+
+def elastic():
+    """hpctrain.torch.elastic under hpctrain launch --min-np 1 --max-np 2 on this
+    machine (localhost, 127.0.0.1 and the host name play three hosts): worker 1
+    is SIGKILLed at step 23; the survivor rolls back to its commit at step 20
+    and trains alone; then discovery lists a new host, whose worker joins at a
+    commit, gets the synced state and trains to the end with it."""
+    import re
+    import socket
+    # Not under an elastic launch: one clear error line.
+    code = ("import hpctrain.torch as hvd; hvd.init(); "
+            "hvd.elastic.run(lambda s: 0)(hvd.elastic.TorchState(step_count=0))")
+    p = subprocess.run([os.environ["HPCTRAIN"], "launch", "-np", "1", "--", PY, "-c", code],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=120)
+    print(p.stdout)
+    if p.returncode == 0 or "needs an elastic job: start the script with hpctrain launch --min-np" not in p.stdout:
+        fail("hvd.elastic.run outside an elastic job: exit %d, no clear error" % p.returncode)
+    d = tempfile.mkdtemp(prefix="hpct-py-elastic-")
+    hosts = os.path.join(d, "hosts")
+
+    def write_hosts(text):
+        with open(hosts + ".tmp", "w") as f:
+            f.write(text)
+        os.rename(hosts + ".tmp", hosts)
+
+    write_hosts("localhost:1\n127.0.0.1:1\n")
+    log = os.path.join(d, "job.log")
+    cmd = [os.environ["HPCTRAIN"], "launch", "--min-np", "1", "--max-np", "2",
+           "--host-discovery-script", "cat " + hosts, "--discovery-interval", "0.5",
+           "--blacklist-cooldown", "100", "--start-timeout", "120", "--", PY,
+           os.path.join(HERE, "elastic_ranks.py"),
+           "150", "1", "23", "2"]
+    print("+ " + " ".join(cmd), flush=True)
+    env = dict(os.environ, HPCT_ELASTIC_TIMEOUT_S="30")
+    t0 = time.monotonic()
+    with open(log, "w") as out:
+        job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        text = wait_for(log, "size 2 -> 1", job, 150)
+        if text is None:
+            fail("no generation of size 1 after the kill:\n" + open(log).read())
+        write_hosts("localhost:1\n127.0.0.1:1\n%s:1\n" % socket.gethostname())
+        job.wait(timeout=150)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        job.wait()
+        fail("the job did not end within its bound:\n" + open(log).read())
+    text = open(log).read()
+    shutil.rmtree(d, ignore_errors=True)
+    print(text)
+    print("exit %d after %.1f s" % (job.returncode, time.monotonic() - t0))
+    if job.returncode != 0:
+        fail("the elastic job exited %d" % job.returncode)
+    for want in ["worker 1 kills itself at step 23",
+                 "worker 1 (rank 1) on 127.0.0.1 is lost",
+                 "(scale-up): size 1 -> 2, rolled back 0 steps"]:
+        if want not in text:
+            fail("missing from the output: " + want)
+    # The survivor rolled back to its last commit (step 20) within 10 s.
+    m = re.search(r"\(failure\): size 2 -> 1, rolled back ([0-9]+) steps to step ([0-9]+), ([0-9.]+) s", text)
+    if not m or m.group(2) != "20" or not 1 <= int(m.group(1)) <= 5 or float(m.group(3)) >= 10:
+        fail("no rollback to step 20 of at most 5 steps within 10 s: %s" % (m.group(0) if m else None))
+    # Every world's sync left identical state on every rank; the joiner got it.
+    if "synced state identical on every rank: NO" in text:
+        fail("a world's sync left different state on its ranks")
+    joined = re.search(r"worker 2 world 1: rank 1 of 2 at step ([0-9]+), synced state identical "
+                       r"on every rank: yes", text)
+    if not joined or int(joined.group(1)) <= 20:
+        fail("the new worker did not join with the synced state at a later commit")
+    # Both finish at the same step (at least 150), with the step counted once
+    # per optimizer step across the rollback, in a world of 2, identical.
+    done = re.findall(r"worker ([0-9]+) done: step ([0-9]+), batches_done ([0-9]+), commits in history "
+                      r"([0-9]+), resets (\[.*?\]), size ([0-9]+), parameters identical on every rank: (\w+)",
+                      text)
+    if sorted(w for w, *_ in done) != ["0", "2"]:
+        fail("expected workers 0 and 2 to finish, got %s" % [w for w, *_ in done])
+    steps = {s for _, s, *_ in done}
+    for w, step, batches, commits, resets, size, same in done:
+        if len(steps) != 1 or int(step) < 150 or batches != step or size != "2" or same != "yes":
+            fail("worker %s ended wrong: step %s, batches %s, size %s, identical %s"
+                 % (w, step, batches, size, same))
+        if int(commits) != int(step) // 5:
+            fail("worker %s: %s commits kept for %s steps (a rolled-back commit survived)" % (w, commits, step))
+    resets0 = [r for w, _, _, _, r, *_ in done if w == "0"][0]
+    if resets0 != "[1, 2]":
+        fail("worker 0's reset callbacks ran with sizes %s, expected [1, 2]" % resets0)
 
 
 def mpirun(n, script, *args):

@@ -15,13 +15,6 @@
 namespace hpct::elastic {
 namespace {
 
-// Raised by commit() on every rank of a world when the launcher published a
-// newer generation: the ranks leave their world together, nothing lost.
-struct MembershipChanged {
-  std::int64_t generation = 0;
-  SteadyClock::time_point at;
-};
-
 torch::Tensor position_tensor(const State& s) {
   return torch::tensor({s.epoch, s.batch, s.step, s.samples}, torch::kLong);
 }
@@ -38,33 +31,36 @@ std::string tensor_string(const torch::Tensor& t) {
 }
 
 bool retryable(const Error& e) {
-  if (e.code() == ErrorCode::kPeerFailure || e.code() == ErrorCode::kTimeout) return true;
-  // A peer that shut its engine down (its process is ending) stops ours
-  // too; what is submitted after that raises InvalidArgument "the engine on
-  // rank N is shut down" rather than the PeerFailure its pending tensors
-  // got. Our own engine is not shut down while run() holds its Context, so
-  // this is a peer's doing.
-  const std::string m = e.what();
-  return e.code() == ErrorCode::kInvalidArgument &&
-         m.find("the engine on rank ") != std::string::npos &&
-         m.find(" is shut down") != std::string::npos;
+  // A peer's death, a peer's engine shutdown (its process is ending) and
+  // an operation that timed out (a host gone without a FIN) are what a new
+  // world can cure; anything else is the training function's own error.
+  return e.code() == ErrorCode::kPeerFailure || e.code() == ErrorCode::kTimeout;
 }
 
 }  // namespace
 
 State::State(torch::nn::Module& model, torch::optim::Optimizer& optimizer)
-    : model_(model), optimizer_(optimizer) {}
+    : model_(&model), optimizer_(&optimizer) {}
+
+State::State(Payload payload) : payload_(std::move(payload)) {
+  if (!payload_.save || !payload_.load)
+    throw_invalid_argument("elastic state: a payload needs both a save and a load function");
+}
 
 State::~State() = default;
 
 std::string State::serialize() const {
   torch::serialize::OutputArchive ar;
-  for (const auto& p : model_.named_parameters())
-    ar.write("model/p/" + p.key(), p.value().detach());
-  for (const auto& b : model_.named_buffers()) ar.write("model/b/" + b.key(), b.value(), true);
-  torch::serialize::OutputArchive opt;
-  optimizer_.save(opt);
-  ar.write("optimizer", opt);
+  if (model_ != nullptr) {
+    for (const auto& p : model_->named_parameters())
+      ar.write("model/p/" + p.key(), p.value().detach());
+    for (const auto& b : model_->named_buffers()) ar.write("model/b/" + b.key(), b.value(), true);
+    torch::serialize::OutputArchive opt;
+    optimizer_->save(opt);
+    ar.write("optimizer", opt);
+  } else {
+    ar.write("payload", bytes_tensor(payload_.save()));
+  }
   ar.write("position", position_tensor(*this));
   std::string names;
   std::vector<double> values;
@@ -82,32 +78,38 @@ std::string State::serialize() const {
 void State::deserialize(const std::string& bytes) {
   torch::serialize::InputArchive ar;
   ar.load_from(bytes.data(), bytes.size());
-  {
+  if (model_ == nullptr) {
+    torch::Tensor payload;
+    ar.read("payload", payload);
+    payload_.load(tensor_string(payload));
+  } else {
     torch::NoGradGuard no_grad;
-    for (auto& p : model_.named_parameters()) {
+    for (auto& p : model_->named_parameters()) {
       torch::Tensor t;
       ar.read("model/p/" + p.key(), t);
       p.value().copy_(t);
     }
-    for (auto& b : model_.named_buffers()) {
+    for (auto& b : model_->named_buffers()) {
       torch::Tensor t;
       ar.read("model/b/" + b.key(), t, true);
       b.value().copy_(t);
     }
   }
-  torch::serialize::InputArchive opt;
-  ar.read("optimizer", opt);
-  optimizer_.state().clear();
-  optimizer_.load(opt);
-  // libtorch 1.13's load() drops the saved param group options (lr,
-  // momentum, ...): read them from the same archive (as broadcast.cc does).
-  torch::serialize::InputArchive groups;
-  opt.read("param_groups", groups);
-  for (std::size_t i = 0; i < optimizer_.param_groups().size(); ++i) {
-    torch::serialize::InputArchive group, options;
-    groups.read("param_groups/" + std::to_string(i), group);
-    group.read("options", options);
-    optimizer_.param_groups()[i].options().serialize(options);
+  if (optimizer_ != nullptr) {
+    torch::serialize::InputArchive opt;
+    ar.read("optimizer", opt);
+    optimizer_->state().clear();
+    optimizer_->load(opt);
+    // libtorch 1.13's load() drops the saved param group options (lr,
+    // momentum, ...): read them from the same archive (as broadcast.cc does).
+    torch::serialize::InputArchive groups;
+    opt.read("param_groups", groups);
+    for (std::size_t i = 0; i < optimizer_->param_groups().size(); ++i) {
+      torch::serialize::InputArchive group, options;
+      groups.read("param_groups/" + std::to_string(i), group);
+      group.read("options", options);
+      optimizer_->param_groups()[i].options().serialize(options);
+    }
   }
   torch::Tensor pos;
   ar.read("position", pos);
@@ -150,10 +152,14 @@ void State::restore() {
 
 void State::commit() {
   save();
-  if (rdv_ == nullptr || ctx_ == nullptr) return;
-  double newest = ctx_->rank() == 0 ? static_cast<double>(rdv_->current()) : 0.0;
+  check_host_updates();
+}
+
+void State::check_host_updates() {
+  if (worker_ == nullptr || ctx_ == nullptr) return;
+  double newest = ctx_->rank() == 0 ? static_cast<double>(worker_->rdv_->current()) : 0.0;
   newest = hpct::allreduce(*ctx_, "elastic/generation", newest, false);
-  if (newest > static_cast<double>(gen_)) {
+  if (newest > static_cast<double>(worker_->gen_)) {
     throw MembershipChanged{static_cast<std::int64_t>(newest), SteadyClock::now()};
   }
 }
@@ -182,6 +188,8 @@ void State::on_size_change(std::function<void(int, int)> callback) {
   on_size_change_ = std::move(callback);
 }
 
+void State::on_reset(std::function<void()> callback) { on_reset_ = std::move(callback); }
+
 Context& State::context() {
   if (ctx_ == nullptr)
     throw_invalid_argument("elastic state: no world yet (use it inside elastic::run)");
@@ -190,77 +198,111 @@ Context& State::context() {
 
 std::int64_t State::committed_step() const { return saved_step_; }
 
-bool run(State& state, const std::function<void(Context&)>& train, const Config& config,
-         const Logger& logger) {
+Worker::Worker(const Config& config, const Logger& logger)
+    : config_(config),
+      logger_(logger),
+      rdv_(std::make_unique<Rendezvous>(config, ProcessEnv(), logger)) {
+  rdv_->announce_ready();
+}
+
+Worker::~Worker() = default;
+
+std::int64_t Worker::id() const { return rdv_->id(); }
+
+Context& Worker::context() {
+  if (ctx_ == nullptr)
+    throw_invalid_argument("elastic worker " + std::to_string(id()) +
+                           " is between worlds (no generation joined)");
+  return *ctx_;
+}
+
+void Worker::leave() { ctx_.reset(); }
+
+bool Worker::join() {
   namespace proto = launch::elastic;
-  Rendezvous rdv(config, ProcessEnv(), logger);
-  struct Detach {
-    State& s;
-    ~Detach() {
-      s.ctx_ = nullptr;
-      s.rdv_ = nullptr;
-      s.worker_id_ = -1;
-    }
-  } detach{state};
-  state.rdv_ = &rdv;
-  state.worker_id_ = rdv.id();
-  if (state.saved_.empty()) state.save();
-  rdv.announce_ready();
-  Logger log = logger;
-  std::int64_t after = -1;
-  int size = 0;
-  SteadyClock::time_point change_start = SteadyClock::now();
-  std::int64_t rollback = 0;
+  leave();
+  std::int64_t after = gen_;
   while (true) {
     // A little longer than the launcher waits below --min-np, so that its
     // verdict (naming the lost hosts) comes first.
-    proto::Generation g = rdv.next_generation(after, rdv.timeout() + Millis(5000));
-    const proto::Member* me = g.find(rdv.id());
+    proto::Generation g = rdv_->next_generation(after, rdv_->timeout() + Millis(5000));
+    after = g.gen;
+    const proto::Member* me = g.find(rdv_->id());
     if (me == nullptr) {
-      if (state.gen_ < 0) {  // not taken in yet: wait for the next one
-        after = g.gen;
-        continue;
-      }
-      log.info("elastic", "worker " + std::to_string(rdv.id()) + " is not in generation " +
-                              std::to_string(g.gen) + " (" + g.reason + "); leaving the job");
+      if (!taken_in_) continue;  // not taken in yet: wait for the next one
+      gen_ = g.gen;
+      reason_ = g.reason;
+      logger_.info("elastic", "worker " + std::to_string(rdv_->id()) + " is not in generation " +
+                                  std::to_string(g.gen) + " (" + g.reason + "); leaving the job");
       return false;
     }
     const proto::Member self = *me;
     std::optional<comm::World> world;
     try {
-      world = rdv.connect(g, self);
+      world = rdv_->connect(g, self);
     } catch (const Error& e) {
       if (!retryable(e)) throw;
-      log.warn("elastic", "generation " + std::to_string(g.gen) + " did not form: " + e.what());
-      rdv.report_failure(g.gen, self.rank, e);
-      after = g.gen;
+      logger_.warn("elastic",
+                   "generation " + std::to_string(g.gen) + " did not form: " + e.what());
+      rdv_->report_failure(g.gen, self.rank, e);
       continue;
     }
-    if (!world) {  // a newer generation came while we waited for the others
-      after = g.gen;
-      continue;
+    if (!world) continue;  // a newer generation came while we waited for the others
+    ctx_ = make_context(std::move(*world), config_, logger_);
+    gen_ = g.gen;
+    reason_ = g.reason;
+    taken_in_ = true;
+    return true;
+  }
+}
+
+bool run(State& state, const std::function<void(Context&)>& train, const Config& config,
+         const Logger& logger) {
+  Worker worker(config, logger);
+  return run(state, worker, train);
+}
+
+bool run(State& state, Worker& worker, const std::function<void(Context&)>& train) {
+  struct Detach {
+    State& s;
+    ~Detach() {
+      s.ctx_ = nullptr;
+      s.worker_ = nullptr;
+      s.worker_id_ = -1;
     }
-    auto ctx = make_context(std::move(*world), config, logger);
-    log = logger.with_rank(ctx->rank());
-    state.ctx_ = ctx.get();
-    state.gen_ = g.gen;
+  } detach{state};
+  state.worker_ = &worker;
+  state.worker_id_ = worker.id();
+  if (state.saved_.empty()) state.save();
+  int size = 0;
+  SteadyClock::time_point change_start = SteadyClock::now();
+  std::int64_t rollback = 0;
+  bool first_world = true;
+  while (true) {
+    if (!worker.joined() && !worker.join()) return false;
+    Context& ctx = worker.context();
+    Logger log = worker.logger_.with_rank(ctx.rank());
+    state.ctx_ = &ctx;
+    const std::int64_t gen = worker.generation();
     std::int64_t step_before = state.step;
     try {
+      if (!first_world && state.on_reset_) state.on_reset_();
+      first_world = false;
       state.sync();
       const int old_size = size;
-      size = ctx->size();
+      size = ctx.size();
       Change c;
-      c.generation = g.gen;
-      c.reason = g.reason;
+      c.generation = gen;
+      c.reason = worker.reason();
       c.old_size = old_size;
       c.new_size = size;
       c.rollback_steps = rollback + std::max<std::int64_t>(0, step_before - state.step);
       c.seconds = std::chrono::duration<double>(SteadyClock::now() - change_start).count();
       state.last_change_ = c;
-      if (ctx->rank() == 0) {
+      if (ctx.rank() == 0) {
         char secs[32];
         std::snprintf(secs, sizeof secs, "%.2f", c.seconds);
-        log.info("elastic", "generation " + std::to_string(g.gen) + " (" + g.reason + "): size " +
+        log.info("elastic", "generation " + std::to_string(gen) + " (" + c.reason + "): size " +
                                 std::to_string(old_size) + " -> " + std::to_string(size) +
                                 ", rolled back " + std::to_string(c.rollback_steps) +
                                 " steps to step " + std::to_string(state.step) + ", " + secs +
@@ -268,27 +310,26 @@ bool run(State& state, const std::function<void(Context&)>& train, const Config&
       }
       if (old_size != size && state.on_size_change_) state.on_size_change_(old_size, size);
       rollback = 0;
-      train(*ctx);
-      rdv.mark_done();
+      train(ctx);
+      worker.rdv_->mark_done();
       return true;
     } catch (const MembershipChanged& m) {
       change_start = m.at;
       rollback = 0;
-      after = g.gen;
     } catch (const Error& e) {
       if (!retryable(e)) throw;
       change_start = SteadyClock::now();
       const std::int64_t failed_at = state.step;
-      rdv.report_failure(g.gen, ctx->rank(), e);
-      log.warn("elastic", "generation " + std::to_string(g.gen) + " failed at step " +
+      worker.rdv_->report_failure(gen, ctx.rank(), e);
+      log.warn("elastic", "generation " + std::to_string(gen) + " failed at step " +
                               std::to_string(failed_at) + ": " + e.what());
       state.ctx_ = nullptr;
-      ctx.reset();  // the engine and the broken communicator go first
+      worker.leave();  // the engine and the broken communicator go first
       state.restore();
       rollback = failed_at - state.step;
-      after = g.gen;
     }
     state.ctx_ = nullptr;
+    worker.leave();
   }
 }
 

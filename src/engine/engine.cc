@@ -288,12 +288,20 @@ void Engine::run() {
   }
   std::lock_guard<std::mutex> rl(round_mu_);
   if (timeline_) timeline_->close();
-  if (!error) {
-    error = make_error(ErrorCode::kInvalidArgument, "the engine on rank " +
-                                                        std::to_string(rank_) + " is shut down");
-  }
   {
     std::lock_guard<std::mutex> lk(mu_);
+    if (!error && peer_shutdown_rank_ >= 0) {
+      // A peer's shutdown ended this engine: what is submitted from now on
+      // fails as its pending tensors did, as a peer's doing.
+      error = make_error(ErrorCode::kPeerFailure,
+                         "the engine on rank " + std::to_string(rank_) +
+                             " stopped: the engine was shut down by rank " +
+                             std::to_string(peer_shutdown_rank_) + " (its process is ending)");
+    }
+    if (!error) {
+      error = make_error(ErrorCode::kInvalidArgument,
+                         "the engine on rank " + std::to_string(rank_) + " is shut down");
+    }
     broken_ = error;
     for (auto& e : incoming_) add_pending(std::move(e));
     incoming_.clear();
@@ -453,6 +461,7 @@ bool Engine::round(bool shutdown_requested) {
                                                 : ErrorCode::kPeerFailure;
       std::lock_guard<std::mutex> lk(mu_);
       shutdown_requested_ = true;
+      if (answer.shutdown_rank != rank_) peer_shutdown_rank_ = answer.shutdown_rank;
       broken_ = make_error(code, "the engine was shut down by " + who +
                                      " while tensors were pending");
       stop = true;

@@ -240,6 +240,7 @@ class Engine {
   bool flush_requested_ = false;            // GUARDED_BY(mu_): a round is due now
   std::exception_ptr broken_;               // GUARDED_BY(mu_): set when the thread stopped
   bool stopped_ = false;                    // GUARDED_BY(mu_): a caller's round ended the engine
+  int peer_shutdown_rank_ = -1;             // GUARDED_BY(mu_): the peer whose shutdown ended it
   std::exception_ptr stop_error_;           // GUARDED_BY(mu_): and the error it raised
   Stats stats_;                             // GUARDED_BY(mu_)
   // Used by whoever runs a round; its decisions copied out under mu_.

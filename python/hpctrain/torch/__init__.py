@@ -49,6 +49,7 @@ from .functions import (  # noqa: E402,F401
     broadcast_parameters, broadcast_optimizer_state, broadcast_object, allgather_object)
 from .optimizer import DistributedOptimizer  # noqa: E402,F401
 from . import backend as _backend  # noqa: E402  (registers "hpctrain" with torch.distributed)
+from . import elastic  # noqa: E402,F401  (hvd.elastic.run, hvd.elastic.TorchState)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "rank", "size", "local_rank", "local_size",

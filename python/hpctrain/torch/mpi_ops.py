@@ -102,6 +102,7 @@ class _State:
         self.handles = {}       # int -> (operations, post)
         self.next_handle = 0
         self.counters = {}      # op -> count, for automatic names
+        self.elastic = None     # the C++ elastic state inside hpctrain.torch.elastic.run
 
 
 _state = _State()
@@ -117,6 +118,15 @@ def init(comm=None, process_sets=None):
         if _state.runtime is None:
             _state.runtime = _C.Runtime()
             _state.counters.clear()
+
+
+def _new_world():
+    """A new elastic world began: automatic names count from 0 again on every
+    member (a joining worker's counters start there), and handles of the old
+    world are gone."""
+    with _state.lock:
+        _state.counters.clear()
+        _state.handles.clear()
 
 
 def shutdown():

@@ -178,7 +178,22 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                               "Call step() inside `with optimizer.skip_synchronize():`.")
             self.synchronize()
         self._hvd_synchronized = False
-        return self._hvd_local_step(closure)
+        result = self._hvd_local_step(closure)
+        from .mpi_ops import _state
+        if _state.elastic is not None:  # inside hpctrain.torch.elastic.run: the job's step count
+            _state.elastic.step += 1
+        return result
+
+    def _hvd_reset(self):
+        """Forgets what was submitted in a world that failed (hpctrain.torch.elastic)."""
+        self._hvd_ops.clear()
+        self._hvd_dense.clear()
+        self._hvd_ctx.clear()
+        self._hvd_order = []
+        self._hvd_synchronized = False
+        for p in self._hvd_params:
+            self._hvd_delay[id(p)] = self.backward_passes_per_step
+        self._hvd_overlap = self._hvd_rt.overlap_default()
 
     def _hvd_local_step(self, closure=None):
         """The wrapped optimizer's own step, with no communication."""

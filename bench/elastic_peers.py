@@ -1,0 +1,347 @@
+#!/usr/bin/python3
+"""A host leaves and one joins: hpctrain.torch.elastic next to torchrun --nnodes 2:3.
+
+  elastic_peers.py compare --hpctrain build/tools/hpctrain/hpctrain [--repeats 1]
+      Runs the same event under both, one after the other, and prints a JSON
+      line per run and per event. Three "hosts" on this machine, one worker
+      each: hpctrain launch --min-np 2 --max-np 3 with a discovery script
+      listing localhost, 127.0.0.1 and the host name; torchrun as three
+      agents (python3 -m torch.distributed.run --nnodes 2:3 --nproc_per_node 1
+      --rdzv_backend c10d --rdzv_endpoint 127.0.0.1:PORT --max_restarts 3
+      --redirects 1 --tee 1).
+      At global step --kill-step the third host's processes are SIGKILLed
+      (its worker, and for torchrun its agent); once the job trains again
+      with two and has done --rejoin-after more steps, the host comes back
+      (discovery lists it again / its agent is started again). The job ends
+      at --total-steps.
+  elastic_peers.py rank --mode hpctrain|torchrun ...
+      One worker (started by the launcher or by torchrun's agent).
+
+Same training for both: the cnn of ddp_peer.py (conv32-conv64-fc128),
+Fashion-MNIST, batch 32 per worker, SGD lr 0.01 x size, momentum 0.9, 1
+intra-op thread. hpctrain commits its TorchState every --commit-every steps
+(in memory); the torchrun script checkpoints model, optimizer and position to
+a file at the end of every epoch of --steps-per-epoch steps and loads it when
+its workers start (the usual torchrun recipe). Rank 0 prints the time of
+every step, from which:
+  leave: time from the kill until a step completes again, steps redone
+         (the last step before the kill minus the step training resumed
+         from), and lost time = recovery + redone steps x the median step
+         time afterwards;
+  join:  the longest pause between steps after the host came back, less the
+         median step time, steps redone, and lost time likewise.
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+sys.dont_write_bytecode = True
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+PY = "/usr/bin/python3"
+HERE = os.path.abspath(__file__)
+BATCH = 32
+
+
+def data():
+    import torch
+    from ddp_peer import DATA, read_idx
+    images = torch.from_numpy(read_idx(f"{DATA}/train-images-idx3-ubyte.gz")[:8192].copy())
+    labels = torch.from_numpy(read_idx(f"{DATA}/train-labels-idx1-ubyte.gz")[:8192].copy()).long()
+    return ((images.float() / 255.0 - 0.2860) / 0.3530).unsqueeze(1), labels
+
+
+def batch_of(x_all, labels, step, rank, size):
+    start = (step * BATCH * size + rank * BATCH) % (x_all.shape[0] - BATCH)
+    return x_all[start:start + BATCH], labels[start:start + BATCH]
+
+
+def say_step(step, size):
+    print("STEP %d size %d t=%.4f" % (step, size, time.time()), flush=True)
+
+
+def rank_hpctrain(args):
+    import torch
+    import torch.nn.functional as F
+    import hpctrain.torch as hvd
+    from ddp_peer import make_model
+    torch.set_num_threads(1)
+    hvd.init()
+    x_all, labels = data()
+    torch.manual_seed(42)
+    model = make_model("cnn")
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01 * hvd.size(), momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, opt)
+
+    def rescale():
+        for g in opt.param_groups:
+            g["lr"] = 0.01 * hvd.size()
+    state.register_reset_callbacks([rescale])
+
+    @hvd.elastic.run
+    def train(state):
+        r, n = hvd.rank(), hvd.size()
+        while state.step < args.total_steps:
+            x, y = batch_of(x_all, labels, state.step, r, n)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            if r == 0:
+                say_step(state.step, n)
+            if state.step % args.commit_every == 0:
+                state.commit()
+
+    train(state)
+
+
+def rank_torchrun(args):
+    import torch
+    import torch.distributed as dist
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from ddp_peer import make_model
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo")
+    r, n = dist.get_rank(), dist.get_world_size()
+    x_all, labels = data()
+    torch.manual_seed(42)
+    model = DDP(make_model("cnn"))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01 * n, momentum=0.9)
+    ckpt = os.path.join(args.dir, "checkpoint.pt")
+    step = 0
+    if os.path.exists(ckpt):
+        saved = torch.load(ckpt)
+        model.module.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["optimizer"])
+        for g in opt.param_groups:
+            g["lr"] = 0.01 * n
+        step = saved["step"]
+    if r == 0:
+        print("RESUMED from step %d size %d t=%.4f" % (step, n, time.time()), flush=True)
+    while step < args.total_steps:
+        x, y = batch_of(x_all, labels, step, r, n)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        step += 1
+        if r == 0:
+            say_step(step, n)
+            if step % args.steps_per_epoch == 0:
+                torch.save({"model": model.module.state_dict(), "optimizer": opt.state_dict(),
+                            "step": step}, ckpt + ".tmp")
+                os.rename(ckpt + ".tmp", ckpt)
+    dist.destroy_process_group()
+
+
+# ---- the driver ----
+
+def steps_of(text):
+    return [(int(m.group(1)), int(m.group(2)), float(m.group(3)))
+            for m in re.finditer(r"STEP (\d+) size (\d+) t=([0-9.]+)", text)]
+
+
+def wait_until(log, pred, bound, what):
+    deadline = time.monotonic() + bound
+    while time.monotonic() < deadline:
+        with open(log) as f:
+            text = f.read()
+        if pred(text):
+            return text
+        time.sleep(0.05)
+    raise SystemExit("waited %.0f s for %s; log:\n%s" % (bound, what, open(log).read()[-3000:]))
+
+
+def pids_with_env(marker):
+    out = []
+    for p in os.listdir("/proc"):
+        if not p.isdigit():
+            continue
+        try:
+            with open("/proc/%s/environ" % p, "rb") as f:
+                if marker.encode() in f.read().split(b"\0"):
+                    out.append(int(p))
+        except OSError:
+            pass
+    return out
+
+
+def analyse(steps, kill_t, join_t):
+    """The figures of both events from rank 0's (step, size, time) lines: the
+    world of 3 before the kill, of 2 after it, of 3 again after the join."""
+    def median_step(lines):
+        return statistics.median(b[2] - a[2] for a, b in zip(lines, lines[1:]) if b[0] == a[0] + 1)
+
+    last_before = max(s for s, n, t in steps if n == 3 and t < kill_t)
+    two = [x for x in steps if x[1] == 2 and kill_t <= x[2] < join_t]
+    first_two = two[0]
+    step_two = median_step(two)
+    redone = last_before - (first_two[0] - 1)
+    recovery = first_two[2] - kill_t
+    leave = {"event": "leave", "recovery_s": round(recovery, 2), "steps_redone": redone,
+             "step_s": round(step_two, 4), "lost_s": round(recovery + redone * step_two, 2)}
+    three = [x for x in steps if x[1] == 3 and x[2] >= join_t]
+    step_three = median_step(three)
+    last_two = max(s for s, n, t in steps if n == 2 and t >= kill_t)
+    redone_j = max(0, last_two - (three[0][0] - 1))
+    # The pause: from the last step of 2 to the first of 3, less one step.
+    t_last_two = max(t for s, n, t in steps if n == 2 and t >= kill_t)
+    pause = max(0.0, three[0][2] - t_last_two - step_three)
+    join = {"event": "join", "pause_s": round(pause, 2), "steps_redone": redone_j,
+            "step_s": round(step_three, 4), "lost_s": round(pause + redone_j * step_three, 2),
+            "from_join_to_3_s": round(three[0][2] - join_t, 2)}
+    return leave, join
+
+
+def run_hpctrain(args, d):
+    hosts = os.path.join(d, "hosts")
+    third = socket.gethostname()
+
+    def write_hosts(names):
+        with open(hosts + ".tmp", "w") as f:
+            f.write("".join("%s:1\n" % h for h in names))
+        os.rename(hosts + ".tmp", hosts)
+
+    write_hosts(["localhost", "127.0.0.1", third])
+    log = os.path.join(d, "hpctrain.log")
+    cmd = [args.hpctrain, "launch", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+           "cat " + hosts, "--discovery-interval", "0.5", "--blacklist-cooldown", "0", "--start-timeout", "120", "--",
+           PY, HERE, "rank", "--mode", "hpctrain", "--total-steps", str(args.total_steps),
+           "--commit-every", str(args.commit_every)]
+    build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(args.hpctrain))))
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
+    print("+ " + " ".join(cmd), flush=True)
+    with open(log, "w") as out:
+        job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(log, lambda t: any(s >= args.kill_step and n == 3 for s, n, _ in steps_of(t)), 300,
+                   "step %d with 3 workers" % args.kill_step)
+        write_hosts(["localhost", "127.0.0.1"])
+        victims = pids_with_env("HPCT_ELASTIC_ID=2")
+        kill_t = time.time()
+        for p in victims:
+            os.kill(p, signal.SIGKILL)
+        text = wait_until(log, lambda t: sum(1 for _, n, tt in steps_of(t) if n == 2 and tt > kill_t)
+                          >= args.rejoin_after, 300, "training with 2")
+        join_t = time.time()
+        write_hosts(["localhost", "127.0.0.1", third])
+        job.wait(timeout=600)
+    finally:
+        if job.poll() is None:
+            job.kill()
+    text = open(log).read()
+    if job.returncode != 0:
+        raise SystemExit("hpctrain job exited %d:\n%s" % (job.returncode, text[-3000:]))
+    return text, kill_t, join_t, victims
+
+
+def run_torchrun(args, d):
+    log = os.path.join(d, "torchrun.log")
+    port = 29000 + os.getpid() % 1000
+    env = dict(os.environ)
+
+    def agent(i):
+        cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc_per_node", "1",
+               "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:%d" % port,
+               "--rdzv_id", "elastic-peers-%d" % os.getpid(), "--max_restarts", "3",
+               # torch 1.13 under Python 3.11 cannot parse the default
+               # --redirects 0 (iterating an IntFlag yields only its one-bit members):
+               # stdout (1) is teed from log files to the console.
+               "--redirects", "1", "--tee", "1",
+               HERE, "rank", "--mode", "torchrun", "--total-steps", str(args.total_steps),
+               "--steps-per-epoch", str(args.steps_per_epoch), "--dir", d]
+        print("+ " + " ".join(cmd), flush=True)
+        out = open(log, "a")  # every agent: rank 0 may be on any of them
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                start_new_session=True)
+
+    agents = [agent(0)]
+    time.sleep(2)  # the first agent hosts the c10d store
+    agents += [agent(1), agent(2)]
+    try:
+        wait_until(log, lambda t: any(s >= args.kill_step and n == 3 for s, n, _ in steps_of(t)), 300,
+                   "step %d with 3 workers" % args.kill_step)
+        kill_t = time.time()
+        os.killpg(agents[2].pid, signal.SIGKILL)  # the agent and its worker
+        agents[2].wait()
+        wait_until(log, lambda t: sum(1 for _, n, tt in steps_of(t) if n == 2 and tt > kill_t)
+                   >= args.rejoin_after, 300, "training with 2")
+        join_t = time.time()
+        agents.append(agent(3))
+        for a in (agents[0], agents[1], agents[3]):
+            a.wait(timeout=600)
+    finally:
+        for a in agents:
+            if a.poll() is None:
+                os.killpg(a.pid, signal.SIGKILL)
+    text = open(log).read()
+    if agents[0].returncode != 0:
+        raise SystemExit("torchrun agent 0 exited %d:\n%s" % (agents[0].returncode, text[-3000:]))
+    return text, kill_t, join_t, [agents[2].pid]
+
+
+def compare(args):
+    results = []
+    for rep in range(args.repeats):
+        for mode, fn in (("hpctrain", run_hpctrain), ("torchrun", run_torchrun)):
+            if args.only and mode != args.only:
+                continue
+            d = tempfile.mkdtemp(prefix="hpct-elastic-peers-")
+            load = os.getloadavg()[0]
+            text, kill_t, join_t, _ = fn(args, d)
+            shutil.rmtree(d, ignore_errors=True)
+            leave, join = analyse(steps_of(text), kill_t, join_t)
+            for ev in (leave, join):
+                ev.update({"bench": "elastic", "impl": mode, "repeat": rep, "load1": round(load, 1),
+                           "kill_step": args.kill_step, "commit_every": args.commit_every,
+                           "steps_per_epoch": args.steps_per_epoch})
+                print(json.dumps(ev), flush=True)
+                results.append(ev)
+    for ev in ("leave", "join"):
+        if args.only:
+            break
+        h = [r["lost_s"] for r in results if r["event"] == ev and r["impl"] == "hpctrain"]
+        t = [r["lost_s"] for r in results if r["event"] == ev and r["impl"] == "torchrun"]
+        print(json.dumps({"summary": ev, "hpctrain_lost_s": statistics.median(h),
+                          "torchrun_lost_s": statistics.median(t),
+                          "ratio": round(statistics.median(h) / max(1e-9, statistics.median(t)), 3)}))
+
+
+def main():
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("compare")
+    c.add_argument("--hpctrain", required=True)
+    c.add_argument("--repeats", type=int, default=1)
+    c.add_argument("--only", choices=("hpctrain", "torchrun"), help="run one of the two")
+    for q in (c, sub.add_parser("rank")):
+        q.add_argument("--total-steps", type=int, default=400)
+        q.add_argument("--commit-every", type=int, default=5)
+        q.add_argument("--steps-per-epoch", type=int, default=100)
+    c.add_argument("--kill-step", type=int, default=150)
+    c.add_argument("--rejoin-after", type=int, default=30)
+    r = sub.choices["rank"]
+    r.add_argument("--mode", choices=("hpctrain", "torchrun"), required=True)
+    r.add_argument("--dir", default=".")
+    args = p.parse_args()
+    if args.cmd == "compare":
+        compare(args)
+    elif args.mode == "hpctrain":
+        rank_hpctrain(args)
+    else:
+        rank_torchrun(args)
+
+
+if __name__ == "__main__":
+    main()
