@@ -249,6 +249,25 @@ TEST(Int8Compressor, AverageWithinHalfAStepOnEveryRank) {
   EXPECT_EQ(Int8Compressor::levels(127), 1);
 }
 
+// A chunk of zeros, or of denormals (a dead unit's gradient row), whose
+// inverse scale would overflow: zeros on the wire, finite results, its
+// values kept in the residual.
+TEST(Int8Compressor, ZeroAndDenormalChunksStayFinite) {
+  on_ranks(2, [](Context& ctx) {
+    LossySpec spec = *parse_lossy("int8");
+    spec.start_step = 0;
+    Int8Compressor q(spec);
+    auto x = torch::randn({768});
+    x.narrow(0, 0, 256).zero_();
+    x.narrow(0, 256, 256).fill_(1e-41f);
+    std::vector<GradSlot> g{{"x", x.clone()}};
+    q.reduce(ctx.engine(), g, true);
+    EXPECT_TRUE(torch::isfinite(g[0].grad).all().item<bool>());
+    EXPECT_TRUE(torch::equal(g[0].grad.narrow(0, 0, 512), torch::zeros({512})));
+    EXPECT_TRUE(torch::equal(q.buffers().at("error/x").narrow(0, 256, 256), x.narrow(0, 256, 256)));
+  });
+}
+
 struct Mlp : torch::nn::Module {
   Mlp() {
     fc1 = register_module("fc1", torch::nn::Linear(20, 64));

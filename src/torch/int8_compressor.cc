@@ -3,6 +3,9 @@
 #include "core/error.h"
 
 namespace hpct {
+namespace {
+constexpr float kTinyScale = 1e-30f;
+}  // namespace
 
 bool Int8Compressor::compresses(const torch::Tensor& grad, int) const {
   if (grad.scalar_type() != torch::kFloat || grad.numel() < spec_.int8_chunk) return false;
@@ -49,8 +52,11 @@ void Int8Compressor::reduce_compressed(engine::Engine& engine, std::vector<GradS
   }
   wait_all(hs);
   for (auto& w : work) {
-    // A chunk of zeros on every rank has scale 0: its levels stay 0.
-    auto inv = torch::where(w.scale > 0, lv / w.scale, torch::zeros_like(w.scale)).unsqueeze(1);
+    // A chunk of zeros (a dead unit's row) has scale 0 or a denormal one
+    // whose inverse overflows to inf (and 0 x inf is NaN): below kTinyScale
+    // it sends zeros and its values stay in the residual.
+    auto inv = torch::where(w.scale > kTinyScale, lv / w.scale.clamp_min(kTinyScale), torch::zeros_like(w.scale))
+                   .unsqueeze(1);
     auto qf = (w.padded * inv).round_().clamp_(-lv, lv);
     w.q = qf.to(torch::kChar);
     auto step = (w.scale / lv).unsqueeze(1);
