@@ -338,5 +338,33 @@ TEST(LossyTraining, PlainAllreduceBeforeTheStartStep) {
   }
 }
 
+// auto --allow-lossy measures the first steps, then decides on every rank
+// alike and says why; ranks of one host have no network to save.
+TEST(LossyTraining, AutoAllowLossyOnOneHostPicksNoneAndSaysWhy) {
+  on_ranks(2, [](Context& ctx) {
+    torch::nn::Linear m(20, 64);
+    torch::optim::SGD sgd(m->parameters(), 0.01);
+    DistributedOptions o;
+    o.compression = "auto";
+    o.allow_lossy = true;
+    o.compression_start_step = 0;
+    DistributedOptimizer opt(ctx, sgd, m->named_parameters(), o);
+    for (int s = 0; s < 6; ++s) {
+      opt.zero_grad();
+      m->forward(torch::randn({4, 20})).sum().backward();
+      opt.step();
+    }
+    EXPECT_EQ(opt.lossy_compression(), "");
+    EXPECT_NE(opt.compression_reason().find("auto picked none: every rank is on one host"), std::string::npos)
+        << opt.compression_reason();
+    // Without --allow-lossy auto never considers them, and says nothing.
+    DistributedOptions plain;
+    plain.compression = "auto";
+    plain.allow_lossy = false;
+    DistributedOptimizer opt2(ctx, sgd, m->named_parameters(), plain);
+    EXPECT_EQ(opt2.compression_reason(), "");
+  });
+}
+
 }  // namespace
 }  // namespace hpct
