@@ -125,6 +125,48 @@ TEST_F(TrainCli, KilledRankResumesUnderLaunchAndEndsBitExact) {
   EXPECT_EQ(killed.summary["params_crc32c"], full.summary["params_crc32c"]) << killed.out;
 }
 
+// Lossy compression keeps every rank's residuals (and powersgd's Q) in the
+// checkpoint: with compression from step 5, rank 1 SIGKILLed after the
+// step-10 checkpoint resumes under launch and ends with the parameters of
+// an uninterrupted run, identical on both ranks.
+TEST_F(TrainCli, LossyCompressionResumesBitExactAfterAKill) {
+  for (const std::string mode : {"powersgd:4", "int8"}) {
+    const std::string tag = mode == "int8" ? "l-int8" : "l-psgd";
+    const std::string lossy = "--compression " + mode + " --compression-start-step 5 --max-steps 30";
+    CliRun full = run(train(tag + "-full", lossy));
+    ASSERT_EQ(full.exit_code, 0) << full.out;
+    EXPECT_EQ(full.summary["compression"], mode) << full.out;
+    EXPECT_TRUE(full.summary["params_identical_across_ranks"].get<bool>()) << full.out;
+    EXPECT_GT(full.summary["val_accuracy"].get<double>(), 0.3) << full.out;  // it learns (chance: 0.1)
+    std::thread killer([&] {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (fs::exists(dir_ + "/" + tag + "/ckpt-0000000010.json")) {
+          if (pid_t pid = find_rank(dir_ + "/" + tag, 1)) {
+            ::kill(pid, SIGKILL);
+            return;
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+    std::string args = train(tag, lossy + " --checkpoint-every 10 --resume auto");
+    args.replace(0, std::string("launch -np 2").size(), "launch -np 2 --max-restarts 1");
+    CliRun killed = run(args);
+    killer.join();
+    ASSERT_EQ(killed.exit_code, 0) << killed.out;
+    EXPECT_NE(killed.out.find("resumed from"), std::string::npos) << killed.out;
+    EXPECT_GE(killed.summary["resumed_from_step"].get<int>(), 10) << killed.out;
+    EXPECT_LT(killed.summary["resumed_from_step"].get<int>(), 30) << killed.out;
+    EXPECT_EQ(killed.summary["params_crc32c"], full.summary["params_crc32c"]) << mode << "\n" << killed.out;
+    EXPECT_TRUE(killed.summary["params_identical_across_ranks"].get<bool>()) << killed.out;
+  }
+  // A checkpoint with a lossy state is not resumed without it.
+  CliRun other = run(train("l-int8", "--compression none --max-steps 40 --resume auto"));
+  EXPECT_NE(other.exit_code, 0) << other.out;
+  EXPECT_NE(other.out.find("resume with the same --compression"), std::string::npos) << other.out;
+}
+
 TEST_F(TrainCli, BitFlippedNewestCheckpointIsSkipped) {
   CliRun first = run(train("b", "--max-steps 20 --checkpoint-every 10"));
   ASSERT_EQ(first.exit_code, 0) << first.out;

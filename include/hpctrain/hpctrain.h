@@ -73,8 +73,19 @@ struct DistributedOptions {
   // in plain libtorch) and are communicated on the last one.
   int backward_passes_per_step = 1;
   bool average = true;  // false: sum over ranks
-  // none, fp16 or bf16; empty: HPCT_COMPRESSION.
+  // The engine's wire type: none, fp16, bf16 or auto; or a lossy mode with
+  // error feedback (docs/compression.md): powersgd[:RANK] (rank-RANK
+  // approximation of each gradient matrix, default 4) or int8 (8-bit
+  // integers, a scale per chunk). Empty: HPCT_COMPRESSION.
   std::string compression;
+  // Lossy modes: steps of plain allreduce before compressing (-1:
+  // HPCT_COMPRESSION_START_STEP), and the least factor a tensor's bytes must
+  // shrink by to be compressed (0: HPCT_COMPRESSION_MIN_RATE).
+  std::int64_t compression_start_step = -1;
+  double compression_min_rate = 0;
+  // compression auto may pick a lossy mode (by the link's measured rate and
+  // the gradients' shapes). Unset: HPCT_ALLOW_LOSSY.
+  std::optional<bool> allow_lossy;
   // true: start each gradient's allreduce from an autograd hook as soon as
   // it is ready (overlap with backward); false: all of them in step().
   // Unset: HPCT_OVERLAP (on, off, or auto: off when this host's ranks
@@ -122,6 +133,20 @@ class DistributedOptimizer {
   bool overlaps() const;
   // allreduce, ps or ps-async (DistributedOptions::sync resolved).
   const std::string& sync_mode() const;
+  // The lossy mode in use ("powersgd:4", "int8"), or "" when gradients go
+  // through the engine's own wire types.
+  std::string lossy_compression() const;
+  // Why compression auto picked what it picked ("" before it decided, and
+  // for any other mode).
+  std::string compression_reason() const;
+  // A lossy mode's state (step counter, residuals, powersgd's Q) as bytes
+  // of a libtorch archive; "" without a lossy mode. Residuals are this
+  // rank's own: a checkpoint keeps every rank's.
+  std::string compression_state() const;
+  // Restores what compression_state() returned (on the same rank of a job
+  // of the same size): the next steps compute the bits an uninterrupted run
+  // would. InvalidArgument when the bytes are another mode's.
+  void restore_compression_state(const std::string& bytes);
   // Call when this rank has no more batches in an epoch. ps modes: waits
   // until every worker has finished the epoch (so ranks with fewer batches
   // than others finish instead of hanging); ps-async: the parameters become

@@ -214,7 +214,11 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   j["lockstep"] = o.sync || o.lockstep;
   j["fusion_bytes"] = eo.fusion_bytes;
   j["cycle_ms"] = eo.cycle_ms;
-  j["compression"] = o.compression.empty() ? engine::compression_name(eo.compression) : o.compression;
+  // A lossy mode (powersgd:R or int8) is DistributedOptimizer's.
+  j["compression"] = dist && !dist->lossy_compression().empty()
+                         ? dist->lossy_compression()
+                         : (o.compression.empty() ? engine::compression_name(eo.compression) : o.compression);
+  if (dist && !dist->compression_reason().empty()) j["compression_reason"] = dist->compression_reason();
   j["engine_rounds"] = stats.rounds;
   j["engine_full_rounds"] = stats.full_rounds;
   j["engine_in_place_bytes"] = stats.in_place_bytes;

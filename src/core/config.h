@@ -109,7 +109,14 @@ namespace hpct {
     "Engine: rank 0 writes a Chrome-trace JSON of every tensor's phases to this file")         \
   X(std::string, compression, "HPCT_COMPRESSION", "auto",                                       \
     "Engine: wire type of float32 allreduces: none, fp16, bf16, or auto (fp16 only where the "  \
-    "job measured it faster: never in shared memory; docs/engine.md)")  \
+    "job measured it faster: never in shared memory; docs/engine.md); lossy, with error "        \
+    "feedback: powersgd[:RANK] or int8 (docs/compression.md)")                                  \
+  X(bool, allow_lossy, "HPCT_ALLOW_LOSSY", false,                                               \
+    "compression auto may also pick the lossy modes (powersgd, int8; docs/compression.md)")    \
+  X(std::int64_t, compression_start_step, "HPCT_COMPRESSION_START_STEP", 50,                    \
+    "Lossy compression: steps of plain allreduce before it starts (docs/compression.md)")     \
+  X(double, compression_min_rate, "HPCT_COMPRESSION_MIN_RATE", 2.0,                             \
+    "Lossy compression: a tensor whose bytes it would cut by less than this goes uncompressed") \
   X(std::string, sync, "HPCT_SYNC", "allreduce",                                                \
     "DistributedOptimizer: allreduce, ps (parameter servers sum gradients, lockstep) or "       \
     "ps-async (servers hold the parameters, bounded staleness); ps modes need launch --servers") \

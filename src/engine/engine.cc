@@ -78,7 +78,9 @@ EngineOptions EngineOptions::from_config(const Config& c) {
   o.stall_abort_s = c.stall_abort_s < 0 ? c.timeout_s : c.stall_abort_s;
   o.stall_warn_s = o.stall_abort_s > 0 ? std::min(c.stall_warn_s, o.stall_abort_s / 2) : c.stall_warn_s;
   o.timeline_path = c.timeline;
-  o.compression = parse_compression(c.compression);
+  // A lossy mode is DistributedOptimizer's; what it leaves uncompressed
+  // goes as the default would.
+  o.compression = is_lossy_compression(c.compression) ? Compression::kAuto : parse_compression(c.compression);
   return o;
 }
 

@@ -91,7 +91,15 @@ Compression parse_compression(const std::string& s) {
   if (s == "fp16" || s == "float16" || s == "half") return Compression::kFp16;
   if (s == "bf16" || s == "bfloat16") return Compression::kBf16;
   if (s == "auto") return Compression::kAuto;
-  throw_invalid_argument("compression '" + s + "' is not one of none, fp16, bf16, auto");
+  if (is_lossy_compression(s)) {
+    throw_invalid_argument("compression '" + s + "' is a lossy mode that DistributedOptimizer runs " +
+                           "over the engine; the engine's own wire types are none, fp16, bf16, auto");
+  }
+  throw_invalid_argument("compression '" + s + "' is not one of none, fp16, bf16, auto, powersgd[:RANK], int8");
+}
+
+bool is_lossy_compression(const std::string& s) {
+  return s == "int8" || s == "powersgd" || s.rfind("powersgd:", 0) == 0;
 }
 
 std::size_t Request::count() const {

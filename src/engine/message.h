@@ -23,6 +23,10 @@ enum class Compression : std::uint8_t { kNone, kFp16, kBf16, kAuto };
 const char* kind_name(CollectiveKind k);
 const char* compression_name(Compression c);
 Compression parse_compression(const std::string& s);  // none | fp16 | bf16 | auto
+// powersgd[:RANK] or int8: lossy modes with error feedback that
+// DistributedOptimizer runs on top of the engine (src/torch/
+// gradient_compressor.h); the engine's own wire type under them is auto.
+bool is_lossy_compression(const std::string& s);
 
 // One named tensor that one rank has submitted.
 struct Request {

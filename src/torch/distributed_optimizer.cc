@@ -22,11 +22,13 @@
 
 #include <algorithm>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "engine/engine.h"
 #include "torch/context.h"
 #include "ps/job.h"
+#include "torch/gradient_compressor.h"
 #include "torch/ps_sync.h"
 
 namespace hpct {
@@ -83,6 +85,17 @@ struct DistributedOptimizer::Impl {
   bool overlap = true;  // options.overlap, resolved
   std::string sync;     // options.sync, resolved
   std::unique_ptr<PsSync> ps;  // ps and ps-async modes (made once the parameters are known)
+  std::unique_ptr<GradientCompressor> lossy;  // powersgd or int8 (gradient_compressor.h)
+  LossySpec lossy_defaults;  // start step and min rate, resolved
+  bool auto_lossy_pending = false;  // auto --allow-lossy: decided at the first synchronize()
+  std::string compression_reason;   // what auto decided and why
+  // auto --allow-lossy measures the plain steps before it decides: time
+  // waiting in synchronize() against time from one synchronize() to the next.
+  static constexpr std::int64_t kAutoMinSteps = 4;
+  static constexpr double kAutoLossyShare = 0.2;  // sync's share of the step that makes the wire worth it
+  std::int64_t auto_steps = 0;
+  double auto_sync_s = 0, auto_period_s = 0;
+  SteadyClock::time_point auto_last_entry{};
 
   Impl(Context& c, torch::optim::Optimizer& o, DistributedOptions opts)
       : ctx(c), optimizer(o), options(std::move(opts)) {
@@ -94,7 +107,29 @@ struct DistributedOptimizer::Impl {
     // The parameter servers take every gradient in step(), pipelined piece
     // by piece; the engine's hooks stay out of it.
     overlap = sync == "allreduce" && (options.overlap ? *options.overlap : overlap_from_config(ctx));
-    if (!options.compression.empty()) compression = engine::parse_compression(options.compression);
+    const std::string text = options.compression.empty() ? ctx.config().compression : options.compression;
+    lossy_defaults.start_step =
+        options.compression_start_step >= 0 ? options.compression_start_step : ctx.config().compression_start_step;
+    lossy_defaults.min_rate =
+        options.compression_min_rate > 0 ? options.compression_min_rate : ctx.config().compression_min_rate;
+    if (lossy_defaults.start_step < 0 || lossy_defaults.min_rate <= 0) {
+      throw_invalid_argument("HPCT_COMPRESSION_START_STEP must be >= 0 and HPCT_COMPRESSION_MIN_RATE > 0");
+    }
+    if (auto spec = parse_lossy(text)) {
+      spec->start_step = lossy_defaults.start_step;
+      spec->min_rate = lossy_defaults.min_rate;
+      lossy = make_gradient_compressor(*spec);
+    } else if (!options.compression.empty()) {
+      compression = engine::parse_compression(options.compression);
+    }
+    auto_lossy_pending = text == "auto" && options.allow_lossy.value_or(ctx.config().allow_lossy);
+    if ((lossy || auto_lossy_pending) && sync != "allreduce") {
+      throw_invalid_argument("compression " + text + " works with --sync allreduce; the parameter servers " +
+                             "take plain gradients (drop --compression or --sync)");
+    }
+    // Compression needs every gradient at once (a step's two rounds), so
+    // the hooks submit nothing; the engine still fuses the rounds.
+    if (lossy || auto_lossy_pending) overlap = false;
     if (options.backward_passes_per_step < 1) {
       throw_invalid_argument("backward_passes_per_step must be at least 1");
     }
@@ -127,12 +162,29 @@ struct DistributedOptimizer::Impl {
       if (ps->mode() == ps::Mode::kSync) ps->exchange_gradients(options.average);
       return;  // async: the worker's own gradient feeds its own optimizer step
     }
+    if (auto_lossy_pending && auto_steps >= std::max<std::int64_t>(lossy_defaults.start_step, kAutoMinSteps)) {
+      decide_auto_lossy();
+    }
+    if (lossy) {
+      reduce_lossy();
+      return;
+    }
+    const auto t0 = SteadyClock::now();
     std::unique_lock<std::mutex> lk(mu);
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!params[i].submitted) submit(params[i], i);
     }
     auto by_arrival = wait_submitted(lk);
     if (!laid_out) lay_out(by_arrival);
+    if (auto_lossy_pending) {
+      // The first step pays one-off costs (negotiation, auto's probes).
+      if (auto_steps >= 1) {
+        auto_sync_s += std::chrono::duration<double>(SteadyClock::now() - t0).count();
+        auto_period_s += std::chrono::duration<double>(t0 - auto_last_entry).count();
+      }
+      auto_last_entry = t0;
+      ++auto_steps;
+    }
   }
 
   // Waits for the handles submitted so far and resets the step's state.
@@ -160,6 +212,29 @@ struct DistributedOptimizer::Impl {
     return done_order;
   }
 
+  // Every gradient through the lossy compressor (no hook submitted any).
+  void reduce_lossy() {
+    std::lock_guard<std::mutex> lk(mu);
+    std::vector<GradSlot> slots;
+    slots.reserve(params.size());
+    for (auto& p : params) {
+      torch::Tensor& g = p.tensor.mutable_grad();
+      if (!g.defined()) {
+        g = torch::zeros_like(p.tensor, torch::MemoryFormat::Contiguous);
+      } else if (!g.is_contiguous()) {
+        g = g.contiguous();
+      }
+      slots.push_back(GradSlot{p.name, g});
+    }
+    for (auto& p : params) {
+      p.passes = 0;
+      p.submitted = false;
+    }
+    lossy->reduce(ctx.engine(), slots, options.average);
+  }
+
+  void decide_auto_lossy();
+
   // EXCLUSIVE_LOCKS_REQUIRED(mu)
   void lay_out(const std::vector<std::size_t>& by_arrival) {
     laid_out = true;
@@ -186,6 +261,63 @@ struct DistributedOptimizer::Impl {
     }
   }
 };
+
+// auto --allow-lossy (docs/compression.md), at the same step on every rank
+// (a collective): on one host, or when waiting for gradients took under
+// kAutoLossyShare of the step, the wire is not what limits the job and no
+// lossy mode is used; otherwise powersgd:4 when most gradient bytes are
+// matrices it cuts by at least the minimum rate, else int8 when most bytes
+// are tensors it takes, else none. The ranks' measurements are averaged by
+// an allreduce, so every rank decides alike.
+void DistributedOptimizer::Impl::decide_auto_lossy() {
+  auto_lossy_pending = false;
+  LossySpec low_rank = lossy_defaults;
+  low_rank.kind = LossySpec::Kind::kPowerSgd;
+  LossySpec int8 = lossy_defaults;
+  int8.kind = LossySpec::Kind::kInt8;
+  auto psgd = make_gradient_compressor(low_rank);
+  auto i8 = make_gradient_compressor(int8);
+  double total = 0, psgd_bytes = 0, int8_bytes = 0;
+  for (const auto& p : params) {
+    if (p.tensor.scalar_type() != torch::kFloat) continue;
+    const double b = static_cast<double>(p.tensor.numel()) * 4;
+    total += b;
+    if (psgd->compresses(p.tensor, ctx.size())) psgd_bytes += b;
+    if (i8->compresses(p.tensor, ctx.size())) int8_bytes += b;
+  }
+  const double steps = static_cast<double>(std::max<std::int64_t>(1, auto_steps - 1));
+  auto m = allreduce(ctx, "compression/auto_measure",
+                     torch::tensor({auto_sync_s / steps, auto_period_s / steps}, torch::kDouble), true);
+  const double sync_ms = m[0].item<double>() * 1e3, step_ms = m[1].item<double>() * 1e3;
+  const double share = step_ms > 0 ? sync_ms / step_ms : 0;
+  char measured[256];
+  std::snprintf(measured, sizeof measured,
+                "sync waited %.1f ms of a %.1f ms step (%.0f%%) for %.1f MB of gradients (%.2f Gbit/s)", sync_ms,
+                step_ms, share * 100, total / 1e6, sync_ms > 0 ? total * 8 / (sync_ms * 1e6) : 0.0);
+  std::string pick = "none";
+  std::string why;
+  if (ctx.size() == 1 || ctx.local_size() == ctx.size()) {
+    why = "every rank is on one host (no network to save)";
+  } else if (share < kAutoLossyShare) {
+    why = std::string(measured) + ": the wire is not what limits the step";
+  } else if (psgd_bytes >= 0.5 * total) {
+    pick = low_rank.name();
+    why = std::string(measured) + "; " + std::to_string(static_cast<int>(100 * psgd_bytes / total)) +
+          "% of the bytes are matrices of low-rank compression rate >= " + std::to_string(low_rank.min_rate);
+  } else if (int8_bytes >= 0.5 * total) {
+    pick = "int8";
+    why = std::string(measured) + "; most bytes are in tensors low rank does not fit";
+  } else {
+    why = std::string(measured) + "; most bytes are in tensors too small to compress";
+  }
+  compression_reason = "auto picked " + pick + ": " + why;
+  if (pick == "none") return;
+  auto spec = *parse_lossy(pick);
+  spec.start_step = lossy_defaults.start_step;
+  spec.min_rate = lossy_defaults.min_rate;
+  lossy = make_gradient_compressor(spec);
+  lossy->set_step(auto_steps);
+}
 
 namespace {
 
@@ -268,6 +400,44 @@ void DistributedOptimizer::end_epoch() {
 }
 
 const std::string& DistributedOptimizer::sync_mode() const { return impl_->sync; }
+
+std::string DistributedOptimizer::lossy_compression() const {
+  return impl_->lossy ? impl_->lossy->spec().name() : std::string();
+}
+
+std::string DistributedOptimizer::compression_reason() const { return impl_->compression_reason; }
+
+std::string DistributedOptimizer::compression_state() const {
+  if (!impl_->lossy) return {};
+  torch::serialize::OutputArchive ar;
+  impl_->lossy->save(ar);
+  std::ostringstream ss;
+  ar.save_to(ss);
+  return ss.str();
+}
+
+void DistributedOptimizer::restore_compression_state(const std::string& bytes) {
+  if (bytes.empty()) return;
+  torch::serialize::InputArchive ar;
+  std::istringstream ss(bytes);
+  ar.load_from(ss);
+  if (!impl_->lossy && impl_->auto_lossy_pending) {
+    // auto decided this mode in the run that saved it: keep it.
+    auto spec = parse_lossy(saved_compression_mode(ar));
+    if (spec) {
+      spec->start_step = impl_->lossy_defaults.start_step;
+      spec->min_rate = impl_->lossy_defaults.min_rate;
+      impl_->lossy = make_gradient_compressor(*spec);
+      impl_->auto_lossy_pending = false;
+      impl_->compression_reason = "auto picked " + spec->name() + " in the run this one resumes";
+    }
+  }
+  if (!impl_->lossy) {
+    throw_invalid_argument("the checkpoint holds a lossy compression state (" + saved_compression_mode(ar) +
+                           ") and this run compresses without one: resume with the same --compression");
+  }
+  impl_->lossy->load(ar);
+}
 
 void DistributedOptimizer::zero_grad() { impl_->optimizer.zero_grad(); }
 

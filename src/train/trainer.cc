@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <mutex>
 #include <sstream>
@@ -51,22 +52,30 @@ std::string tensor_bytes(const torch::Tensor& t) {
   return std::string(reinterpret_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
 }
 
-// Every rank's bytes on every rank: an allreduce (sum) of a zero matrix in
-// which each rank fills its own row (exact in double for byte values).
+// Every rank's bytes on every rank, through the engine's allgather (byte
+// rows; each rank sends its length first, so an empty string is one row).
 std::vector<std::string> gather_bytes(Context& ctx, const std::string& name, const std::string& mine) {
-  auto lens = torch::zeros({ctx.size()}, torch::kDouble);
-  lens[ctx.rank()] = static_cast<double>(mine.size());
-  lens = allreduce(ctx, name + "/len", lens, false);
-  auto maxlen = static_cast<std::int64_t>(lens.max().item<double>());
-  auto m = torch::zeros({ctx.size(), std::max<std::int64_t>(maxlen, 1)}, torch::kDouble);
-  if (!mine.empty()) {
-    m[ctx.rank()].narrow(0, 0, static_cast<std::int64_t>(mine.size())).copy_(bytes_tensor(mine));
-  }
-  m = allreduce(ctx, name, m, false);
+  std::string framed(8, '\0');
+  const std::uint64_t len = mine.size();
+  std::memcpy(framed.data(), &len, 8);
+  framed += mine;
+  engine::TensorRef t;
+  t.data = framed.data();
+  t.dtype = comm::DataType::kUInt8;
+  t.shape = {static_cast<std::int64_t>(framed.size())};
+  auto h = ctx.engine().allgather_async(name, t);
+  h.wait();
+  const auto& all = h.gathered();
   std::vector<std::string> out;
+  std::size_t off = 0;
   for (int r = 0; r < ctx.size(); ++r) {
-    auto n = static_cast<std::int64_t>(lens[r].item<double>());
-    out.push_back(tensor_bytes(m[r].narrow(0, 0, n)));
+    std::uint64_t n = 0;
+    if (off + 8 > all.size()) throw_data_corrupt(name + ": rank " + std::to_string(r) + "'s bytes are cut short");
+    std::memcpy(&n, all.data() + off, 8);
+    off += 8;
+    if (off + n > all.size()) throw_data_corrupt(name + ": rank " + std::to_string(r) + "'s bytes are cut short");
+    out.emplace_back(reinterpret_cast<const char*>(all.data() + off), n);
+    off += n;
   }
   return out;
 }
@@ -221,11 +230,12 @@ struct Payload {
   bool epoch_done = false;
   std::string rng;     // this rank's
   std::string loader;  // this rank's
+  std::string compression;  // this rank's lossy compression state (residuals, Q); "" without one
 };
 
 std::string make_payload(Context& ctx, Model& model, torch::optim::Optimizer& opt, std::int64_t step,
                          std::int64_t epoch, bool epoch_done, const std::vector<std::string>& rngs,
-                         const std::vector<std::string>& loaders) {
+                         const std::vector<std::string>& loaders, const std::vector<std::string>& compressions) {
   torch::serialize::OutputArchive ar;
   torch::serialize::OutputArchive m;
   model.save(m);
@@ -240,6 +250,7 @@ std::string make_payload(Context& ctx, Model& model, torch::optim::Optimizer& op
   for (int r = 0; r < ctx.size(); ++r) {
     ar.write("rng/" + std::to_string(r), bytes_tensor(rngs[r]));
     ar.write("loader/" + std::to_string(r), bytes_tensor(loaders[r]));
+    if (!compressions[r].empty()) ar.write("compression/" + std::to_string(r), bytes_tensor(compressions[r]));
   }
   std::ostringstream ss;
   ar.save_to(ss);
@@ -279,6 +290,8 @@ Payload restore_payload(Context& ctx, const std::string& bytes, const std::strin
     torch::Tensor l;
     ar.read("loader/" + std::to_string(ctx.rank()), l);
     p.loader = tensor_bytes(l);
+    torch::Tensor c;
+    if (ar.try_read("compression/" + std::to_string(ctx.rank()), c)) p.compression = tensor_bytes(c);
   } catch (const c10::Error& e) {
     throw_data_corrupt(where + ": checksum matches but libtorch cannot read it as this model's " +
                        "checkpoint: " + e.what_without_backtrace());
@@ -417,7 +430,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
 
   // Resume: rank 0 chooses the checkpoint, every rank loads it.
   std::int64_t step = 0, first_epoch = 0, resumed_from = -1;
-  std::string loader_state;
+  std::string loader_state, compression_state;
   {
     std::string payload, where;
     double chosen = 0;
@@ -450,6 +463,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
       resumed_from = p.step;
       first_epoch = p.epoch_done ? p.epoch + 1 : p.epoch;
       if (!p.epoch_done) loader_state = p.loader;
+      compression_state = p.compression;
       set_rng_state(p.rng);
       if (lead) log.info("train", "resumed from " + where + " (step " + std::to_string(p.step) + ")");
     }
@@ -459,7 +473,16 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   dopts.compression = o.compression;
   dopts.sync = o.sync;
   dopts.staleness = o.staleness;
+  dopts.compression_start_step = o.compression_start_step;
+  dopts.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
   DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
+  if (!compression_state.empty()) {
+    opt.restore_compression_state(compression_state);
+  } else if (resumed_from >= 0 && !opt.lossy_compression().empty()) {
+    throw_invalid_argument("--compression " + opt.lossy_compression() + ": the checkpoint of step " +
+                           std::to_string(resumed_from) + " holds no compression state (written without it); " +
+                           "resume with the compression it was written with");
+  }
 
   MetricsFile metrics(lead ? o.metrics : "");
   const auto prometheus = metrics::rank_metrics_from_config(
@@ -504,8 +527,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
     average_buffers(ctx, *model);
     auto rngs = gather_bytes(ctx, "train/ckpt_rng", rng_state());
     auto loaders = gather_bytes(ctx, "train/ckpt_loader", loader.save_state());
+    // Residuals are every rank's own: all of them go into the checkpoint.
+    auto compressions = gather_bytes(ctx, "train/ckpt_compression", opt.compression_state());
     if (lead) {
-      auto payload = make_payload(ctx, *model, *optimizer, step, epoch, epoch_done, rngs, loaders);
+      auto payload = make_payload(ctx, *model, *optimizer, step, epoch, epoch_done, rngs, loaders, compressions);
       auto info = write_checkpoint(o.checkpoint_dir, step, epoch, payload);
       log.info("train", "checkpoint " + info.payload_path + " (" + std::to_string(payload.size()) + " bytes)");
     }
@@ -612,6 +637,8 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
                              {"optimizer_ms", m[r][3].item<double>() * 1e3}});
           }
           j["ranks"] = ranks;
+          if (!opt.lossy_compression().empty()) j["compression"] = opt.lossy_compression();
+          if (!opt.compression_reason().empty()) j["compression_reason"] = opt.compression_reason();
           auto sources = shard_fs->stats();
           if (!sources.empty()) j["sources"] = sources;  // rank 0's remote reads so far
           metrics.write(j);
@@ -704,6 +731,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   s["steps"] = step;
   s["resumed_from_step"] = resumed_from;
   s["stopped_by_signal"] = signalled;
+  s["compression"] = !opt.lossy_compression().empty() ? opt.lossy_compression()
+                     : !o.compression.empty()          ? o.compression
+                                                       : ctx.config().compression;
+  if (!opt.compression_reason().empty()) s["compression_reason"] = opt.compression_reason();
   s["train_loss"] = last_loss;
   if (val) {
     s["val_loss"] = val_loss;
@@ -809,6 +840,8 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
                            1000003ull * static_cast<std::uint64_t>(change.generation));
         DistributedOptions dopts;
         dopts.compression = o.compression;
+        dopts.compression_start_step = o.compression_start_step;
+        dopts.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
         DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
         std::unique_ptr<data::Loader> val;
         if (!o.val.empty()) {

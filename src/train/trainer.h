@@ -59,7 +59,9 @@ struct TrainOptions {
   std::string optimizer = "sgd";       // sgd or adam
   double momentum = 0.9;
   double weight_decay = 0;
-  std::string compression;            // none, fp16, bf16; empty: HPCT_COMPRESSION
+  std::string compression;            // none, fp16, bf16, auto, powersgd[:RANK], int8; empty: HPCT_COMPRESSION
+  std::int64_t compression_start_step = -1;  // lossy modes: plain steps first; -1: HPCT_COMPRESSION_START_STEP
+  bool allow_lossy = false;           // auto may pick a lossy mode (or HPCT_ALLOW_LOSSY)
   int threads = 1;                    // intra-op threads
   int data_threads = 1;               // decode threads per rank
   std::string checkpoint_dir;

@@ -88,7 +88,13 @@ void add_train_command(CLI::App& app, Cli& cli) {
   c->add_option("--optimizer", o->optimizer, "sgd or adam")->capture_default_str();
   c->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
   c->add_option("--weight-decay", o->weight_decay, "Weight decay")->capture_default_str();
-  c->add_option("--compression", o->compression, "Gradient compression: none, fp16, bf16 or auto (default HPCT_COMPRESSION, auto)");
+  c->add_option("--compression", o->compression,
+                "Gradient compression: none, fp16, bf16, auto (default HPCT_COMPRESSION, auto), or lossy with "
+                "error feedback: powersgd[:RANK] (low rank, default 4) or int8 (docs/compression.md)");
+  c->add_option("--compression-start-step", o->compression_start_step,
+                "Lossy compression: steps of plain allreduce first (default HPCT_COMPRESSION_START_STEP, 50)");
+  c->add_flag("--allow-lossy", o->allow_lossy,
+              "--compression auto may pick powersgd or int8 when the link limits the step (HPCT_ALLOW_LOSSY)");
   c->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
   c->add_option("--data-threads", o->data_threads, "Decode threads per rank")->capture_default_str();
   c->add_option("--checkpoint-dir", o->checkpoint_dir, "Where rank 0 writes checkpoints");
