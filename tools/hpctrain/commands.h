@@ -64,6 +64,8 @@ void add_rank_check_command(CLI::App& app, Cli& cli);  // hidden test program
 void add_train_command(CLI::App& app, Cli& cli);
 void add_cluster_command(CLI::App& app, Cli& cli);    // setup, status
 void add_ps_server_command(CLI::App& app, Cli& cli);  // hidden: launch --servers starts it
+void add_plan_command(CLI::App& app, Cli& cli);       // and plan calibrate
+void add_plan_profile_command(CLI::App& app, Cli& cli);  // hidden, hpctrain-torch: calibrate's profile
 // -np -> --np before parsing (CLI11 takes one letter after a single dash).
 void rewrite_single_dash_options(int argc, char** argv);
 

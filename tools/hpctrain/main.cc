@@ -37,6 +37,7 @@ int main(int argc, char** argv) {
   add_cluster_command(app, state);
   add_rank_check_command(app, state);
   add_ps_server_command(app, state);
+  add_plan_command(app, state);
   add_forwarded_command(app, state, "train",
                         "Train a model on WebDataset shards across the job's ranks",
                         kTorchExecutable);
