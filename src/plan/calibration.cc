@@ -168,33 +168,33 @@ Calibration load_calibration(const std::string& path) {
   }
 }
 
-AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts) {
-  // Weighted least squares with weights 1/t^2: minimises the relative error.
-  double sw = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-  double lo = 0, hi = 0;
-  for (size_t i = 0; i < pts.size(); ++i) {
-    const auto [x, y] = pts[i];
-    if (y <= 0) continue;
-    const double w = 1.0 / (y * y);
-    sw += w, sx += w * x, sy += w * y, sxx += w * x * x, sxy += w * x * y;
-    lo = i == 0 ? x : std::min(lo, x);
-    hi = i == 0 ? x : std::max(hi, x);
+AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts_in) {
+  std::vector<std::pair<double, double>> pts;
+  for (const auto& p : pts_in) {
+    if (p.first >= 0 && p.second > 0) pts.push_back(p);
   }
-  const double det = sw * sxx - sx * sx;
-  if (pts.size() < 2 || hi <= lo || det <= 0) {
+  std::sort(pts.begin(), pts.end());
+  if (pts.size() < 2 || pts.front().first == pts.back().first) {
     throw_invalid_argument("an alpha-beta fit needs times at two or more message sizes (bench comm --sizes 4K,1M,16M)");
   }
+  // beta from the bandwidth regime: least squares over the sizes from a
+  // sixteenth of the largest up (at least the two largest). Small messages
+  // ride in caches and in a shaper's burst and would make a link look
+  // faster than it is for the megabytes a gradient bucket holds.
+  const double largest = pts.back().first;
+  size_t from = pts.size() - 2;
+  while (from > 0 && pts[from - 1].first >= largest / 16) --from;
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t i = from; i < pts.size(); ++i) {
+    const auto [x, y] = pts[i];
+    n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+  }
   AlphaBeta ab;
-  ab.beta_s_per_byte = (sw * sxy - sx * sy) / det;
-  ab.alpha_s = (sy - ab.beta_s_per_byte * sx) / sw;
-  if (ab.beta_s_per_byte < 0) {  // sizes too small to see bandwidth: all latency
-    ab.beta_s_per_byte = 0;
-    ab.alpha_s = sy / sw;
-  }
-  if (ab.alpha_s < 0) {  // no latency visible: refit through the origin
-    ab.alpha_s = 0;
-    ab.beta_s_per_byte = sxy / sxx;
-  }
+  const double det = n * sxx - sx * sx;
+  ab.beta_s_per_byte = det > 0 ? (n * sxy - sx * sy) / det : 0;
+  if (ab.beta_s_per_byte <= 0) ab.beta_s_per_byte = sxy / sxx;  // no slope visible: through the origin
+  // alpha from the latency regime: what the smallest message takes beyond its bytes.
+  ab.alpha_s = std::max(0.0, pts.front().second - pts.front().first * ab.beta_s_per_byte);
   return ab;
 }
 

@@ -89,9 +89,12 @@ Calibration calibration_from_json(const nlohmann::json& j);
 void save_calibration(const Calibration& c, const std::string& path);
 Calibration load_calibration(const std::string& path);
 
-// Least-squares fit of t = alpha + bytes * beta to (bytes, seconds) points,
-// minimising the relative error (small messages count as much as large
-// ones). Needs two distinct sizes; alpha and beta are clamped at 0.
+// Fit of t = alpha + bytes * beta to (bytes, seconds) points: beta by least
+// squares over the large sizes (from 1/16 of the largest up, at least the
+// two largest: the bandwidth regime gradient buckets live in), alpha from
+// the smallest size (what it takes beyond its bytes, at least 0). Needs two
+// distinct sizes. Measured links are not straight lines (a 1 MiB message
+// fits a shaper's burst and the caches); this keeps both ends honest.
 AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& bytes_seconds);
 
 // From `hpctrain bench comm` JSON lines (allreduce, float32): fits "direct"

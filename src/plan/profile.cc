@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "data/formats/idx.h"
 #include "train/models.h"
 
 namespace hpct::plan {
@@ -33,8 +34,14 @@ Profile profile_model(const ProfileOptions& o) {
   auto model = train::make_model(o.model, 1);
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
   auto gen = at::detail::createCPUGenerator(1);
-  auto images = torch::randn({1024, 1, 28, 28}, gen);
-  auto labels = torch::randint(0, 10, {1024}, gen, torch::kLong);
+  // The training set bench train reads, normalized alike: the time of a
+  // step does not depend on the pixels much, but it is the same work.
+  auto [ip, lp] = data::fashion_mnist_files(o.data_dir.empty() ? data::kFashionMnistDir : o.data_dir, "train");
+  data::IdxArray im = data::read_idx(ip);
+  data::IdxArray lb = data::read_idx(lp);
+  const auto n = static_cast<std::int64_t>(im.items());
+  auto images = ((torch::from_blob(im.values.data(), {n, 1, 28, 28}, torch::kUInt8).to(torch::kFloat) / 255.0 - 0.2860) / 0.3530);
+  auto labels = torch::from_blob(lb.values.data(), {n}, torch::kUInt8).to(torch::kLong);
 
   // The moment each gradient is ready, per step (hooks fire during backward).
   const auto named = model->named_parameters();
@@ -55,7 +62,7 @@ Profile profile_model(const ProfileOptions& o) {
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     fired.clear();
     const auto t0 = Clock::now();
-    auto idx = torch::randint(0, 1024, {o.batch}, gen, torch::kLong);
+    auto idx = torch::randint(0, n, {o.batch}, gen, torch::kLong);
     auto x = images.index_select(0, idx);
     auto y = labels.index_select(0, idx);
     const auto t1 = Clock::now();

@@ -2,9 +2,9 @@
 // (train/models.h) trained alone on one core for a few steps, timed by part
 // (data, forward, backward, optimizer), with the moment backward produced
 // each gradient (a hook per parameter), in the order it produced them.
-// Random images stand in for the data: the time of a step does not depend
-// on the pixel values, and the data part is the same in-memory batch
-// gathering (index_select) that bench train does.
+// The data is Fashion-MNIST's training set in memory, as bench train reads
+// it (Debian's dataset-fashion-mnist): the data part is the same batch
+// gathering (index_select).
 #pragma once
 
 #include <string>
@@ -19,6 +19,7 @@ struct ProfileOptions {
   int threads = 1;  // intra-op threads, as each rank of a job has
   int warmup = 3;
   int steps = 10;   // timed; each part is the median over them
+  std::string data_dir;  // empty: Debian's fashion-mnist directory
 };
 
 // Blocks for the run (seconds for the built-in models). InvalidArgument for

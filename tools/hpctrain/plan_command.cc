@@ -6,7 +6,7 @@
 // hosts) and saves it as a calibration file.
 //
 //   hpctrain plan calibrate --model mlp [-H h1:1,h2:1 -i KEY] --save cal.json
-//   hpctrain plan --calibration cal.json --hosts 1,2,4,8,1024 --ranks-per-host 1,2 \
+//   hpctrain plan --calibration cal.json --hosts 1,2,4,8,1024 --ranks-per-host 1,2
 //       --paths flat,hier,ps:2 --compression none,fp16 [--json] [--plot FILE.svg]
 //   hpctrain plan --model-bytes 80M --compute-per-sample 2ms --link 25gbit --latency 20us ...
 //
@@ -65,6 +65,7 @@ struct CalibrateArgs {
   int threads = 1;
   int profile_steps = 10;
   std::vector<std::string> comm_files;  // saved bench comm JSON lines
+  std::string profile_from;             // an earlier calibration file: take its profile
   bool no_comm = false;                 // profile only
   int local_np = 2;                     // ranks of the shared-memory run (0: none)
   std::string sizes = "4K,64K,1M,4M,16M";
@@ -175,19 +176,24 @@ int run_calibrate(const CalibrateArgs& a) {
   cal.host.threads_per_rank = a.threads;
   cal.host.shared_cores = a.shared_cores;
 
-  // 1. The model alone on one rank (hpctrain-torch: libtorch stays out of here).
-  const std::string profile_path = dir + "/profile.json";
-  std::fprintf(stderr, "plan calibrate: profiling %s alone (batch %d, %d thread)\n", a.model.c_str(), a.batch, a.threads);
-  run_to_file({(self_dir / kTorchExecutable).string(), "plan-profile", "--model", a.model, "--batch",
-               std::to_string(a.batch), "--threads", std::to_string(a.threads), "--steps",
-               std::to_string(a.profile_steps), "--out", profile_path},
-              {{"OMP_NUM_THREADS", std::to_string(a.threads)}, {"OPENBLAS_NUM_THREADS", std::to_string(a.threads)}},
-              dir + "/profile.out", a.timeout_s);
-  {
-    json doc = plan::to_json(cal);
-    std::ifstream f(profile_path);
-    doc["profile"] = json::parse(f);
-    cal = plan::calibration_from_json(doc);
+  // 1. The model alone on one rank (hpctrain-torch: libtorch stays out of
+  // here), or the profile of an earlier calibration.
+  if (!a.profile_from.empty()) {
+    cal.profile = plan::load_calibration(a.profile_from).profile;
+  } else {
+    const std::string profile_path = dir + "/profile.json";
+    std::fprintf(stderr, "plan calibrate: profiling %s alone (batch %d, %d thread)\n", a.model.c_str(), a.batch, a.threads);
+    run_to_file({(self_dir / kTorchExecutable).string(), "plan-profile", "--model", a.model, "--batch",
+                 std::to_string(a.batch), "--threads", std::to_string(a.threads), "--steps",
+                 std::to_string(a.profile_steps), "--out", profile_path},
+                {{"OMP_NUM_THREADS", std::to_string(a.threads)}, {"OPENBLAS_NUM_THREADS", std::to_string(a.threads)}},
+                dir + "/profile.out", a.timeout_s);
+    {
+      json doc = plan::to_json(cal);
+      std::ifstream f(profile_path);
+      doc["profile"] = json::parse(f);
+      cal = plan::calibration_from_json(doc);
+    }
   }
 
   // 2. The links: saved bench comm output, and/or bench comm run now.
@@ -455,6 +461,7 @@ void add_plan_command(CLI::App& app, Cli& cli) {
   cal->add_option("--threads", k->threads, "Intra-op threads per rank")->capture_default_str();
   cal->add_option("--profile-steps", k->profile_steps, "Timed steps of the profile")->capture_default_str();
   cal->add_option("--comm", k->comm_files, "Fit the links from this saved bench comm output (JSON lines; repeatable) instead of running it");
+  cal->add_option("--profile", k->profile_from, "Take the model profile from this earlier calibration file instead of profiling");
   cal->add_flag("--no-comm", k->no_comm, "Profile only (give the links to plan with --link/--latency)");
   cal->add_option("--local-np", k->local_np, "Ranks of the shared-memory run on one host (0: none)")->capture_default_str();
   cal->add_option("--sizes", k->sizes, "bench comm message sizes")->capture_default_str();
