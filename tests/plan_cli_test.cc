@@ -10,11 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "cli_summary_run.h"
 
@@ -48,8 +47,9 @@ class PlanCli : public ::testing::Test {
   // The real calibration, run once per process by the tests that need it
   // (CTest runs each case in a process of its own).
   static const CliRun& calibrate() {
-    static const CliRun r =
-        run("plan calibrate --model cnn --profile-steps 5 --sizes 4K,256K,4M --budget-s 0.05 --save " + cal_);
+    static const CliRun r = run(
+        "plan calibrate --model cnn --profile-steps 5 --sizes 4K,256K,4M --budget-s 0.05 --save " +
+        cal_);
     return r;
   }
   static std::string dir_, cal_;
@@ -73,7 +73,8 @@ TEST_F(PlanCli, CalibrationMeasuresTheModelAndTheLinksAndSavesThem) {
   }
   EXPECT_EQ(p["gradients"].size(), 8u);
   EXPECT_DOUBLE_EQ(bytes, 421642.0 * 4);
-  EXPECT_NE(p["gradients"][0]["name"].get<std::string>().find("fc2"), std::string::npos) << p.dump();
+  EXPECT_NE(p["gradients"][0]["name"].get<std::string>().find("fc2"), std::string::npos)
+      << p.dump();
   for (const char* alg : {"direct", "ring", "shm"}) {
     ASSERT_TRUE(j["algorithms"].contains(alg)) << alg << ": " << j.dump();
     EXPECT_GT(j["algorithms"][alg]["beta_s_per_byte"].get<double>(), 0) << alg;
@@ -83,15 +84,19 @@ TEST_F(PlanCli, CalibrationMeasuresTheModelAndTheLinksAndSavesThem) {
 TEST_F(PlanCli, PredictionsGrowWithHostsKeepEfficiencyAtMostOneAndBoundTheScaling) {
   ASSERT_EQ(calibrate().exit_code, 0) << calibrate().out;
   CliRun r = run("plan --calibration " + cal_ +
-                 " --hosts 1,2,4,8,16 --ranks-per-host 1,2 --paths flat,hier,ps:2 --compression none,fp16 --json"
-                 " --efficiency-bound 0.5 --max-hosts 256 --plot " + dir_ + "/plan.svg");
+                 " --hosts 1,2,4,8,16 --ranks-per-host 1,2 --paths flat,hier,ps:2 --compression "
+                 "none,fp16 --json"
+                 " --efficiency-bound 0.5 --max-hosts 256 --plot " +
+                 dir_ + "/plan.svg");
   ASSERT_EQ(r.exit_code, 0) << r.out;
-  std::map<std::string, std::vector<nlohmann::json>> series;  // path/compression/L -> lines by hosts
+  std::map<std::string, std::vector<nlohmann::json>>
+      series;  // path/compression/L -> lines by hosts
   std::vector<nlohmann::json> bounds;
   for (const auto& j : json_lines(r.out)) {
     if (j["plan"] == "prediction") {
       series[j["path"].get<std::string>() + "/" + j["compression"].get<std::string>() + "/" +
-             std::to_string(j["ranks_per_host"].get<int>())].push_back(j);
+             std::to_string(j["ranks_per_host"].get<int>())]
+          .push_back(j);
     } else if (j["plan"] == "bound") {
       bounds.push_back(j);
     }
@@ -105,24 +110,30 @@ TEST_F(PlanCli, PredictionsGrowWithHostsKeepEfficiencyAtMostOneAndBoundTheScalin
       EXPECT_EQ(j["np"], j["hosts"].get<int>() * j["ranks_per_host"].get<int>());
       EXPECT_LE(j["scaling_efficiency"].get<double>(), 1.0 + 1e-9) << j.dump();
       EXPECT_GT(j["scaling_efficiency"].get<double>(), 0) << j.dump();
-      EXPECT_NEAR(j["step_ms"].get<double>(), j["compute_ms"].get<double>() + j["exposed_sync_ms"].get<double>(), 1e-6);
-      EXPECT_NEAR(j["samples_per_s"].get<double>(), j["np"].get<double>() * 64 / (j["step_ms"].get<double>() / 1e3),
+      EXPECT_NEAR(j["step_ms"].get<double>(),
+                  j["compute_ms"].get<double>() + j["exposed_sync_ms"].get<double>(), 1e-6);
+      EXPECT_NEAR(j["samples_per_s"].get<double>(),
+                  j["np"].get<double>() * 64 / (j["step_ms"].get<double>() / 1e3),
                   1e-6 * j["samples_per_s"].get<double>());
       // The cnn's 1.7 MB of gradients against loopback links: more hosts, more samples/s.
-      if (i > 0) EXPECT_GT(j["samples_per_s"].get<double>(), lines[i - 1]["samples_per_s"].get<double>()) << j.dump();
+      if (i > 0)
+        EXPECT_GT(j["samples_per_s"].get<double>(), lines[i - 1]["samples_per_s"].get<double>())
+            << j.dump();
     }
     EXPECT_NEAR(lines[0]["scaling_efficiency"].get<double>(), 1.0, 0.2) << name;  // one host
   }
   // Each bound holds up to its host count and fails just past it.
   for (const auto& b : bounds) {
     const int within = b["hosts_within_bound"];
-    const std::string name = b["path"].get<std::string>() + "/" + b["compression"].get<std::string>() + "/" +
+    const std::string name = b["path"].get<std::string>() + "/" +
+                             b["compression"].get<std::string>() + "/" +
                              std::to_string(b["ranks_per_host"].get<int>());
     for (const auto& j : series[name]) {
       if (j["hosts"].get<int>() <= within) {
         EXPECT_GE(j["scaling_efficiency"].get<double>(), 0.5) << j.dump();
       } else {
-        EXPECT_LT(j["scaling_efficiency"].get<double>(), 0.5) << j.dump() << " vs bound " << b.dump();
+        EXPECT_LT(j["scaling_efficiency"].get<double>(), 0.5)
+            << j.dump() << " vs bound " << b.dump();
       }
     }
   }
@@ -133,8 +144,9 @@ TEST_F(PlanCli, PredictionsGrowWithHostsKeepEfficiencyAtMostOneAndBoundTheScalin
 }
 
 TEST_F(PlanCli, GivenValuesNeedNoCalibrationAndTheTableNamesTheBound) {
-  CliRun r = run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us"
-                 " --hosts 1,2,1024 --paths flat --compression none --efficiency-bound 0.8");
+  CliRun r =
+      run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us"
+          " --hosts 1,2,1024 --paths flat --compression none --efficiency-bound 0.8");
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_NE(r.out.find("samples/s"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("efficiency >= 0.80 up to"), std::string::npos) << r.out;
@@ -147,13 +159,17 @@ TEST_F(PlanCli, BadInputGetsOneLineNamingItAndTheFix) {
   r = run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25furlongs --latency 20us");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("link rate '25furlongs' is not understood"), std::string::npos) << r.out;
-  r = run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --paths tree");
+  r =
+      run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --paths "
+          "tree");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("unknown sync path 'tree'"), std::string::npos) << r.out;
   r = run("plan --calibration /nonexistent/cal.json");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("/nonexistent/cal.json"), std::string::npos) << r.out;
-  r = run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --hosts 1,0");
+  r =
+      run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --hosts "
+          "1,0");
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.out.find("'0' is not a whole number"), std::string::npos) << r.out;
 }

@@ -20,10 +20,9 @@
 
 #include <cstdint>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace hpct::plan {
 
@@ -50,8 +49,8 @@ struct Profile {
 struct AlphaBeta {
   double alpha_s = 0;
   double beta_s_per_byte = 0;
-  int ranks = 2;        // measured at (shm: the host's ranks)
-  std::string source;   // "bench comm ..." or "given"
+  int ranks = 2;       // measured at (shm: the host's ranks)
+  std::string source;  // "bench comm ..." or "given"
 };
 
 struct EngineSettings {

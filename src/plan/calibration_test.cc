@@ -28,7 +28,13 @@ std::string error_of(const std::function<void()>& f) {
 
 TEST(PlanCalibration, SavedFileLoadsBackEqual) {
   Calibration c;
-  c.profile = {"mlp", 64, 0.031, 0.062, 0.011, 0.0004, {{"fc3.bias", 40, 0.001}, {"fc3.weight", 163840, 0.002}}};
+  c.profile = {"mlp",
+               64,
+               0.031,
+               0.062,
+               0.011,
+               0.0004,
+               {{"fc3.bias", 40, 0.001}, {"fc3.weight", 163840, 0.002}}};
   c.algorithms["direct"] = {4.5e-5, 9.4e-10, 2, "bench comm, 6 sizes, 2 ranks"};
   c.algorithms["shm"] = {1.2e-5, 1.9e-10, 2, "given"};
   c.engine.fusion_bytes = 1 << 20;
@@ -48,21 +54,26 @@ TEST(PlanCalibration, SavedFileLoadsBackEqual) {
 }
 
 TEST(PlanCalibration, BadFilesNameTheProblem) {
-  EXPECT_NE(error_of([] { load_calibration("/nonexistent/cal.json"); }).find("/nonexistent/cal.json"), std::string::npos);
+  EXPECT_NE(
+      error_of([] { load_calibration("/nonexistent/cal.json"); }).find("/nonexistent/cal.json"),
+      std::string::npos);
   const std::string path = temp_path("bad.json");
   std::ofstream(path) << "{not json";
   EXPECT_NE(error_of([&] { load_calibration(path); }).find("is not JSON"), std::string::npos);
   std::ofstream(path) << R"({"x": 1})";
-  EXPECT_NE(error_of([&] { load_calibration(path); }).find("not a calibration file"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_calibration(path); }).find("not a calibration file"),
+            std::string::npos);
   Calibration c;
   c.profile.model = "mlp";
   nlohmann::json j = to_json(c);
   j["profile"].erase("backward_s");
   std::ofstream(path) << j.dump();
-  EXPECT_NE(error_of([&] { load_calibration(path); }).find("profile.backward_s is missing"), std::string::npos);
+  EXPECT_NE(error_of([&] { load_calibration(path); }).find("profile.backward_s is missing"),
+            std::string::npos);
   j = to_json(c);
   j["hpctrain_plan_calibration"] = 7;
-  EXPECT_NE(error_of([&] { calibration_from_json(j); }).find("version 7 is not supported"), std::string::npos);
+  EXPECT_NE(error_of([&] { calibration_from_json(j); }).find("version 7 is not supported"),
+            std::string::npos);
   std::remove(path.c_str());
 }
 
@@ -81,11 +92,20 @@ TEST(PlanFit, BenchCommLinesGiveDirectRingAndSharedMemory) {
   // ring as the raw call), and 2 ranks on one host through shared memory.
   std::vector<nlohmann::json> lines;
   for (double s : {4096.0, 1048576.0, 67108864.0}) {
-    lines.push_back({{"bench", "comm"}, {"op", "allreduce"}, {"np", 2}, {"bytes", s},
-                     {"algorithm", "direct:recursive-doubling"}, {"time_us", (70e-6 + s * 0.95e-9) * 1e6},
-                     {"raw_call", "gloo::allreduce"}, {"raw_time_us", (2 * 200e-6 + s * 1.1e-9) * 1e6}});
-    lines.push_back({{"bench", "comm"}, {"op", "allreduce"}, {"np", 2}, {"bytes", s},
-                     {"algorithm", "shm:reduce-scatter-allgather"}, {"time_us", (8e-6 + s * 0.2e-9) * 1e6}});
+    lines.push_back({{"bench", "comm"},
+                     {"op", "allreduce"},
+                     {"np", 2},
+                     {"bytes", s},
+                     {"algorithm", "direct:recursive-doubling"},
+                     {"time_us", (70e-6 + s * 0.95e-9) * 1e6},
+                     {"raw_call", "gloo::allreduce"},
+                     {"raw_time_us", (2 * 200e-6 + s * 1.1e-9) * 1e6}});
+    lines.push_back({{"bench", "comm"},
+                     {"op", "allreduce"},
+                     {"np", 2},
+                     {"bytes", s},
+                     {"algorithm", "shm:reduce-scatter-allgather"},
+                     {"time_us", (8e-6 + s * 0.2e-9) * 1e6}});
   }
   lines.push_back({{"bench", "comm"}, {"op", "tcp_round_trip"}, {"rtt_us", 60}});
   std::map<std::string, AlphaBeta> algs;
@@ -107,7 +127,9 @@ TEST(PlanUnits, RatesAndTimesParseAndBadOnesAreNamed) {
   EXPECT_DOUBLE_EQ(parse_seconds("20us"), 20e-6);
   EXPECT_DOUBLE_EQ(parse_seconds("1.5ms"), 1.5e-3);
   EXPECT_DOUBLE_EQ(parse_seconds("2s"), 2.0);
-  EXPECT_NE(error_of([] { parse_rate_bytes_per_s("25 furlongs"); }).find("link rate '25 furlongs' is not understood"),
+  EXPECT_NE(error_of([] {
+              parse_rate_bytes_per_s("25 furlongs");
+            }).find("link rate '25 furlongs' is not understood"),
             std::string::npos);
   EXPECT_NE(error_of([] { parse_seconds("-3us"); }).find("e.g. 20us"), std::string::npos);
   EXPECT_THROW(parse_seconds("20"), Error);

@@ -37,12 +37,14 @@ AllreduceCost network_cost(const Calibration& cal, const Scenario& s, double byt
     double host_link = l * wire;
     const double server_link = static_cast<double>(n) * wire / k;
     if (!s.servers_on_own_hosts) host_link += server_link * std::ceil(static_cast<double>(k) / h);
-    c.seconds = 2 * d.alpha_s + pieces / k * d.alpha_s + std::max(host_link, server_link) * d.beta_s_per_byte;
+    c.seconds = 2 * d.alpha_s + pieces / k * d.alpha_s +
+                std::max(host_link, server_link) * d.beta_s_per_byte;
     c.wire_bytes_per_host = host_link;
     c.algorithm = "ps";
     return c;
   }
-  const bool hier = s.path == SyncPath::kHierarchical && h >= 2 && l >= 2 && bytes > cal.engine.direct_bytes;
+  const bool hier =
+      s.path == SyncPath::kHierarchical && h >= 2 && l >= 2 && bytes > cal.engine.direct_bytes;
   if (hier) {
     const AlphaBeta& d = cal.algorithm("direct");
     // The L slices cross the host's one link at once: S bytes per exchange.
@@ -73,17 +75,22 @@ AllreduceCost network_cost(const Calibration& cal, const Scenario& s, double byt
 
 void check(const Calibration& cal, const Scenario& s) {
   if (s.hosts < 1 || s.ranks_per_host < 1) {
-    throw_invalid_argument("hosts and ranks per host must be at least 1 (got " + std::to_string(s.hosts) + " x " +
-                           std::to_string(s.ranks_per_host) + ")");
+    throw_invalid_argument("hosts and ranks per host must be at least 1 (got " +
+                           std::to_string(s.hosts) + " x " + std::to_string(s.ranks_per_host) +
+                           ")");
   }
   if (s.path == SyncPath::kParameterServer && s.servers < 1) {
     throw_invalid_argument("a parameter-server path needs at least one server (ps:K with K >= 1)");
   }
   if (cal.profile.gradients.empty()) {
-    throw_invalid_argument("the calibration's profile has no gradients; profile the model (hpctrain plan calibrate --model NAME) or give --gradient-bytes");
+    throw_invalid_argument(
+        "the calibration's profile has no gradients; profile the model (hpctrain plan calibrate "
+        "--model NAME) or give --gradient-bytes");
   }
   if (cal.profile.step_s() <= 0) {
-    throw_invalid_argument("the calibration's profile has no compute time; profile the model or give --compute-per-sample");
+    throw_invalid_argument(
+        "the calibration's profile has no compute time; profile the model or give "
+        "--compute-per-sample");
   }
 }
 
@@ -102,20 +109,26 @@ SyncPath parse_path(const std::string& text, int* servers) {
         used = 0;
       }
       if (used != text.size() - 3 || k < 1) {
-        throw_invalid_argument("sync path '" + text + "': the server count after ps: must be a whole number >= 1 (e.g. ps:4)");
+        throw_invalid_argument(
+            "sync path '" + text +
+            "': the server count after ps: must be a whole number >= 1 (e.g. ps:4)");
       }
     }
     if (servers) *servers = k;
     return SyncPath::kParameterServer;
   }
-  throw_invalid_argument("unknown sync path '" + text + "'; choose flat, hier or ps:K (K parameter servers)");
+  throw_invalid_argument("unknown sync path '" + text +
+                         "'; choose flat, hier or ps:K (K parameter servers)");
 }
 
 std::string path_name(const Scenario& s) {
   switch (s.path) {
-    case SyncPath::kFlat: return "flat";
-    case SyncPath::kHierarchical: return "hier";
-    case SyncPath::kParameterServer: return "ps:" + std::to_string(s.servers);
+    case SyncPath::kFlat:
+      return "flat";
+    case SyncPath::kHierarchical:
+      return "hier";
+    case SyncPath::kParameterServer:
+      return "ps:" + std::to_string(s.servers);
   }
   return "?";
 }
@@ -134,7 +147,8 @@ double compression_ratio(const std::string& name) {
     if (used == name.size() - 6 && r > 0 && r <= 1) return r;
   }
   throw_invalid_argument("unknown compression '" + name +
-                         "'; choose none, fp16, bf16, auto, or ratio:R for a lossy mode sending R of the bytes (0 < R <= 1)");
+                         "'; choose none, fp16, bf16, auto, or ratio:R for a lossy mode sending R "
+                         "of the bytes (0 < R <= 1)");
 }
 
 AllreduceCost allreduce_cost(const Calibration& cal, const Scenario& s, double bytes) {
@@ -180,12 +194,15 @@ Prediction predict(const Calibration& cal, const Scenario& s) {
   double largest = -1;
   size_t i = 0;
   const auto& g = p.gradients;
-  auto ready = [&](size_t k) { return out.overlap ? std::min(g[k].ready_s * slowdown, backward) : backward; };
+  auto ready = [&](size_t k) {
+    return out.overlap ? std::min(g[k].ready_s * slowdown, backward) : backward;
+  };
   while (i < g.size()) {
     const double start = std::max(free_at, ready(i) + (out.overlap ? cal.engine.cycle_s : 0.0));
     double bytes = 0;
     size_t j = i;
-    while (j < g.size() && ready(j) <= start && (j == i || bytes + g[j].bytes <= cal.engine.fusion_bytes)) {
+    while (j < g.size() && ready(j) <= start &&
+           (j == i || bytes + g[j].bytes <= cal.engine.fusion_bytes)) {
       bytes += g[j].bytes;
       ++j;
     }

@@ -59,20 +59,20 @@ struct Scenario {
   int hosts = 1;
   int ranks_per_host = 1;
   SyncPath path = SyncPath::kFlat;
-  int servers = 1;                 // parameter servers (kParameterServer)
+  int servers = 1;                    // parameter servers (kParameterServer)
   bool servers_on_own_hosts = false;  // else placed on the workers' hosts
   std::string compression = "none";   // none, fp16, bf16, auto, or ratio:R
 };
 
 struct Prediction {
   Scenario scenario;
-  std::string algorithm;       // what the largest bucket took: shm, direct, ring, hier, ps
-  double compute_s = 0;        // data + forward + backward + optimizer, per step
-  double sync_s = 0;           // all allreduce time, per step
-  double exposed_sync_s = 0;   // the part of sync_s that does not hide behind backward
+  std::string algorithm;      // what the largest bucket took: shm, direct, ring, hier, ps
+  double compute_s = 0;       // data + forward + backward + optimizer, per step
+  double sync_s = 0;          // all allreduce time, per step
+  double exposed_sync_s = 0;  // the part of sync_s that does not hide behind backward
   double step_s = 0;
   double samples_per_s = 0;
-  double efficiency = 0;       // samples_per_s / (ranks * one rank's samples/s)
+  double efficiency = 0;           // samples_per_s / (ranks * one rank's samples/s)
   double wire_bytes_per_host = 0;  // bytes a host sends over its link per step
   int buckets = 0;
   bool overlap = false;

@@ -29,7 +29,8 @@ Calibration hand_calibration() {
   return c;
 }
 
-Scenario shape(int hosts, int local, SyncPath path = SyncPath::kFlat, std::string compression = "none") {
+Scenario shape(int hosts, int local, SyncPath path = SyncPath::kFlat,
+               std::string compression = "none") {
   Scenario s;
   s.hosts = hosts;
   s.ranks_per_host = local;
@@ -70,11 +71,15 @@ TEST(PlanAllreduce, EachAlgorithmMatchesItsFormula) {
   EXPECT_EQ(a.algorithm, "ps");
   EXPECT_NEAR(a.seconds, 2e-4 + 1e-4 + 2e6 * 1e-9, 1e-12);
   // fp16: half the bytes plus the casts; a lossy mode with a quarter of them.
-  EXPECT_NEAR(allreduce_cost(c, shape(2, 1, SyncPath::kFlat, "fp16"), 1e6).seconds, 1e-4 + 5e5 * 1e-9 + 1e6 * 1e-10, 1e-12);
-  EXPECT_NEAR(allreduce_cost(c, shape(2, 1, SyncPath::kFlat, "ratio:0.25"), 1e6).seconds, 1e-4 + 2.5e5 * 1e-9 + 1e6 * 1e-10, 1e-12);
+  EXPECT_NEAR(allreduce_cost(c, shape(2, 1, SyncPath::kFlat, "fp16"), 1e6).seconds,
+              1e-4 + 5e5 * 1e-9 + 1e6 * 1e-10, 1e-12);
+  EXPECT_NEAR(allreduce_cost(c, shape(2, 1, SyncPath::kFlat, "ratio:0.25"), 1e6).seconds,
+              1e-4 + 2.5e5 * 1e-9 + 1e6 * 1e-10, 1e-12);
   // auto keeps float32 in shared memory and under 64 KiB, takes fp16 where it pays.
-  EXPECT_NEAR(allreduce_cost(c, shape(2, 1, SyncPath::kFlat, "auto"), 1000).seconds, 1e-4 + 1000e-9, 1e-12);
-  EXPECT_NEAR(allreduce_cost(c, shape(2, 1, SyncPath::kFlat, "auto"), 1e6).seconds, 1e-4 + 5e5 * 1e-9 + 1e-4, 1e-12);
+  EXPECT_NEAR(allreduce_cost(c, shape(2, 1, SyncPath::kFlat, "auto"), 1000).seconds, 1e-4 + 1000e-9,
+              1e-12);
+  EXPECT_NEAR(allreduce_cost(c, shape(2, 1, SyncPath::kFlat, "auto"), 1e6).seconds,
+              1e-4 + 5e5 * 1e-9 + 1e-4, 1e-12);
   EXPECT_EQ(allreduce_cost(c, shape(1, 2, SyncPath::kFlat, "fp16"), 1e6).algorithm, "shm");
 }
 
@@ -156,7 +161,8 @@ TEST(PlanPredict, MoreHostsGiveMoreSamplesUntilTheLatencyBound) {
     last = p.samples_per_s;
   }
   // Past the latency bound (4096 hosts: 0.16 s of ring latency) adding hosts costs.
-  EXPECT_LT(predict(c, shape(8192, 1)).samples_per_s / 8192, predict(c, shape(1024, 1)).samples_per_s / 1024);
+  EXPECT_LT(predict(c, shape(8192, 1)).samples_per_s / 8192,
+            predict(c, shape(1024, 1)).samples_per_s / 1024);
 }
 
 TEST(PlanInput, BadShapesPathsAndCompressionsAreNamed) {
@@ -165,7 +171,8 @@ TEST(PlanInput, BadShapesPathsAndCompressionsAreNamed) {
     predict(c, shape(0, 1));
     FAIL();
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("hosts and ranks per host must be at least 1"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("hosts and ranks per host must be at least 1"),
+              std::string::npos);
   }
   try {
     predict(c, shape(2, 1, SyncPath::kFlat, "zip"));

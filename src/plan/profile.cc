@@ -15,7 +15,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double secs(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double secs(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -27,7 +29,8 @@ double median(std::vector<double> v) {
 
 Profile profile_model(const ProfileOptions& o) {
   if (o.steps < 1 || o.batch < 1 || o.threads < 1 || o.warmup < 0) {
-    throw_invalid_argument("profile: steps, batch and threads must be at least 1 and warmup at least 0");
+    throw_invalid_argument(
+        "profile: steps, batch and threads must be at least 1 and warmup at least 0");
   }
   at::set_num_threads(o.threads);
   torch::manual_seed(42);
@@ -36,11 +39,16 @@ Profile profile_model(const ProfileOptions& o) {
   auto gen = at::detail::createCPUGenerator(1);
   // The training set bench train reads, normalized alike: the time of a
   // step does not depend on the pixels much, but it is the same work.
-  auto [ip, lp] = data::fashion_mnist_files(o.data_dir.empty() ? data::kFashionMnistDir : o.data_dir, "train");
+  auto [ip, lp] =
+      data::fashion_mnist_files(o.data_dir.empty() ? data::kFashionMnistDir : o.data_dir, "train");
   data::IdxArray im = data::read_idx(ip);
   data::IdxArray lb = data::read_idx(lp);
   const auto n = static_cast<std::int64_t>(im.items());
-  auto images = ((torch::from_blob(im.values.data(), {n, 1, 28, 28}, torch::kUInt8).to(torch::kFloat) / 255.0 - 0.2860) / 0.3530);
+  auto images =
+      ((torch::from_blob(im.values.data(), {n, 1, 28, 28}, torch::kUInt8).to(torch::kFloat) /
+            255.0 -
+        0.2860) /
+       0.3530);
   auto labels = torch::from_blob(lb.values.data(), {n}, torch::kUInt8).to(torch::kLong);
 
   // The moment each gradient is ready, per step (hooks fire during backward).
@@ -51,7 +59,8 @@ Profile profile_model(const ProfileOptions& o) {
   std::vector<std::pair<size_t, Clock::time_point>> fired;
   for (size_t k = 0; k < named.size(); ++k) {
     names.push_back(named[k].key());
-    bytes.push_back(named[k].value().numel() * static_cast<std::int64_t>(named[k].value().element_size()));
+    bytes.push_back(named[k].value().numel() *
+                    static_cast<std::int64_t>(named[k].value().element_size()));
     named[k].value().register_hook([k, &fired](torch::Tensor g) {
       fired.emplace_back(k, Clock::now());
       return g;
@@ -95,7 +104,8 @@ Profile profile_model(const ProfileOptions& o) {
   p.optimizer_s = median(opt);
   // Backward order as the last step saw it; ready times are medians.
   for (size_t k : orders.back()) {
-    p.gradients.push_back({names[k], static_cast<double>(bytes[k]), std::min(median(ready[k]), p.backward_s)});
+    p.gradients.push_back(
+        {names[k], static_cast<double>(bytes[k]), std::min(median(ready[k]), p.backward_s)});
   }
   return p;
 }

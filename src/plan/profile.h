@@ -18,7 +18,7 @@ struct ProfileOptions {
   int batch = 64;
   int threads = 1;  // intra-op threads, as each rank of a job has
   int warmup = 3;
-  int steps = 10;   // timed; each part is the median over them
+  int steps = 10;        // timed; each part is the median over them
   std::string data_dir;  // empty: Debian's fashion-mnist directory
 };
 

@@ -14,7 +14,8 @@ namespace hpct::cli {
 void add_plan_profile_command(CLI::App& app, Cli& cli) {
   auto o = std::make_shared<plan::ProfileOptions>();
   auto out = std::make_shared<std::string>();
-  auto* c = app.add_subcommand("plan-profile", "Internal: hpctrain plan calibrate's 1-rank model profile");
+  auto* c = app.add_subcommand("plan-profile",
+                               "Internal: hpctrain plan calibrate's 1-rank model profile");
   c->group("");
   c->add_option("--model", o->model);
   c->add_option("--batch", o->batch);
@@ -26,7 +27,8 @@ void add_plan_profile_command(CLI::App& app, Cli& cli) {
       plan::Calibration cal;
       cal.profile = plan::profile_model(*o);
       std::ofstream f(*out);
-      if (!(f << plan::to_json(cal)["profile"].dump(1) << '\n') || !f.flush()) throw_io("write " + *out, errno ? errno : EIO);
+      if (!(f << plan::to_json(cal)["profile"].dump(1) << '\n') || !f.flush())
+        throw_io("write " + *out, errno ? errno : EIO);
       return 0;
     };
   });
