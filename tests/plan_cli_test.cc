@@ -116,9 +116,10 @@ TEST_F(PlanCli, PredictionsGrowWithHostsKeepEfficiencyAtMostOneAndBoundTheScalin
                   j["np"].get<double>() * 64 / (j["step_ms"].get<double>() / 1e3),
                   1e-6 * j["samples_per_s"].get<double>());
       // The cnn's 1.7 MB of gradients against loopback links: more hosts, more samples/s.
-      if (i > 0)
+      if (i > 0) {
         EXPECT_GT(j["samples_per_s"].get<double>(), lines[i - 1]["samples_per_s"].get<double>())
             << j.dump();
+      }
     }
     EXPECT_NEAR(lines[0]["scaling_efficiency"].get<double>(), 1.0, 0.2) << name;  // one host
   }
