@@ -4,7 +4,9 @@
 # one before) and the link's bench comm, then hpctrain plan's prediction for
 # that shape; prints a markdown table of predicted against measured, with a
 # last column that gives the model the run's own measured compute (what the
-# sync model alone predicts).
+# sync model alone predicts). SHARED=N: --shared-cores N for the profile-based
+# prediction (2 for namespace hosts on a quiet 2-core machine; 0 when other
+# load dominates and each process gets its share regardless).
 import json, subprocess, sys, os
 B = os.environ.get('PLAN_BIN', os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'build', 'tools', 'hpctrain', 'hpctrain'))
 OUT = sys.argv[1] if len(sys.argv) > 1 else '/tmp/hpct-plan-validation'
@@ -55,6 +57,7 @@ for rate in ['10gbit', '1gbit']:
             for g in c['profile']['gradients']: g['ready_s'] *= f
             c['profile']['optimizer_s'] = sp['optimizer'] / 1e3
             c['profile']['data_s'] = sp['data'] / 1e3
+            c['host']['shared_cores'] = 0  # the measured compute already holds the sharing
             cal2 = cal.replace('/cal.', '/cal-measured-compute.')
             json.dump(c, open(cal2, 'w'))
             p2 = subprocess.run([B, 'plan', '--calibration', cal2, '--hosts', h, '--ranks-per-host', l, '--paths', path,
