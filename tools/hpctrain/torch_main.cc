@@ -16,5 +16,6 @@ int main(int argc, char** argv) {
   add_bench_data_command(bench, state);
   add_bench_ps_command(bench, state);
   add_train_command(app, state);
+  add_plan_profile_command(app, state);
   return run_cli(app, state, argc, argv);
 }

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The validation of hpctrain plan (docs/plan.md), in one batch on 3
+# namespace hosts: per link rate (RATES), bench comm (the links'
+# calibration), then per model and shape a 1-rank profile (plan calibrate
+# --no-comm) right before and right after the measured bench train run.
+# Then: bench/plan_validation.py OUT prints predicted against measured.
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+BIN=${BIN:-$here/build/tools/hpctrain}
+B=$BIN/hpctrain
+S=$here/scripts/netns-cluster.sh
+OUT=${OUT:-/tmp/hpct-plan-validation}
+mkdir -p $OUT
+export HPCT_COMPRESSION=none OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
+log() { echo "$(date -u +%H:%M:%S) load=$(cut -d' ' -f1-3 /proc/loadavg) $*" | tee -a $OUT/log; }
+for rate in ${RATES:-10gbit 1gbit}; do
+  $S up 3 pv --rate $rate > $OUT/env.$rate
+  eval "$(grep -E '^NETNS_(HOSTS|KEY)=' $OUT/env.$rate)"
+  read -r h1 h2 h3 <<<"$NETNS_HOSTS"
+  SSH="-i $NETNS_KEY --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null"
+  log "comm $rate 2x1"
+  timeout 300 $B bench comm -H $h1:1,$h2:1 $SSH --sizes 4K,64K,1M,4M,16M,64M --budget-s 0.3 > $OUT/comm.$rate.2x1 2>$OUT/comm.$rate.2x1.err
+  log "comm $rate 1x2"
+  timeout 300 $B bench comm --np 2 -H $h1:2 $SSH --sizes 4K,64K,1M,4M,16M,64M --budget-s 0.3 > $OUT/comm.$rate.1x2 2>$OUT/comm.$rate.1x2.err
+  for model in ${MODELS:-mlp cnn}; do
+    if [[ $model == mlp ]]; then steps=16; else steps=40; fi
+    for cfg in ${CFGS:-1x1 1x2 2x1 3x1 2x2 3x2}; do
+      [[ $rate == 1gbit && ${cfg%x*} == 1 ]] && continue   # one host: no link
+      H=${cfg%x*}; L=${cfg#*x}; hs=""
+      for i in $(seq 1 $H); do hv=h$i; hs+="${!hv}:$L,"; done
+      np=$((H * L))
+      log "profile $rate $model $cfg"
+      timeout 300 $B plan calibrate --model $model --no-comm --profile-steps 15 --save $OUT/profile.$rate.$model.$cfg.json > /dev/null 2>&1
+      log "train $rate $model $cfg"
+      timeout 900 $B bench train --model $model --np $np --steps $steps --phase-steps $((steps / 2)) --warmup 3 \
+        -H ${hs%,} $SSH > $OUT/train.$rate.$model.$cfg 2>$OUT/train.$rate.$model.$cfg.err
+      log "  rc=$? $(grep -o '"samples_per_s":[0-9.]*' $OUT/train.$rate.$model.$cfg | head -1)"
+      timeout 300 $B plan calibrate --model $model --no-comm --profile-steps 15 --save $OUT/profile-after.$rate.$model.$cfg.json > /dev/null 2>&1
+    done
+  done
+  $S down pv
+done
+log done

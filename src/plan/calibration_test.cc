@@ -1,0 +1,139 @@
+// The calibration file, the alpha-beta fit and the unit parsers.
+#include "plan/calibration.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace hpct::plan {
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return ::testing::TempDir() + "plan_" + std::to_string(::getpid()) + "_" + name;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(PlanCalibration, SavedFileLoadsBackEqual) {
+  Calibration c;
+  c.profile = {"mlp",
+               64,
+               0.031,
+               0.062,
+               0.011,
+               0.0004,
+               {{"fc3.bias", 40, 0.001}, {"fc3.weight", 163840, 0.002}}};
+  c.algorithms["direct"] = {4.5e-5, 9.4e-10, 2, "bench comm, 6 sizes, 2 ranks"};
+  c.algorithms["shm"] = {1.2e-5, 1.9e-10, 2, "given"};
+  c.engine.fusion_bytes = 1 << 20;
+  c.host = {4, 2, 2};
+  const std::string path = temp_path("round_trip.json");
+  save_calibration(c, path);
+  const Calibration d = load_calibration(path);
+  EXPECT_EQ(to_json(d), to_json(c));
+  EXPECT_EQ(d.profile.gradients.size(), 2u);
+  EXPECT_EQ(d.profile.gradients[1].name, "fc3.weight");
+  EXPECT_DOUBLE_EQ(d.profile.gradients[1].bytes, 163840);
+  EXPECT_DOUBLE_EQ(d.algorithms.at("direct").beta_s_per_byte, 9.4e-10);
+  EXPECT_EQ(d.algorithms.at("shm").source, "given");
+  EXPECT_EQ(d.host.shared_cores, 2);
+  EXPECT_DOUBLE_EQ(d.profile.gradient_bytes(), 163880);
+  std::remove(path.c_str());
+}
+
+TEST(PlanCalibration, BadFilesNameTheProblem) {
+  EXPECT_NE(
+      error_of([] { load_calibration("/nonexistent/cal.json"); }).find("/nonexistent/cal.json"),
+      std::string::npos);
+  const std::string path = temp_path("bad.json");
+  std::ofstream(path) << "{not json";
+  EXPECT_NE(error_of([&] { load_calibration(path); }).find("is not JSON"), std::string::npos);
+  std::ofstream(path) << R"({"x": 1})";
+  EXPECT_NE(error_of([&] { load_calibration(path); }).find("not a calibration file"),
+            std::string::npos);
+  Calibration c;
+  c.profile.model = "mlp";
+  nlohmann::json j = to_json(c);
+  j["profile"].erase("backward_s");
+  std::ofstream(path) << j.dump();
+  EXPECT_NE(error_of([&] { load_calibration(path); }).find("profile.backward_s is missing"),
+            std::string::npos);
+  j = to_json(c);
+  j["hpctrain_plan_calibration"] = 7;
+  EXPECT_NE(error_of([&] { calibration_from_json(j); }).find("version 7 is not supported"),
+            std::string::npos);
+  std::remove(path.c_str());
+}
+
+TEST(PlanFit, RecoversALineAndItsParts) {
+  std::vector<std::pair<double, double>> pts;
+  for (double s : {4096.0, 65536.0, 1048576.0, 16777216.0}) pts.push_back({s, 50e-6 + s * 1e-9});
+  const AlphaBeta ab = fit_alpha_beta(pts);
+  EXPECT_NEAR(ab.alpha_s, 50e-6, 1e-9);
+  EXPECT_NEAR(ab.beta_s_per_byte, 1e-9, 1e-14);
+  EXPECT_THROW(fit_alpha_beta({{4096, 1e-4}}), Error);
+  EXPECT_THROW(fit_alpha_beta({{4096, 1e-4}, {4096, 2e-4}}), Error);
+}
+
+TEST(PlanFit, BenchCommLinesGiveDirectRingAndSharedMemory) {
+  // As bench comm prints them: 2 ranks across hosts (ours direct, Gloo's
+  // ring as the raw call), and 2 ranks on one host through shared memory.
+  std::vector<nlohmann::json> lines;
+  for (double s : {4096.0, 1048576.0, 67108864.0}) {
+    lines.push_back({{"bench", "comm"},
+                     {"op", "allreduce"},
+                     {"np", 2},
+                     {"bytes", s},
+                     {"algorithm", "direct:recursive-doubling"},
+                     {"time_us", (70e-6 + s * 0.95e-9) * 1e6},
+                     {"raw_call", "gloo::allreduce"},
+                     {"raw_time_us", (2 * 200e-6 + s * 1.1e-9) * 1e6}});
+    lines.push_back({{"bench", "comm"},
+                     {"op", "allreduce"},
+                     {"np", 2},
+                     {"bytes", s},
+                     {"algorithm", "shm:reduce-scatter-allgather"},
+                     {"time_us", (8e-6 + s * 0.2e-9) * 1e6}});
+  }
+  lines.push_back({{"bench", "comm"}, {"op", "tcp_round_trip"}, {"rtt_us", 60}});
+  std::map<std::string, AlphaBeta> algs;
+  const auto names = fit_bench_comm(lines, &algs);
+  EXPECT_EQ(names.size(), 3u);
+  EXPECT_NEAR(algs.at("direct").alpha_s, 70e-6, 1e-9);
+  EXPECT_NEAR(algs.at("direct").beta_s_per_byte, 0.95e-9, 1e-14);
+  EXPECT_NEAR(algs.at("ring").alpha_s, 200e-6, 1e-9);
+  EXPECT_NEAR(algs.at("ring").beta_s_per_byte, 1.1e-9, 1e-14);
+  EXPECT_NEAR(algs.at("shm").alpha_s, 8e-6, 1e-9);
+  EXPECT_EQ(algs.at("shm").ranks, 2);
+}
+
+TEST(PlanUnits, RatesAndTimesParseAndBadOnesAreNamed) {
+  EXPECT_DOUBLE_EQ(parse_rate_bytes_per_s("25gbit"), 25e9 / 8);
+  EXPECT_DOUBLE_EQ(parse_rate_bytes_per_s("10Gbit/s"), 10e9 / 8);
+  EXPECT_DOUBLE_EQ(parse_rate_bytes_per_s("1.25GB/s"), 1.25e9);
+  EXPECT_DOUBLE_EQ(parse_rate_bytes_per_s("100mbit"), 100e6 / 8);
+  EXPECT_DOUBLE_EQ(parse_seconds("20us"), 20e-6);
+  EXPECT_DOUBLE_EQ(parse_seconds("1.5ms"), 1.5e-3);
+  EXPECT_DOUBLE_EQ(parse_seconds("2s"), 2.0);
+  EXPECT_NE(error_of([] {
+              parse_rate_bytes_per_s("25 furlongs");
+            }).find("link rate '25 furlongs' is not understood"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_seconds("-3us"); }).find("e.g. 20us"), std::string::npos);
+  EXPECT_THROW(parse_seconds("20"), Error);
+}
+
+}  // namespace
+}  // namespace hpct::plan

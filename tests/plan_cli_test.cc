@@ -1,0 +1,178 @@
+// `hpctrain plan` as a user runs it: a real calibration on this machine (the
+// cnn profiled alone on one rank, bench comm over loopback TCP and shared
+// memory; seconds), saved and loaded back, then predictions checked for
+// what a user would check: one line per shape, more hosts give more
+// samples/s while the link keeps up, efficiency never above 1, the bound
+// line consistent with the lines before it; and bad input named.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli_summary_run.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using hpct::test::CliRun;
+CliRun run(const std::string& args) { return hpct::test::run_hpctrain(args); }
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) v.push_back(j);
+  }
+  return v;
+}
+
+class PlanCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    std::string tmpl = (fs::temp_directory_path() / "hpct-plan-test-XXXXXX").string();
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+    dir_ = tmpl;
+    cal_ = dir_ + "/cal.json";
+  }
+  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  // The real calibration, run once per process by the tests that need it
+  // (CTest runs each case in a process of its own).
+  static const CliRun& calibrate() {
+    static const CliRun r = run(
+        "plan calibrate --model cnn --profile-steps 5 --sizes 4K,256K,4M --budget-s 0.05 --save " +
+        cal_);
+    return r;
+  }
+  static std::string dir_, cal_;
+};
+std::string PlanCli::dir_, PlanCli::cal_;
+
+TEST_F(PlanCli, CalibrationMeasuresTheModelAndTheLinksAndSavesThem) {
+  ASSERT_EQ(calibrate().exit_code, 0) << calibrate().out;
+  std::ifstream f(cal_);
+  nlohmann::json j = nlohmann::json::parse(f);
+  const auto& p = j["profile"];
+  EXPECT_EQ(p["model"], "cnn");
+  EXPECT_GT(p["forward_s"].get<double>(), 0);
+  EXPECT_GT(p["backward_s"].get<double>(), 0);
+  // The cnn's 421,642 float32 parameters in 8 tensors, last layer first.
+  double bytes = 0, last_ready = 0;
+  for (const auto& g : p["gradients"]) {
+    bytes += g["bytes"].get<double>();
+    EXPECT_GE(g["ready_s"].get<double>(), last_ready) << g.dump();  // backward order
+    last_ready = g["ready_s"].get<double>();
+  }
+  EXPECT_EQ(p["gradients"].size(), 8u);
+  EXPECT_DOUBLE_EQ(bytes, 421642.0 * 4);
+  EXPECT_NE(p["gradients"][0]["name"].get<std::string>().find("fc2"), std::string::npos)
+      << p.dump();
+  for (const char* alg : {"direct", "ring", "shm"}) {
+    ASSERT_TRUE(j["algorithms"].contains(alg)) << alg << ": " << j.dump();
+    EXPECT_GT(j["algorithms"][alg]["beta_s_per_byte"].get<double>(), 0) << alg;
+  }
+}
+
+TEST_F(PlanCli, PredictionsGrowWithHostsKeepEfficiencyAtMostOneAndBoundTheScaling) {
+  ASSERT_EQ(calibrate().exit_code, 0) << calibrate().out;
+  CliRun r = run("plan --calibration " + cal_ +
+                 " --hosts 1,2,4,8,16 --ranks-per-host 1,2 --paths flat,hier,ps:2 --compression "
+                 "none,fp16 --json"
+                 " --efficiency-bound 0.5 --max-hosts 256 --plot " +
+                 dir_ + "/plan.svg");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  std::map<std::string, std::vector<nlohmann::json>>
+      series;  // path/compression/L -> lines by hosts
+  std::vector<nlohmann::json> bounds;
+  for (const auto& j : json_lines(r.out)) {
+    if (j["plan"] == "prediction") {
+      series[j["path"].get<std::string>() + "/" + j["compression"].get<std::string>() + "/" +
+             std::to_string(j["ranks_per_host"].get<int>())]
+          .push_back(j);
+    } else if (j["plan"] == "bound") {
+      bounds.push_back(j);
+    }
+  }
+  ASSERT_EQ(series.size(), 3u * 2 * 2) << r.out;
+  ASSERT_EQ(bounds.size(), 12u);
+  for (const auto& [name, lines] : series) {
+    ASSERT_EQ(lines.size(), 5u) << name;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      const auto& j = lines[i];
+      EXPECT_EQ(j["np"], j["hosts"].get<int>() * j["ranks_per_host"].get<int>());
+      EXPECT_LE(j["scaling_efficiency"].get<double>(), 1.0 + 1e-9) << j.dump();
+      EXPECT_GT(j["scaling_efficiency"].get<double>(), 0) << j.dump();
+      EXPECT_NEAR(j["step_ms"].get<double>(),
+                  j["compute_ms"].get<double>() + j["exposed_sync_ms"].get<double>(), 1e-6);
+      EXPECT_NEAR(j["samples_per_s"].get<double>(),
+                  j["np"].get<double>() * 64 / (j["step_ms"].get<double>() / 1e3),
+                  1e-6 * j["samples_per_s"].get<double>());
+      // The cnn's 1.7 MB of gradients against loopback links: more hosts, more samples/s.
+      if (i > 0) {
+        EXPECT_GT(j["samples_per_s"].get<double>(), lines[i - 1]["samples_per_s"].get<double>())
+            << j.dump();
+      }
+    }
+    EXPECT_NEAR(lines[0]["scaling_efficiency"].get<double>(), 1.0, 0.2) << name;  // one host
+  }
+  // Each bound holds up to its host count and fails just past it.
+  for (const auto& b : bounds) {
+    const int within = b["hosts_within_bound"];
+    const std::string name = b["path"].get<std::string>() + "/" +
+                             b["compression"].get<std::string>() + "/" +
+                             std::to_string(b["ranks_per_host"].get<int>());
+    for (const auto& j : series[name]) {
+      if (j["hosts"].get<int>() <= within) {
+        EXPECT_GE(j["scaling_efficiency"].get<double>(), 0.5) << j.dump();
+      } else {
+        EXPECT_LT(j["scaling_efficiency"].get<double>(), 0.5)
+            << j.dump() << " vs bound " << b.dump();
+      }
+    }
+  }
+  std::ifstream svg(dir_ + "/plan.svg");
+  std::string text((std::istreambuf_iterator<char>(svg)), std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("<svg"), std::string::npos);
+  EXPECT_NE(text.find("<polyline"), std::string::npos);
+}
+
+TEST_F(PlanCli, GivenValuesNeedNoCalibrationAndTheTableNamesTheBound) {
+  CliRun r =
+      run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us"
+          " --hosts 1,2,1024 --paths flat --compression none --efficiency-bound 0.8");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("samples/s"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("efficiency >= 0.80 up to"), std::string::npos) << r.out;
+}
+
+TEST_F(PlanCli, BadInputGetsOneLineNamingItAndTheFix) {
+  CliRun r = run("plan --hosts 1,2");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("give --calibration FILE"), std::string::npos) << r.out;
+  r = run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25furlongs --latency 20us");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("link rate '25furlongs' is not understood"), std::string::npos) << r.out;
+  r =
+      run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --paths "
+          "tree");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("unknown sync path 'tree'"), std::string::npos) << r.out;
+  r = run("plan --calibration /nonexistent/cal.json");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("/nonexistent/cal.json"), std::string::npos) << r.out;
+  r =
+      run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --hosts "
+          "1,0");
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_NE(r.out.find("'0' is not a whole number"), std::string::npos) << r.out;
+}
+
+}  // namespace
