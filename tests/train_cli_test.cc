@@ -142,7 +142,7 @@ TEST_F(TrainCli, LossyCompressionResumesBitExactAfterAKill) {
       auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
       while (std::chrono::steady_clock::now() < deadline) {
         if (fs::exists(dir_ + "/" + tag + "/ckpt-0000000010.json")) {
-          if (pid_t pid = find_train_rank(dir_ + "/" + tag, 1)) {
+          if (pid_t pid = hpct::test::find_train_rank(dir_ + "/" + tag, 1)) {
             ::kill(pid, SIGKILL);
             return;
           }
