@@ -1,6 +1,5 @@
 #include "data/formats/shard_toc.h"
 
-#include <cctype>
 #include <cstring>
 #include <sstream>
 
@@ -36,15 +35,6 @@ std::string_view next_word(std::string_view* s) {
   std::string_view w = s->substr(b, e == std::string_view::npos ? std::string_view::npos : e - b);
   *s = e == std::string_view::npos ? std::string_view() : s->substr(e + 1);
   return w;
-}
-
-std::uint64_t octal_field(const char* p, size_t n) {
-  std::uint64_t v = 0;
-  for (size_t i = 0; i < n && p[i] != '\0' && p[i] != ' '; ++i) {
-    if (p[i] < '0' || p[i] > '7') return UINT64_MAX;
-    v = v * 8 + static_cast<std::uint64_t>(p[i] - '0');
-  }
-  return v;
 }
 
 }  // namespace
@@ -152,23 +142,6 @@ ShardToc make_toc(const RandomAccessFile& file, bool tfrecord) {
     toc.members.push_back(std::move(*m));
   }
   return toc;
-}
-
-bool tar_header_matches(const char* block, const std::string& name, std::uint64_t size) {
-  if (octal_field(block + 124, 12) != size) return false;
-  if (name.size() > 100) return true;  // a pax record holds the name; the block has a cut copy
-  std::string got(block, strnlen(block, 100));
-  if (std::memcmp(block + 257, "ustar", 5) == 0 && block[345] != '\0') {
-    got = std::string(block + 345, strnlen(block + 345, 155)) + "/" + got;
-  }
-  // Extensions reach the index lower-cased (sample.h), so case is not compared.
-  if (got.size() != name.size()) return false;
-  for (size_t i = 0; i < got.size(); ++i) {
-    if (std::tolower(static_cast<unsigned char>(got[i])) != std::tolower(static_cast<unsigned char>(name[i]))) {
-      return false;
-    }
-  }
-  return true;
 }
 
 }  // namespace hpct::data

@@ -61,8 +61,4 @@ ShardToc parse_toc(std::string_view text, const std::string& where);
 // the index would give.
 ShardToc make_toc(const RandomAccessFile& file, bool tfrecord);
 
-// Whether a 512-byte tar header block names `name` and holds `size` bytes
-// (the check a member read through a sidecar gets). Case is not compared.
-bool tar_header_matches(const char* block, const std::string& name, std::uint64_t size);
-
 }  // namespace hpct::data

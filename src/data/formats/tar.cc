@@ -1,5 +1,7 @@
 #include "data/formats/tar.h"
 
+#include <algorithm>
+#include <cctype>
 #include <cstring>
 
 #include "core/error.h"
@@ -11,6 +13,19 @@ std::uint64_t round_up(std::uint64_t n) { return (n + kTarBlock - 1) / kTarBlock
 
 // A NUL- or length-terminated field.
 std::string field(const char* p, size_t n) { return std::string(p, strnlen(p, n)); }
+
+// A header's name field, with the ustar prefix in front (GNU's "ustar  "
+// has no prefix field).
+std::string header_name(const char* h) {
+  std::string name = field(h, 100);
+  const bool ustar = field(h + 257, 6).rfind("ustar", 0) == 0;
+  const bool gnu = std::memcmp(h + 257, "ustar  ", 8) == 0;
+  if (ustar && !gnu) {
+    std::string prefix = field(h + 345, 155);
+    if (!prefix.empty()) name = prefix + "/" + name;
+  }
+  return name;
+}
 
 // Octal (with optional spaces/NULs), or base-256 when the top bit is set
 // (GNU, for sizes of 8 GiB and more). nullopt when malformed.
@@ -116,14 +131,7 @@ std::optional<TarMember> TarScanner::next() {
       offset_ = file_.size();
       return std::nullopt;
     }
-    std::string name = field(h, 100);
-    const std::string magic = field(h + 257, 6);
-    const bool ustar = magic.rfind("ustar", 0) == 0;
-    const bool gnu = std::memcmp(h + 257, "ustar  ", 8) == 0;
-    if (ustar && !gnu) {
-      std::string prefix = field(h + 345, 155);
-      if (!prefix.empty()) name = prefix + "/" + name;
-    }
+    std::string name = header_name(h);
     // Checksum: the header's bytes with the checksum field read as spaces.
     // Old writers summed signed chars; accept either.
     auto stored = parse_number(h + 148, 8);
@@ -189,6 +197,17 @@ std::string read_member(const RandomAccessFile& file, const TarMember& m) {
                        ": member data is cut short by the end of the file");
   }
   return data;
+}
+
+bool tar_header_matches(const char* block, const std::string& name, std::uint64_t size) {
+  if (parse_number(block + 124, 12) != size) return false;
+  if (name.size() > 100) return true;  // a pax record holds the name; the block has a cut copy
+  // Extensions reach the index lower-cased (sample.h), so case is not compared.
+  const std::string got = header_name(block);
+  return got.size() == name.size() &&
+         std::equal(got.begin(), got.end(), name.begin(), [](char a, char b) {
+           return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+         });
 }
 
 std::string tar_header(const std::string& name, std::uint64_t size, char type, std::uint64_t mtime) {

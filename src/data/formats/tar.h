@@ -77,6 +77,11 @@ class TarWriter {
   std::uint64_t bytes_ = 0;
 };
 
+// Whether a member's own 512-byte header block names `name` (case not
+// compared) and holds `size` bytes: the check a member read through a
+// sidecar index gets (shard_toc.h).
+bool tar_header_matches(const char* block, const std::string& name, std::uint64_t size);
+
 // The header block of one member (exposed so tests can damage headers).
 std::string tar_header(const std::string& name, std::uint64_t size, char type, std::uint64_t mtime);
 

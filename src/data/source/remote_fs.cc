@@ -597,11 +597,11 @@ void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
   std::lock_guard<std::mutex> lock(m.mu);
   // The latest hint is what a reader will open next: its shards still
   // waiting go ahead of earlier hints, in its order.
-  std::set<const Spool*> wanted;
+  std::set<const Spool*> waiting, wanted;
+  for (const auto& s : m.queue) waiting.insert(s.get());
   std::deque<std::shared_ptr<Spool>> queue;
   for (const auto& s : order) {
-    if (!wanted.insert(s.get()).second) continue;
-    if (std::find(m.queue.begin(), m.queue.end(), s) != m.queue.end()) queue.push_back(s);
+    if (waiting.count(s.get()) != 0 && wanted.insert(s.get()).second) queue.push_back(s);
   }
   for (auto& s : m.queue) {
     if (wanted.count(s.get()) == 0) queue.push_back(std::move(s));
