@@ -108,15 +108,22 @@ std::vector<fs::path> stderr_logs(const std::string& dir) {
   return out;
 }
 
-// Why the run failed: the root crash over every rank's log (a what() first,
-// else the first rank's text), else how the process ended.
+// A crash that only says a peer went away: the symptom on the ranks that
+// survived the one that crashed first.
+bool peer_loss(const std::string& text) {
+  for (const char* s : {"Connection reset by peer", "Connection closed by peer", "Broken pipe"}) {
+    if (text.find(s) != std::string::npos) return true;
+  }
+  return false;
+}
+
+// Why the run failed: the root crash over every rank's log, else how the
+// process ended.
 std::string failure_text(const std::string& dir, const SubprocessResult& r, double timeout_s) {
-  std::string first, what, tail;
+  std::vector<std::string> logs;
+  std::string tail;
   for (const auto& p : stderr_logs(dir)) {
-    const std::string log = slurp(p);
-    auto [text, from_what] = crash_in(log);
-    if (from_what && what.empty()) what = text;
-    if (!text.empty() && first.empty()) first = text;
+    const std::string& log = logs.emplace_back(slurp(p));
     // The last lines of each log, for the user's stderr.
     std::istringstream in(log);
     std::vector<std::string> lines;
@@ -137,7 +144,7 @@ std::string failure_text(const std::string& dir, const SubprocessResult& r, doub
   } else {
     how = "wrote no result";
   }
-  const std::string text = !what.empty() ? what : first;
+  const std::string text = peer_root_error_text(logs);
   return text.empty() ? how : text + " (" + how + ")";
 }
 
@@ -164,6 +171,17 @@ void check_peer_hook(const std::string& spec) {
 }
 
 std::string peer_error_text(const std::string& log) { return crash_in(log).first; }
+
+std::string peer_root_error_text(const std::vector<std::string>& logs) {
+  std::string first, what, root;
+  for (const auto& log : logs) {
+    auto [text, from_what] = crash_in(log);
+    if (from_what && what.empty()) what = text;
+    if (from_what && root.empty() && !peer_loss(text)) root = text;
+    if (!text.empty() && first.empty()) first = text;
+  }
+  return !root.empty() ? root : !what.empty() ? what : first;
+}
 
 nlohmann::json run_ddp_peer_once(const DdpPeerOptions& o, int np) {
   const bool across_hosts = static_cast<bool>(o.launch_prefix);

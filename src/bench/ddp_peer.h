@@ -70,6 +70,12 @@ nlohmann::json run_ddp_peer_once(const DdpPeerOptions& o, int np);
 // line; at most 500 characters. Empty for an empty log.
 std::string peer_error_text(const std::string& log);
 
+// The root crash over every rank's log, in rank order: the first crash that
+// is an exception and not a lost peer ("Connection reset by peer" on the
+// ranks that outlived the one that aborted), else the first exception, else
+// the first rank's text. Empty when no log says anything.
+std::string peer_root_error_text(const std::vector<std::string>& logs);
+
 // Per (np, hook) of the DDP lines, in the order first seen: the medians of
 // our samples/s (the lines of `ours` with that np) and of DDP's over their
 // repeats, and their ratio; with test accuracies, their medians too. A hook

@@ -42,6 +42,21 @@ TEST(DdpPeer, ErrorTextOfAHangEndedByTheWatchdogSaysSo) {
             "a rank made no progress for 60 s and was ended (a hang; its stacks are on stderr)");
 }
 
+// Across hosts the rank that aborted may come second in rank order; the
+// rank before it only lost its peer. The error names the abort.
+TEST(DdpPeer, ErrorOverRanksIsTheRootCrashNotALostPeer) {
+  const std::string lost =
+      "terminate called after throwing an instance of 'std::runtime_error'\n"
+      "  what():  Got the following error when running the callback: RuntimeError: "
+      "[./gloo/transport/tcp/pair.cc:589] Read error [10.77.1.2]:10956: Connection reset by peer\n";
+  EXPECT_EQ(peer_root_error_text({lost, kGlooAbort}),
+            "gloo::EnforceNotMet: [enforce fail at ./gloo/transport/tcp/pair.cc:510] op.preamble.length <= "
+            "op.nbytes. 16424 vs 4096");
+  EXPECT_NE(peer_root_error_text({lost, ""}).find("Connection reset by peer"), std::string::npos);
+  EXPECT_EQ(peer_root_error_text({"", "just a line\n", "AssertionError: x\n"}), "just a line");
+  EXPECT_EQ(peer_root_error_text({}), "");
+}
+
 TEST(DdpPeer, HookSpecsAreCheckedWithTheChoicesNamed) {
   for (const char* ok : {"none", "fp16", "powersgd:1", "powersgd:4", "powersgd:4:100"}) {
     EXPECT_NO_THROW(check_peer_hook(ok)) << ok;
