@@ -49,6 +49,7 @@
 #include "core/subprocess.h"
 #include "data/formats/idx.h"
 #include "engine/engine.h"
+#include "torch/gradient_compressor.h"
 #include "train/models.h"
 
 namespace hpct::cli {
@@ -121,7 +122,7 @@ void check_args(const TrainArgs& a) {
   if (a.o.data_threads < 1) throw_invalid_argument("--data-threads must be at least 1");
   train::make_model(a.o.model);  // refuse an unknown model before starting ranks
   comm::parse_backend(a.backend);
-  if (!a.o.compression.empty()) engine::parse_compression(a.o.compression);
+  if (!a.o.compression.empty() && !parse_lossy(a.o.compression)) engine::parse_compression(a.o.compression);
   if (a.repeats < 1) throw_invalid_argument("--repeats must be at least 1");
   if (a.peer_timeout_s <= 0) throw_invalid_argument("--peer-timeout-s must be more than 0");
   if (a.peer_bucket_mb < 0) throw_invalid_argument("--peer-bucket-mb must be 0 (DDP's defaults) or more");

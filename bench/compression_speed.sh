@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Lossy compression against DDP on a slow link (docs/compression.md): 2
+# namespace hosts at RATE, one rank each; per repeat, alternating, our side
+# with each of MODES, then DDP with each of HOOKS (bench train --peer ddp).
+# Every line goes to OUT/runs.jsonl; the medians are printed at the end.
+#   RATE=1gbit MODEL=mlp REPEATS=3 bench/compression_speed.sh
+set -uo pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+B=${BIN:-$here/build/tools/hpctrain}/hpctrain
+S=$here/scripts/netns-cluster.sh
+RATE=${RATE:-1gbit} MODEL=${MODEL:-mlp} REPEATS=${REPEATS:-3}
+MODES=${MODES:-powersgd:4 int8 none}
+HOOKS=${HOOKS:-none,fp16,powersgd:4}
+if [[ $MODEL == mlp ]]; then STEPS=${STEPS:-20}; else STEPS=${STEPS:-40}; fi
+OUT=${OUT:-/tmp/hpct-compression-speed}
+mkdir -p "$OUT" && : > "$OUT/runs.jsonl"
+export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCT_COMPRESSION_START_STEP=5
+log() { echo "$(date -u +%H:%M:%S) load=$(cut -d' ' -f1-3 /proc/loadavg) $*" | tee -a "$OUT/log" >&2; }
+"$S" up 2 cs --rate "$RATE" > "$OUT/env" || exit 1
+trap '"$S" down cs > /dev/null 2>&1' EXIT
+eval "$(grep -E '^NETNS_(HOSTS|KEY)=' "$OUT/env")"
+read -r h1 h2 _ <<<"$NETNS_HOSTS"
+HOSTS=(-H "$h1:1,$h2:1" -i "$NETNS_KEY" --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null)
+common=(--model "$MODEL" --np 2 --steps "$STEPS" --warmup 5 --batch 64 "${HOSTS[@]}")
+for rep in $(seq 1 "$REPEATS"); do
+  for c in $MODES; do
+    log "repeat $rep: ours $c"
+    timeout 900 "$B" bench train "${common[@]}" --compression "$c" 2>>"$OUT/err" |
+      grep '"impl"' | sed "s/^{/{\"repeat\":$rep,\"mode\":\"$c\",/" >> "$OUT/runs.jsonl"
+  done
+  log "repeat $rep: ddp hooks $HOOKS"
+  timeout 1800 "$B" bench train "${common[@]}" --compression none --peer ddp --peer-hook "$HOOKS" \
+    ${PEER_BUCKET_MB:+--peer-bucket-mb $PEER_BUCKET_MB} 2>>"$OUT/err" |
+    grep '"pytorch-ddp"' | sed "s/^{/{\"repeat\":$rep,/" >> "$OUT/runs.jsonl"
+done
+log done
+/usr/bin/python3 - "$OUT/runs.jsonl" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+by = {}
+for r in rows:
+    key = ("ddp " + r.get("hook", "none")) if r.get("impl") == "pytorch-ddp" else r["mode"]
+    by.setdefault(key, []).append(None if r.get("failed") else r["samples_per_s"])
+med = {}
+for k, v in by.items():
+    ok = [x for x in v if x is not None]
+    med[k] = statistics.median(ok) if ok and len(ok) == len(v) else None
+    print(json.dumps({"run": k, "samples_per_s": v, "median": med[k]}))
+for k in med:
+    if k.startswith("ddp") or med[k] is None: continue
+    print(json.dumps({"ours": k, **{"/" + d: round(med[k] / med[d], 2) for d in med if d.startswith("ddp") and med[d]}}))
+PY
