@@ -14,6 +14,16 @@
       with two and has done --rejoin-after more steps, the host comes back
       (discovery lists it again / its agent is started again). The job ends
       at --total-steps.
+  elastic_peers.py compare ... --netns
+      The same on 3 network-namespace hosts (scripts/netns-cluster.sh up 3),
+      one worker each, hpctrain's workers started over ssh and one torchrun
+      agent in each host's namespace (rendezvous on host 1's address). The
+      third host dies as a whole: every process in its namespace (worker,
+      agent, sshd) is SIGKILLed and its link is taken down, so the survivors
+      get no FIN and learn of it only when an operation times out
+      (--op-timeout-s, for both: HPCT_TIMEOUT_S and the process group's
+      timeout). It comes back by its link going up and its sshd (hpctrain)
+      or its agent (torchrun) starting again.
   elastic_peers.py rank --mode hpctrain|torchrun ...
       One worker (started by the launcher or by torchrun's agent).
 
@@ -113,7 +123,8 @@ def rank_torchrun(args):
     from torch.nn.parallel import DistributedDataParallel as DDP
     from ddp_peer import make_model
     torch.set_num_threads(1)
-    dist.init_process_group("gloo")
+    import datetime
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.op_timeout_s))
     r, n = dist.get_rank(), dist.get_world_size()
     x_all, labels = data()
     torch.manual_seed(42)
@@ -204,38 +215,87 @@ def analyse(steps, kill_t, join_t):
     return leave, join
 
 
+class Netns:
+    """3 namespace hosts from scripts/netns-cluster.sh, torn down on close."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.dirname(HERE)), "scripts", "netns-cluster.sh")
+
+    def __init__(self, name):
+        self.name = name
+        out = subprocess.run([self.SCRIPT, "up", "3", name], capture_output=True, text=True, timeout=120)
+        if out.returncode != 0:
+            raise SystemExit("netns-cluster.sh up failed:\n" + out.stdout + out.stderr)
+        env = dict(l.split("=", 1) for l in out.stdout.splitlines() if l.startswith("NETNS_"))
+        self.hosts = env["NETNS_HOSTS"].strip('"').split()
+        self.key = env["NETNS_KEY"]
+
+    def ns(self, i):
+        return "hpct-%s-h%d" % (self.name, i)
+
+    def kill_host(self, i):
+        """Every process in host i's namespace, then its link."""
+        pids = subprocess.run(["ip", "netns", "pids", self.ns(i)], capture_output=True, text=True,
+                              timeout=10).stdout.split()
+        for p in pids:
+            try:
+                os.kill(int(p), signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["ip", "link", "set", "hv%s%d" % (self.name, i), "down"], check=True, timeout=10)
+        return [int(p) for p in pids]
+
+    def revive_host(self, i, sshd=True):
+        subprocess.run(["ip", "link", "set", "hv%s%d" % (self.name, i), "up"], check=True, timeout=10)
+        if sshd:
+            subprocess.run([self.SCRIPT, "sshd-start", self.name, str(i)], check=True, timeout=30,
+                           capture_output=True)
+
+    def close(self):
+        subprocess.run(["ip", "link", "set", "hv%s3" % self.name, "up"], timeout=10)
+        subprocess.run([self.SCRIPT, "down", self.name], timeout=120, capture_output=True)
+
+
 def run_hpctrain(args, d):
     hosts = os.path.join(d, "hosts")
-    third = socket.gethostname()
+    net = args.net
+    names = net.hosts if net else ["localhost", "127.0.0.1", socket.gethostname()]
 
     def write_hosts(names):
         with open(hosts + ".tmp", "w") as f:
             f.write("".join("%s:1\n" % h for h in names))
         os.rename(hosts + ".tmp", hosts)
 
-    write_hosts(["localhost", "127.0.0.1", third])
+    write_hosts(names)
     log = os.path.join(d, "hpctrain.log")
-    cmd = [args.hpctrain, "launch", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
-           "cat " + hosts, "--discovery-interval", "0.5", "--blacklist-cooldown", "0", "--start-timeout", "120", "--",
-           PY, HERE, "rank", "--mode", "hpctrain", "--total-steps", str(args.total_steps),
-           "--commit-every", str(args.commit_every)]
     build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(args.hpctrain))))
-    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"))
+    cmd = [args.hpctrain, "launch", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+           "cat " + hosts, "--discovery-interval", "0.5", "--blacklist-cooldown", "0", "--start-timeout", "120"]
+    if net:
+        cmd += ["-i", net.key, "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option",
+                "UserKnownHostsFile=/dev/null", "--env", "PYTHONPATH=" + os.path.join(build, "python")]
+    cmd += ["--", PY, HERE, "rank", "--mode", "hpctrain", "--total-steps", str(args.total_steps),
+            "--commit-every", str(args.commit_every)]
+    env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), HPCT_TIMEOUT_S=str(args.op_timeout_s))
     print("+ " + " ".join(cmd), flush=True)
     with open(log, "w") as out:
         job = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
     try:
         wait_until(log, lambda t: any(s >= args.kill_step and n == 3 for s, n, _ in steps_of(t)), 300,
                    "step %d with 3 workers" % args.kill_step)
-        write_hosts(["localhost", "127.0.0.1"])
-        victims = pids_with_env("HPCT_ELASTIC_ID=2")
+        write_hosts(names[:2])
         kill_t = time.time()
-        for p in victims:
-            os.kill(p, signal.SIGKILL)
+        if net:
+            victims = net.kill_host(3)
+        else:
+            victims = pids_with_env("HPCT_ELASTIC_ID=2")
+            for p in victims:
+                os.kill(p, signal.SIGKILL)
         text = wait_until(log, lambda t: sum(1 for _, n, tt in steps_of(t) if n == 2 and tt > kill_t)
                           >= args.rejoin_after, 300, "training with 2")
         join_t = time.time()
-        write_hosts(["localhost", "127.0.0.1", third])
+        if net:
+            net.revive_host(3)
+        write_hosts(names)
         job.wait(timeout=600)
     finally:
         if job.poll() is None:
@@ -251,16 +311,21 @@ def run_torchrun(args, d):
     port = 29000 + os.getpid() % 1000
     env = dict(os.environ)
 
+    net = args.net
+    master = net.hosts[0] if net else "127.0.0.1"
+
     def agent(i):
-        cmd = [PY, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc_per_node", "1",
-               "--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:%d" % port,
+        where = ["ip", "netns", "exec", net.ns(min(i, 2) + 1), "env", "GLOO_SOCKET_IFNAME=eth0"] if net else []
+        cmd = where + [PY, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc_per_node", "1",
+               "--rdzv_backend", "c10d", "--rdzv_endpoint", "%s:%d" % (master, port),
                "--rdzv_id", "elastic-peers-%d" % os.getpid(), "--max_restarts", "3",
                # torch 1.13 under Python 3.11 cannot parse the default
                # --redirects 0 (iterating an IntFlag yields only its one-bit members):
                # stdout (1) is teed from log files to the console.
                "--redirects", "1", "--tee", "1",
                HERE, "rank", "--mode", "torchrun", "--total-steps", str(args.total_steps),
-               "--steps-per-epoch", str(args.steps_per_epoch), "--dir", d]
+               "--steps-per-epoch", str(args.steps_per_epoch), "--dir", d,
+               "--op-timeout-s", str(args.op_timeout_s)]
         print("+ " + " ".join(cmd), flush=True)
         out = open(log, "a")  # every agent: rank 0 may be on any of them
         return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
@@ -273,11 +338,16 @@ def run_torchrun(args, d):
         wait_until(log, lambda t: any(s >= args.kill_step and n == 3 for s, n, _ in steps_of(t)), 300,
                    "step %d with 3 workers" % args.kill_step)
         kill_t = time.time()
-        os.killpg(agents[2].pid, signal.SIGKILL)  # the agent and its worker
+        if net:
+            net.kill_host(3)
+        else:
+            os.killpg(agents[2].pid, signal.SIGKILL)  # the agent and its worker
         agents[2].wait()
         wait_until(log, lambda t: sum(1 for _, n, tt in steps_of(t) if n == 2 and tt > kill_t)
                    >= args.rejoin_after, 300, "training with 2")
         join_t = time.time()
+        if net:
+            net.revive_host(3, sshd=False)
         agents.append(agent(3))
         for a in (agents[0], agents[1], agents[3]):
             a.wait(timeout=600)
@@ -292,6 +362,15 @@ def run_torchrun(args, d):
 
 
 def compare(args):
+    args.net = Netns("ep") if args.netns else None
+    try:
+        compare_runs(args)
+    finally:
+        if args.net:
+            args.net.close()
+
+
+def compare_runs(args):
     results = []
     for rep in range(args.repeats):
         for mode, fn in (("hpctrain", run_hpctrain), ("torchrun", run_torchrun)):
@@ -304,6 +383,7 @@ def compare(args):
             leave, join = analyse(steps_of(text), kill_t, join_t)
             for ev in (leave, join):
                 ev.update({"bench": "elastic", "impl": mode, "repeat": rep, "load1": round(load, 1),
+                           "hosts": "netns" if args.netns else "local", "op_timeout_s": args.op_timeout_s,
                            "kill_step": args.kill_step, "commit_every": args.commit_every,
                            "steps_per_epoch": args.steps_per_epoch})
                 print(json.dumps(ev), flush=True)
@@ -325,10 +405,13 @@ def main():
     c.add_argument("--hpctrain", required=True)
     c.add_argument("--repeats", type=int, default=1)
     c.add_argument("--only", choices=("hpctrain", "torchrun"), help="run one of the two")
+    c.add_argument("--netns", action="store_true", help="3 network-namespace hosts, the third killed whole")
     for q in (c, sub.add_parser("rank")):
         q.add_argument("--total-steps", type=int, default=400)
         q.add_argument("--commit-every", type=int, default=5)
         q.add_argument("--steps-per-epoch", type=int, default=100)
+        q.add_argument("--op-timeout-s", type=float, default=6,
+                       help="bound on one collective, both sides (HPCT_TIMEOUT_S; the process group's timeout)")
     c.add_argument("--kill-step", type=int, default=150)
     c.add_argument("--rejoin-after", type=int, default=30)
     r = sub.choices["rank"]
