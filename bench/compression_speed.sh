@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Lossy compression against DDP on a slow link (docs/compression.md): 2
 # namespace hosts at RATE, one rank each; per repeat, alternating, our side
-# with each of MODES, then DDP with each of HOOKS (bench train --peer ddp).
+# with each of MODES, then DDP with each of HOOKS (bench train --peer ddp;
+# HOOK@MB also sets DDP's bucket size, e.g. powersgd:4@128 for one bucket).
 # Every line goes to OUT/runs.jsonl; the medians are printed at the end.
 #   RATE=1gbit MODEL=mlp REPEATS=3 bench/compression_speed.sh
 set -uo pipefail
@@ -10,7 +11,7 @@ B=${BIN:-$here/build/tools/hpctrain}/hpctrain
 S=$here/scripts/netns-cluster.sh
 RATE=${RATE:-1gbit} MODEL=${MODEL:-mlp} REPEATS=${REPEATS:-3}
 MODES=${MODES:-powersgd:4 int8 none}
-HOOKS=${HOOKS:-none,fp16,powersgd:4}
+HOOKS=${HOOKS:-none fp16 powersgd:4}
 if [[ $MODEL == mlp ]]; then STEPS=${STEPS:-20}; else STEPS=${STEPS:-40}; fi
 OUT=${OUT:-/tmp/hpct-compression-speed}
 mkdir -p "$OUT" && : > "$OUT/runs.jsonl"
@@ -28,10 +29,13 @@ for rep in $(seq 1 "$REPEATS"); do
     timeout 900 "$B" bench train "${common[@]}" --compression "$c" 2>>"$OUT/err" |
       grep '"impl"' | sed "s/^{/{\"repeat\":$rep,\"mode\":\"$c\",/" >> "$OUT/runs.jsonl"
   done
-  log "repeat $rep: ddp hooks $HOOKS"
-  timeout 1800 "$B" bench train "${common[@]}" --compression none --peer ddp --peer-hook "$HOOKS" \
-    ${PEER_BUCKET_MB:+--peer-bucket-mb $PEER_BUCKET_MB} 2>>"$OUT/err" |
-    grep '"pytorch-ddp"' | sed "s/^{/{\"repeat\":$rep,/" >> "$OUT/runs.jsonl"
+  for spec in $HOOKS; do   # HOOK[@BUCKET_MB]: DDP's comm hook, and its bucket_cap_mb
+    hook=${spec%@*}; bucket=0; [[ $spec == *@* ]] && bucket=${spec#*@}
+    log "repeat $rep: ddp hook $hook (bucket $bucket MB)"
+    timeout 1800 "$B" bench train "${common[@]}" --compression none --peer ddp --peer-hook "$hook" \
+      --peer-bucket-mb "$bucket" 2>>"$OUT/err" |
+      grep '"pytorch-ddp"' | sed "s/^{/{\"repeat\":$rep,/" >> "$OUT/runs.jsonl"
+  done
 done
 log done
 /usr/bin/python3 - "$OUT/runs.jsonl" <<'PY'
@@ -39,7 +43,9 @@ import json, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 by = {}
 for r in rows:
-    key = ("ddp " + r.get("hook", "none")) if r.get("impl") == "pytorch-ddp" else r["mode"]
+    bucket = r.get("bucket_mb", "default")
+    key = ("ddp " + r.get("hook", "none") + ("" if bucket == "default" else "@%g" % bucket)
+           if r.get("impl") == "pytorch-ddp" else r["mode"])
     by.setdefault(key, []).append(None if r.get("failed") else r["samples_per_s"])
 med = {}
 for k, v in by.items():
