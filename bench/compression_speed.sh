@@ -5,23 +5,29 @@
 # HOOK@MB also sets DDP's bucket size, e.g. powersgd:4@128 for one bucket).
 # Every line goes to OUT/runs.jsonl; the medians are printed at the end.
 #   RATE=1gbit MODEL=mlp REPEATS=3 bench/compression_speed.sh
+# RATE=local: both ranks on this host (no namespace hosts). Extra settings
+# of our side go in the environment (e.g. HPCT_ALLOW_LOSSY=1 with MODES=auto).
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 B=${BIN:-$here/build/tools/hpctrain}/hpctrain
 S=$here/scripts/netns-cluster.sh
 RATE=${RATE:-1gbit} MODEL=${MODEL:-mlp} REPEATS=${REPEATS:-3}
 MODES=${MODES:-powersgd:4 int8 none}
-HOOKS=${HOOKS:-none fp16 powersgd:4}
+HOOKS=${HOOKS-none fp16 powersgd:4}   # set and empty: no DDP runs
 if [[ $MODEL == mlp ]]; then STEPS=${STEPS:-20}; else STEPS=${STEPS:-40}; fi
 OUT=${OUT:-/tmp/hpct-compression-speed}
 mkdir -p "$OUT" && : > "$OUT/runs.jsonl"
 export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCT_COMPRESSION_START_STEP=5
 log() { echo "$(date -u +%H:%M:%S) load=$(cut -d' ' -f1-3 /proc/loadavg) $*" | tee -a "$OUT/log" >&2; }
-"$S" up 2 cs --rate "$RATE" > "$OUT/env" || exit 1
-trap '"$S" down cs > /dev/null 2>&1' EXIT
-eval "$(grep -E '^NETNS_(HOSTS|KEY)=' "$OUT/env")"
-read -r h1 h2 _ <<<"$NETNS_HOSTS"
-HOSTS=(-H "$h1:1,$h2:1" -i "$NETNS_KEY" --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null)
+if [[ $RATE == local ]]; then
+  HOSTS=()
+else
+  "$S" up 2 cs --rate "$RATE" > "$OUT/env" || exit 1
+  trap '"$S" down cs > /dev/null 2>&1' EXIT
+  eval "$(grep -E '^NETNS_(HOSTS|KEY)=' "$OUT/env")"
+  read -r h1 h2 _ <<<"$NETNS_HOSTS"
+  HOSTS=(-H "$h1:1,$h2:1" -i "$NETNS_KEY" --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null)
+fi
 common=(--model "$MODEL" --np 2 --steps "$STEPS" --warmup 5 --batch 64 "${HOSTS[@]}")
 for rep in $(seq 1 "$REPEATS"); do
   for c in $MODES; do

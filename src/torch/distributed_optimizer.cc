@@ -294,6 +294,11 @@ void DistributedOptimizer::Impl::decide_auto_lossy() {
   std::snprintf(measured, sizeof measured,
                 "sync waited %.1f ms of a %.1f ms step (%.0f%%) for %.1f MB of gradients (%.2f Gbit/s)", sync_ms,
                 step_ms, share * 100, total / 1e6, sync_ms > 0 ? total * 8 / (sync_ms * 1e6) : 0.0);
+  const auto format_rate = [](double r) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", r);
+    return std::string(buf);
+  };
   std::string pick = "none";
   std::string why;
   if (ctx.size() == 1 || ctx.local_size() == ctx.size()) {
@@ -303,7 +308,7 @@ void DistributedOptimizer::Impl::decide_auto_lossy() {
   } else if (psgd_bytes >= 0.5 * total) {
     pick = low_rank.name();
     why = std::string(measured) + "; " + std::to_string(static_cast<int>(100 * psgd_bytes / total)) +
-          "% of the bytes are matrices of low-rank compression rate >= " + std::to_string(low_rank.min_rate);
+          "% of the bytes are matrices of low-rank compression rate >= " + format_rate(low_rank.min_rate);
   } else if (int8_bytes >= 0.5 * total) {
     pick = "int8";
     why = std::string(measured) + "; most bytes are in tensors low rank does not fit";
