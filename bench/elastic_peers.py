@@ -228,6 +228,13 @@ class Netns:
         env = dict(l.split("=", 1) for l in out.stdout.splitlines() if l.startswith("NETNS_"))
         self.hosts = env["NETNS_HOSTS"].strip('"').split()
         self.key = env["NETNS_KEY"]
+        # Host names as a cluster has them: hI is host I's address on every
+        # host (ip netns exec bind-mounts this file over /etc/hosts). torch's
+        # agents tell their workers rank 0's host name, not its address.
+        for i in range(1, 4):
+            os.makedirs("/etc/netns/" + self.ns(i), exist_ok=True)
+            with open("/etc/netns/%s/hosts" % self.ns(i), "w") as f:
+                f.write("127.0.0.1 localhost\n" + "".join("%s h%d\n" % (h, j + 1) for j, h in enumerate(self.hosts)))
 
     def ns(self, i):
         return "hpct-%s-h%d" % (self.name, i)
@@ -315,15 +322,23 @@ def run_torchrun(args, d):
     master = net.hosts[0] if net else "127.0.0.1"
 
     def agent(i):
-        where = ["ip", "netns", "exec", net.ns(min(i, 2) + 1), "env", "GLOO_SOCKET_IFNAME=eth0"] if net else []
+        host = min(i, 2) + 1
+        # On host I, in its own UTS namespace named hI.
+        where = ["ip", "netns", "exec", net.ns(host), "unshare", "--uts", "sh", "-c",
+                 'hostname h%d && exec "$@"' % host, "sh", "env", "GLOO_SOCKET_IFNAME=eth0"] if net else []
         cmd = where + [PY, "-m", "torch.distributed.run", "--nnodes", "2:3", "--nproc_per_node", "1",
                "--rdzv_backend", "c10d", "--rdzv_endpoint", "%s:%d" % (master, port),
                "--rdzv_id", "elastic-peers-%d" % os.getpid(), "--max_restarts", "3",
                # torch 1.13 under Python 3.11 cannot parse the default
                # --redirects 0 (iterating an IntFlag yields only its one-bit members):
                # stdout (1) is teed from log files to the console.
-               "--redirects", "1", "--tee", "1",
-               HERE, "rank", "--mode", "torchrun", "--total-steps", str(args.total_steps),
+               "--redirects", "1", "--tee", "1"]
+        if net:
+            # The agent on host 1 serves the c10d store: torch guesses it by
+            # matching the endpoint to the machine's host name, which on a
+            # namespace host names the head.
+            cmd += ["--rdzv_conf", "is_host=%d" % (i == 0)]
+        cmd += [HERE, "rank", "--mode", "torchrun", "--total-steps", str(args.total_steps),
                "--steps-per-epoch", str(args.steps_per_epoch), "--dir", d,
                "--op-timeout-s", str(args.op_timeout_s)]
         print("+ " + " ".join(cmd), flush=True)
@@ -347,7 +362,7 @@ def run_torchrun(args, d):
                    >= args.rejoin_after, 300, "training with 2")
         join_t = time.time()
         if net:
-            net.revive_host(3, sshd=False)
+            net.revive_host(3)  # its sshd too: the next run starts from a whole cluster
         agents.append(agent(3))
         for a in (agents[0], agents[1], agents[3]):
             a.wait(timeout=600)

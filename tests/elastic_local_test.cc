@@ -213,6 +213,21 @@ TEST_F(ElasticLocal, BelowMinNpFailsAfterTheTimeoutNamingTheLostHost) {
   EXPECT_LT(took, 60) << r.out;
 }
 
+// Discovery lists a host whose workers never start (192.0.2.77, TEST-NET-1:
+// ssh to it is refused, unreachable or times out, and with no cool-down the
+// launcher tries again and again). Once --min-np workers are ready, the
+// first generation forms without it within the start grace (5 s), and the
+// job trains to its end with the two.
+TEST_F(ElasticLocal, AHostThatNeverStartsDoesNotHoldBackTheFirstGeneration) {
+  write_hosts("h6", "localhost:1\n127.0.0.1:1\n192.0.2.77:1\n");
+  Outcome r = launch_test::run(
+      job("h6", "--min-np 2 --max-np 3 --blacklist-cooldown 0", "--epochs 1 --commit-every 5", 20), 120);
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("elastic: generation 0: size 0 -> 2; joined: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("the job finished with 2 workers"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("no membership generation"), std::string::npos) << r.out;
+}
+
 // --max-restarts keeps its meaning: with nothing left to shrink to
 // (--min-np 2 of 2), the failed elastic job is restarted whole, and the
 // restarted job (new workers, HPCT_RESTART=1) trains to its end.

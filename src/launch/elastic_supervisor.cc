@@ -11,6 +11,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -56,6 +57,10 @@ std::vector<HostEntry> parse_discovery_output(const std::string& text) {
 }
 
 namespace {
+
+// The first generation waits at most this long, once --min-np workers are
+// ready, for the others still starting.
+constexpr Millis kStartGrace{5000};
 
 double seconds(SteadyClock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -185,6 +190,10 @@ struct ElasticSupervisor::Impl {
   bool change_open = false;  // a published change whose members have not all arrived
   SteadyClock::time_point below_since{};
   bool below = false;
+  // Before the first generation: since when --min-np workers are ready
+  // while others still start (a host whose workers keep failing to start
+  // must not hold the job back; it joins later, at a commit).
+  std::optional<SteadyClock::time_point> quorum_since;
   int restart = 0;
 
   Impl(ElasticOptions options, RankSpec b, PlanWorker p, OutputMux& out, Logger l,
@@ -465,6 +474,7 @@ AttemptResult ElasticSupervisor::Impl::run(int attempt) {
   workers.clear();
   generations.clear();
   gen = -1;
+  quorum_since.reset();
   reports_seen = 0;
   lost.clear();
   pending_left.clear();
@@ -616,8 +626,10 @@ AttemptResult ElasticSupervisor::Impl::run(int attempt) {
     int members = 0;
     for (const auto& [id, w] : workers)
       members += (w->phase == Phase::kMember || w->phase == Phase::kReady) ? 1 : 0;
+    if (gen < 0 && members >= o.min_np && starting && !quorum_since) quorum_since = now;
+    const bool start_now = !starting || (quorum_since && now - *quorum_since >= kStartGrace);
     const bool change =
-        gen < 0 ? (!starting && !joined.empty())
+        gen < 0 ? (start_now && !joined.empty())
                 : (!pending_left.empty() || !joined.empty() || (republish && now >= republish_at));
     if (change && members >= o.min_np) {
       below = false;
