@@ -264,7 +264,7 @@ struct DistributedOptimizer::Impl {
 
 // auto --allow-lossy (docs/compression.md), at the same step on every rank
 // (a collective): on one host, or when waiting for gradients took under
-// kAutoLossyShare of the step, the wire is not what limits the job and no
+// kAutoLossyShare of the step on the rank that waited least, the wire is not what limits the job and no
 // lossy mode is used; otherwise powersgd:4 when most gradient bytes are
 // matrices it cuts by at least the minimum rate, else int8 when most bytes
 // are tensors it takes, else none. The ranks' measurements are averaged by
@@ -286,9 +286,16 @@ void DistributedOptimizer::Impl::decide_auto_lossy() {
     if (i8->compresses(p.tensor, ctx.size())) int8_bytes += b;
   }
   const double steps = static_cast<double>(std::max<std::int64_t>(1, auto_steps - 1));
-  auto m = allreduce(ctx, "compression/auto_measure",
-                     torch::tensor({auto_sync_s / steps, auto_period_s / steps}, torch::kDouble), true);
-  const double sync_ms = m[0].item<double>() * 1e3, step_ms = m[1].item<double>() * 1e3;
+  // The step: averaged over ranks. The wait for gradients: its least over
+  // ranks, the slowest rank's, which is the wire's share without the time
+  // the others spent waiting for that rank (skew is no reason to compress).
+  auto m = allreduce(ctx, "compression/auto_measure", torch::tensor({auto_period_s / steps}, torch::kDouble), true);
+  torch::Tensor least = torch::tensor({auto_sync_s / steps}, torch::kDouble);
+  ctx.engine()
+      .allreduce_async("metric/compression/auto_sync_least", tensor_ref(least, "auto_sync_least"),
+                       comm::ReduceOp::kMin)
+      .wait();
+  const double sync_ms = least.item<double>() * 1e3, step_ms = m[0].item<double>() * 1e3;
   const double share = step_ms > 0 ? sync_ms / step_ms : 0;
   char measured[256];
   std::snprintf(measured, sizeof measured,
