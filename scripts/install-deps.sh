@@ -15,6 +15,8 @@ packages=(
   libcli11-dev nlohmann-json3-dev libssl-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libdeflate-dev
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev python3
+  # tf.Example through libprotobuf (formats/example_bench.cc)
+  libprotobuf-dev protobuf-compiler
   # Prometheus endpoints of the ranks (prometheus-cpp), and a real Prometheus and promtool for their test
   prometheus-cpp-dev prometheus
   # the browser that opens hpctrain report's page in its test (headless)
