@@ -111,7 +111,12 @@ struct Spool {
       if (backing == SpoolBacking::kMemory) {
         m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
                    -1, 0);
-        if (m != MAP_FAILED) ::madvise(m, n, MADV_HUGEPAGE);  // a hint; fine if refused
+        // Huge pages (a hint; fine if refused) past the first 2 MiB: the
+        // first sample should not wait for a whole huge page to be cleared.
+        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(m);
+        const std::uintptr_t from = (at + (4u << 20) - 1) & ~std::uintptr_t((2u << 20) - 1);
+        if (m != MAP_FAILED && from < at + n)
+          ::madvise(reinterpret_cast<void*>(from), at + n - from, MADV_HUGEPAGE);
       } else {
         if (backing == SpoolBacking::kNewFile && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0)
           throw_io("size the spool of " + url, errno);
@@ -181,7 +186,8 @@ struct ShardFileSystem::Impl {
   std::map<std::string, std::unique_ptr<SourceCounters>>
       counters;                    // guarded by mu; entries never removed
   std::unique_ptr<S3Settings> s3;  // guarded by mu; read on first use
-  std::vector<std::thread> threads;
+  std::vector<std::thread> threads;  // made once, by start_threads
+  std::once_flag threads_started;
   std::atomic<bool> stopping{false};
   std::atomic<std::uint64_t> part_seq{0};
   std::uint64_t memory_used = 0;  // guarded by mu: bytes of spools in memory
@@ -248,9 +254,12 @@ struct ShardFileSystem::Impl {
   void fetch(Spool& s);
   bool fetch_cached(Spool& s, SourceCounters* c);
   void evict(const std::string& keep);
+  // Called without mu: each thread starts fetching as soon as it exists,
+  // not after its siblings are made (the first sample waits for it).
   void start_threads() {
-    if (!threads.empty()) return;
-    for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this] { fetcher(); });
+    std::call_once(threads_started, [this] {
+      for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this] { fetcher(); });
+    });
   }
   Millis read_bound() const {
     return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) +
@@ -647,8 +656,8 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   {
     std::lock_guard<std::mutex> lock(m.mu);
     s->last_open = ++m.open_clock;
-    m.start_threads();
   }
+  m.start_threads();
   SourceCounters* c = m.counters_for(s->source);
   std::unique_lock<std::mutex> lock(s->mu);
   if (!s->cv.wait_for(lock, m.read_bound(), [&] { return s->size_known || s->error; })) {
@@ -680,7 +689,7 @@ void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
   }
   if (order.empty()) return;
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
+  std::unique_lock<std::mutex> lock(m.mu);
   // The latest hint is what a reader will open next: its shards still
   // waiting go ahead of earlier hints, in its order.
   std::set<const Spool*> waiting, wanted;
@@ -693,6 +702,8 @@ void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
     if (wanted.count(s.get()) == 0) queue.push_back(std::move(s));
   }
   m.queue = std::move(queue);
+  m.cv.notify_all();
+  lock.unlock();
   m.start_threads();
 }
 
