@@ -117,7 +117,8 @@ int run_bench_source(const DataArgs& a, const Config& config) {
       char rest[4096];
       while (std::fread(rest, 1, sizeof rest, p) > 0) {
       }
-      if (::pclose(p) != 0 || ttfb < 0) throw Error(ErrorCode::kIo, "bench data: curl failed: " + curl_cmd);
+      if (::pclose(p) != 0 || ttfb < 0)
+        throw Error(ErrorCode::kIo, "bench data: curl failed: " + curl_cmd);
       const double s_curl = seconds_since(t0);
       theirs.push_back(bytes / s_curl);
       ratios.push_back(s_curl / s_ours);
@@ -138,7 +139,7 @@ int run_bench_source(const DataArgs& a, const Config& config) {
     j["curl_bytes_per_s"] = median(theirs);
     j["ratio_to_curl"] = median(ratios);
     j["curl_call"] = "curl -o /dev/null, one process for all shards";
-    j["curl_first_byte_s"] = median(curl_ttfb);                // of the first shard
+    j["curl_first_byte_s"] = median(curl_ttfb);                   // of the first shard
     j["first_sample_to_curl_first_byte"] = median(first_ratios);  // paired by round
   }
   std::cout << j.dump() << std::endl;

@@ -93,12 +93,12 @@ struct Spool {
   // reader far into the shard asks for more than it needs, so the fetch
   // thread wakes it once per stretch of bytes, not once per network read.
   std::atomic<std::uint64_t> wake_at{UINT64_MAX};
-  std::exception_ptr error;                 // guarded by mu
-  UniqueFd fd;                              // set before size_known (file spools)
-  char* map = nullptr;                      // size bytes, set before size_known
-  bool in_memory = false;                   // map is anonymous memory; set before size_known
-  std::uint64_t last_open = 0;              // guarded by the file system's mu (LRU; 0: never opened)
-  std::uint64_t written = 0;                // the fetch thread's
+  std::exception_ptr error;     // guarded by mu
+  UniqueFd fd;                  // set before size_known (file spools)
+  char* map = nullptr;          // size bytes, set before size_known
+  bool in_memory = false;       // map is anonymous memory; set before size_known
+  std::uint64_t last_open = 0;  // guarded by the file system's mu (LRU; 0: never opened)
+  std::uint64_t written = 0;    // the fetch thread's
 
   ~Spool() {
     if (map != nullptr) ::munmap(map, size);
@@ -184,8 +184,8 @@ struct ShardFileSystem::Impl {
   std::map<std::string, std::shared_ptr<Spool>> spools;  // guarded by mu
   std::deque<std::shared_ptr<Spool>> queue;              // guarded by mu
   std::map<std::string, std::unique_ptr<SourceCounters>>
-      counters;                    // guarded by mu; entries never removed
-  std::unique_ptr<S3Settings> s3;  // guarded by mu; read on first use
+      counters;                      // guarded by mu; entries never removed
+  std::unique_ptr<S3Settings> s3;    // guarded by mu; read on first use
   std::vector<std::thread> threads;  // made once, by start_threads
   std::once_flag threads_started;
   std::atomic<bool> stopping{false};
@@ -210,8 +210,9 @@ struct ShardFileSystem::Impl {
         // Shards fetched ahead and not yet opened are kept: they are next.
         if (x.in_memory && x.done && !x.error && x.last_open > 0) idle.push_back(it);
       }
-      std::sort(idle.begin(), idle.end(),
-                [](const auto& a, const auto& b) { return a->second->last_open < b->second->last_open; });
+      std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) {
+        return a->second->last_open < b->second->last_open;
+      });
       for (auto it : idle) {
         if (memory_used + n <= o.spool_memory) break;
         memory_used -= it->second->size;

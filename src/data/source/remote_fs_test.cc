@@ -2,6 +2,8 @@
 // started on loopback by the test): bytes read back exactly, spools in
 // memory kept within their bound by dropping read shards no reader holds,
 // and a shard with no room in memory spooled to a file instead.
+#include "data/source/remote_fs.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -19,7 +21,6 @@
 #include <thread>
 
 #include "core/env.h"
-#include "data/source/remote_fs.h"
 
 namespace hpct::data {
 namespace {
