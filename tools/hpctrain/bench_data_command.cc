@@ -6,8 +6,9 @@
 // streams the shards through hpctrain's reader (ShardFileSystem: download,
 // walk the tar, read every member) and, alternating with it, downloads them
 // with `curl -s -o /dev/null` (http and https only); it reports both rates,
-// their ratio (median of the rounds' paired ratios) and the time from the
-// start to the first sample read and decoded.
+// their ratio (median of the rounds' paired ratios), the time from the start
+// to the first sample read and decoded, and that time against curl's time to
+// the first shard's first byte (connect, request, answer) in the same round.
 //
 // The images are Fashion-MNIST test images scaled to --size (bilinear, grey
 // replicated to RGB) and encoded as JPEG quality 90, packed into tar shards
@@ -88,14 +89,16 @@ int run_bench_source(const DataArgs& a, const Config& config) {
   const bool curl_ok = std::all_of(shards.begin(), shards.end(), [](const std::string& u) {
     return u.rfind("http://", 0) == 0 || u.rfind("https://", 0) == 0;
   });
-  std::string curl_cmd = "curl -sSf --max-time 600";
+  // curl prints each transfer's time to first byte (connect, request, the
+  // server's answer): the least any reader can take to its first sample.
+  std::string curl_cmd = "curl -sSf --max-time 600 -w '%{time_starttransfer}\\n'";
   if (!config.data_ca_file.empty()) curl_cmd += " --cacert '" + config.data_ca_file + "'";
   for (const auto& u : shards) curl_cmd += " -o /dev/null '" + u + "'";
   auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return v.empty() ? 0.0 : v[v.size() / 2];
   };
-  std::vector<double> ours, theirs, ratios, first;
+  std::vector<double> ours, theirs, ratios, first, curl_ttfb, first_ratios;
   std::uint64_t bytes = 0;
   nlohmann::json stats;
   for (int r = 0; r < a.rounds; ++r) {
@@ -107,10 +110,20 @@ int run_bench_source(const DataArgs& a, const Config& config) {
     first.push_back(first_s);
     if (curl_ok) {
       t0 = SteadyClock::now();
-      if (std::system(curl_cmd.c_str()) != 0) throw Error(ErrorCode::kIo, "bench data: curl failed: " + curl_cmd);
+      FILE* p = ::popen(curl_cmd.c_str(), "r");
+      if (p == nullptr) throw Error(ErrorCode::kIo, "bench data: cannot run curl: " + curl_cmd);
+      double ttfb = -1;
+      if (std::fscanf(p, "%lf", &ttfb) != 1) ttfb = -1;
+      char rest[4096];
+      while (std::fread(rest, 1, sizeof rest, p) > 0) {
+      }
+      if (::pclose(p) != 0 || ttfb < 0)
+        throw Error(ErrorCode::kIo, "bench data: curl failed: " + curl_cmd);
       const double s_curl = seconds_since(t0);
       theirs.push_back(bytes / s_curl);
       ratios.push_back(s_curl / s_ours);
+      curl_ttfb.push_back(ttfb);
+      if (ttfb > 0) first_ratios.push_back(first_s / ttfb);
     }
   }
   nlohmann::json j = {{"bench", "data"},
@@ -126,6 +139,8 @@ int run_bench_source(const DataArgs& a, const Config& config) {
     j["curl_bytes_per_s"] = median(theirs);
     j["ratio_to_curl"] = median(ratios);
     j["curl_call"] = "curl -o /dev/null, one process for all shards";
+    j["curl_first_byte_s"] = median(curl_ttfb);                   // of the first shard
+    j["first_sample_to_curl_first_byte"] = median(first_ratios);  // paired by round
   }
   std::cout << j.dump() << std::endl;
   return 0;

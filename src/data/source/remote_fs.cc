@@ -58,9 +58,25 @@ std::string base_name(const std::string& url) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
-// One remote shard on its way to local disk: a file mapped into memory, so
-// that a read of bytes already there is a memcpy, with no lock and no system
-// call (a tar walk reads two small pieces per member).
+// Where a spool's bytes live. Memory (anonymous, huge pages advised) is the
+// fast case: measured 2026-11-26 on the 2-vCPU EPYC, 100 MB in 512 KiB
+// pieces took 11-16 ms to copy into fresh memory with huge pages, 32-40 ms
+// by pwrite into a file in /tmp (ext4: a page cache page, buffer heads and
+// a delayed allocation per 4 KiB), and 40-240 ms through a shared mapping
+// of that file (each first store faults, and the kernel zero-fills the page
+// and the readahead around it before the copy). A file holds shards beyond
+// the memory bound, and the cache's part files.
+enum class SpoolBacking {
+  kMemory,        // anonymous memory, written by memcpy
+  kNewFile,       // fd, sized here and written by pwrite
+  kFinishedFile,  // fd holds the whole object already (a cache hit)
+};
+
+// One remote shard on its way to the reader: bytes [0, available) are in
+// `map`, so a read of bytes already there is a memcpy, with no lock and no
+// system call (a tar walk reads two small pieces per member). A file spool
+// is written with pwrite and read through a read-only mapping of the same
+// page cache.
 struct Spool {
   std::string url;     // as the user wrote it
   std::string source;  // metrics key
@@ -77,25 +93,38 @@ struct Spool {
   // reader far into the shard asks for more than it needs, so the fetch
   // thread wakes it once per stretch of bytes, not once per network read.
   std::atomic<std::uint64_t> wake_at{UINT64_MAX};
-  std::exception_ptr error;                 // guarded by mu
-  UniqueFd fd;                              // set before size_known
-  char* map = nullptr;                      // size bytes of fd, set before size_known
-  std::uint64_t written = 0;                // the fetch thread's
+  std::exception_ptr error;     // guarded by mu
+  UniqueFd fd;                  // set before size_known (file spools)
+  char* map = nullptr;          // size bytes, set before size_known
+  bool in_memory = false;       // map is anonymous memory; set before size_known
+  std::uint64_t last_open = 0;  // guarded by the file system's mu (LRU; 0: never opened)
+  std::uint64_t written = 0;    // the fetch thread's
 
   ~Spool() {
     if (map != nullptr) ::munmap(map, size);
   }
-  // The fetch thread, once the size is known: the file takes that size and
-  // is mapped (writable when it is being downloaded).
-  void set_size(std::uint64_t n, bool writable) {
+  // The fetch thread, once the size is known: the bytes get their place.
+  void set_size(std::uint64_t n, SpoolBacking backing) {
     std::lock_guard<std::mutex> lock(mu);
     if (n > 0) {
-      if (writable && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0)
-        throw_io("size the spool of " + url, errno);
-      void* m = ::mmap(nullptr, n, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                       fd.get(), 0);
+      void* m = MAP_FAILED;
+      if (backing == SpoolBacking::kMemory) {
+        m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
+                   -1, 0);
+        // Huge pages (a hint; fine if refused) past the first 2 MiB: the
+        // first sample should not wait for a whole huge page to be cleared.
+        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(m);
+        const std::uintptr_t from = (at + (4u << 20) - 1) & ~std::uintptr_t((2u << 20) - 1);
+        if (m != MAP_FAILED && from < at + n)
+          ::madvise(reinterpret_cast<void*>(from), at + n - from, MADV_HUGEPAGE);
+      } else {
+        if (backing == SpoolBacking::kNewFile && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0)
+          throw_io("size the spool of " + url, errno);
+        m = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd.get(), 0);
+      }
       if (m == MAP_FAILED) throw_io("map the spool of " + url, errno);
       map = static_cast<char*>(m);
+      in_memory = backing == SpoolBacking::kMemory;
     }
     size = n;
     size_known = true;
@@ -106,8 +135,29 @@ struct Spool {
     if (written + n > size)
       throw_data_corrupt(url + ": the server sent more than the " + std::to_string(size) +
                          " bytes it announced");
-    std::memcpy(map + written, data, n);
-    written += n;
+    while (n > 0) {
+      // The shard's first bytes are published a piece at a time, so the
+      // first sample need not wait for a whole network read (up to 512 KiB)
+      // to be written.
+      const size_t piece = written < kEagerBytes ? std::min<size_t>(n, kEagerPiece) : n;
+      size_t k = piece;
+      if (in_memory) {
+        std::memcpy(map + written, data, piece);
+      } else {
+        const ssize_t w = ::pwrite(fd.get(), data, piece, static_cast<off_t>(written));
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) throw_io("write the spool of " + url, w < 0 ? errno : ENOSPC);
+        k = static_cast<size_t>(w);
+      }
+      data += k;
+      n -= k;
+      written += k;
+      publish();
+    }
+  }
+  static constexpr std::uint64_t kEagerBytes = 1 << 20;
+  static constexpr size_t kEagerPiece = 32 << 10;
+  void publish() {
     available.store(written);
     if (waiters.load() > 0 && written >= wake_at.load()) {
       std::lock_guard<std::mutex> lock(mu);
@@ -134,11 +184,45 @@ struct ShardFileSystem::Impl {
   std::map<std::string, std::shared_ptr<Spool>> spools;  // guarded by mu
   std::deque<std::shared_ptr<Spool>> queue;              // guarded by mu
   std::map<std::string, std::unique_ptr<SourceCounters>>
-      counters;                    // guarded by mu; entries never removed
-  std::unique_ptr<S3Settings> s3;  // guarded by mu; read on first use
-  std::vector<std::thread> threads;
+      counters;                      // guarded by mu; entries never removed
+  std::unique_ptr<S3Settings> s3;    // guarded by mu; read on first use
+  std::vector<std::thread> threads;  // made once, by start_threads
+  std::once_flag threads_started;
   std::atomic<bool> stopping{false};
   std::atomic<std::uint64_t> part_seq{0};
+  std::uint64_t memory_used = 0;  // guarded by mu: bytes of spools in memory
+  std::uint64_t open_clock = 0;   // guarded by mu: orders spools by last open
+
+  // Room for a spool of n bytes in memory, dropping finished spools in
+  // memory that were read and that nobody holds (least recently opened
+  // first) if need be.
+  // False: no room; the caller spools to a file instead.
+  bool reserve_memory(std::uint64_t n) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (memory_used + n > o.spool_memory) {
+      std::vector<std::map<std::string, std::shared_ptr<Spool>>::iterator> idle;
+      for (auto it = spools.begin(); it != spools.end(); ++it) {
+        // Held only by this map: every other holder (a queue, a fetch
+        // thread, a reader) got its reference through it, under mu.
+        if (it->second.use_count() != 1) continue;
+        Spool& x = *it->second;
+        std::lock_guard<std::mutex> sl(x.mu);
+        // Shards fetched ahead and not yet opened are kept: they are next.
+        if (x.in_memory && x.done && !x.error && x.last_open > 0) idle.push_back(it);
+      }
+      std::sort(idle.begin(), idle.end(), [](const auto& a, const auto& b) {
+        return a->second->last_open < b->second->last_open;
+      });
+      for (auto it : idle) {
+        if (memory_used + n <= o.spool_memory) break;
+        memory_used -= it->second->size;
+        spools.erase(it);
+      }
+    }
+    if (memory_used + n > o.spool_memory) return false;
+    memory_used += n;
+    return true;
+  }
 
   const S3Settings& s3_settings() {
     std::lock_guard<std::mutex> lock(mu);
@@ -171,9 +255,12 @@ struct ShardFileSystem::Impl {
   void fetch(Spool& s);
   bool fetch_cached(Spool& s, SourceCounters* c);
   void evict(const std::string& keep);
+  // Called without mu: each thread starts fetching as soon as it exists,
+  // not after its siblings are made (the first sample waits for it).
   void start_threads() {
-    if (!threads.empty()) return;
-    for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this] { fetcher(); });
+    std::call_once(threads_started, [this] {
+      for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this] { fetcher(); });
+    });
   }
   Millis read_bound() const {
     return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) +
@@ -381,14 +468,22 @@ void ShardFileSystem::Impl::fetcher() {
 void ShardFileSystem::Impl::fetch(Spool& s) {
   SourceCounters* c = counters_for(s.source);
   if (!o.cache_dir.empty() && fetch_cached(s, c)) return;
-  UniqueFd fd(::open(fs::temp_directory_path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
-  if (!fd.valid()) throw_io("create a spool file in " + fs::temp_directory_path().string(), errno);
-  {
-    std::lock_guard<std::mutex> lock(s.mu);
-    s.fd = std::move(fd);
-  }
+  auto on_size = [&](std::uint64_t size) {
+    if (reserve_memory(size)) {
+      s.set_size(size, SpoolBacking::kMemory);
+      return;
+    }
+    UniqueFd fd(::open(fs::temp_directory_path().c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0600));
+    if (!fd.valid())
+      throw_io("create a spool file in " + fs::temp_directory_path().string(), errno);
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.fd = std::move(fd);
+    }
+    s.set_size(size, SpoolBacking::kNewFile);
+  };
   fetch_object(
-      s.request, o.http, 0, c, [&](std::uint64_t size) { s.set_size(size, true); },
+      s.request, o.http, 0, c, on_size,
       [&](const char* data, size_t n) {
         s.append(data, n);
         return !stopping.load();
@@ -429,7 +524,7 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
       std::lock_guard<std::mutex> lock(s.mu);
       s.fd = std::move(hit);
     }
-    s.set_size(static_cast<std::uint64_t>(st.st_size), false);
+    s.set_size(static_cast<std::uint64_t>(st.st_size), SpoolBacking::kFinishedFile);
     s.written = s.size;
     s.available.store(s.size);
     s.finish(nullptr);
@@ -450,7 +545,7 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
         s.request, o.http, 0, c,
         [&](std::uint64_t n) {
           too_big = n > o.cache_bytes;
-          s.set_size(n, true);
+          s.set_size(n, SpoolBacking::kNewFile);
         },
         [&](const char* data, size_t n) {
           s.append(data, n);
@@ -561,8 +656,9 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   auto s = m.spool_for(path, true);
   {
     std::lock_guard<std::mutex> lock(m.mu);
-    m.start_threads();
+    s->last_open = ++m.open_clock;
   }
+  m.start_threads();
   SourceCounters* c = m.counters_for(s->source);
   std::unique_lock<std::mutex> lock(s->mu);
   if (!s->cv.wait_for(lock, m.read_bound(), [&] { return s->size_known || s->error; })) {
@@ -594,7 +690,7 @@ void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
   }
   if (order.empty()) return;
   Impl& m = *impl_;
-  std::lock_guard<std::mutex> lock(m.mu);
+  std::unique_lock<std::mutex> lock(m.mu);
   // The latest hint is what a reader will open next: its shards still
   // waiting go ahead of earlier hints, in its order.
   std::set<const Spool*> waiting, wanted;
@@ -607,6 +703,8 @@ void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
     if (wanted.count(s.get()) == 0) queue.push_back(std::move(s));
   }
   m.queue = std::move(queue);
+  m.cv.notify_all();
+  lock.unlock();
   m.start_threads();
 }
 

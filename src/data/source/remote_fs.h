@@ -3,14 +3,17 @@
 // streamed (http.h) and s3:// globs are expanded by listing the bucket.
 //
 // Streaming: a remote shard is downloaded by one of `fetches` threads into a
-// spool file (an unlinked temporary, or the cache's temporary name), and
-// read_at returns as soon as the bytes it asks for have arrived, so a
-// shard's first sample is read while the rest is still on the wire.
-// will_read() queues the shards in reading order, so the next few download
-// while the current one is read (a later hint's shards go ahead of an
-// earlier one's); open_read() moves a shard to the front.
-// Spools are kept for the file system's life (a second Loader over the same
-// shards reads them from local disk, not the server).
+// spool: memory (up to `spool_memory` bytes in all), else an unlinked
+// temporary file, or with a cache the cache's temporary name; read_at
+// returns as soon as the bytes it asks for have arrived, so a shard's first
+// sample is read while the rest is still on the wire. will_read() queues the
+// shards in reading order, so the next few download while the current one
+// is read (a later hint's shards go ahead of an earlier one's); open_read()
+// moves a shard to the front. A finished spool is kept for the file
+// system's life (a second Loader over the same shards reads it, not the
+// server), except that a spool in memory that no reader holds is dropped,
+// least recently opened first, when a new one needs its room (a later read
+// downloads it again; a cache keeps shards across epochs).
 //
 // Cache (cache_dir): a shard is downloaded under "<name>.part-<pid>-<n>"
 // while holding an exclusive flock on "<name>.lock", checked against the
@@ -49,6 +52,8 @@ namespace hpct::data {
 struct ShardSourceOptions {
   HttpOptions http;
   int fetches = 4;        // downloads in flight
+  // Bytes of spools held in memory at once; further shards spool to /tmp.
+  std::uint64_t spool_memory = 1ull << 30;
   bool sidecars = true;   // the index looks for "<shard>.idx" (formats/shard_toc.h)
   std::string cache_dir;  // empty: no cache
   std::uint64_t cache_bytes = 10ull << 30;

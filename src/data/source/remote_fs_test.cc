@@ -1,0 +1,171 @@
+// ShardFileSystem's spools against a real HTTP server (Python's http.server,
+// started on loopback by the test): bytes read back exactly, spools in
+// memory kept within their bound by dropping read shards no reader holds,
+// and a shard with no room in memory spooled to a file instead.
+#include "data/source/remote_fs.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <thread>
+
+#include "core/env.h"
+
+namespace hpct::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+int free_port() {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t n = sizeof a;
+  if (::bind(s, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      ::getsockname(s, reinterpret_cast<sockaddr*>(&a), &n) != 0) {
+    ::close(s);
+    return -1;
+  }
+  ::close(s);
+  return ntohs(a.sin_port);
+}
+
+bool listening(int port) {
+  int s = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<std::uint16_t>(port));
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  const bool ok = ::connect(s, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0;
+  ::close(s);
+  return ok;
+}
+
+// python3 -m http.server serving `dir` on loopback; killed by its PID.
+class HttpServer {
+ public:
+  explicit HttpServer(const std::string& dir) {
+    port_ = free_port();
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int null = ::open("/dev/null", O_WRONLY);  // its request log
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      const std::string port = std::to_string(port_);
+      ::execlp("python3", "python3", "-m", "http.server", "--bind", "127.0.0.1", "--directory",
+               dir.c_str(), port.c_str(), static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(15);
+    while (!listening(port_) && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ~HttpServer() {
+    if (pid_ > 0) {
+      ::kill(pid_, SIGTERM);
+      ::waitpid(pid_, nullptr, 0);
+    }
+  }
+  bool up() const { return port_ > 0 && listening(port_); }
+  std::string base() const { return "http://127.0.0.1:" + std::to_string(port_); }
+
+ private:
+  int port_ = -1;
+  pid_t pid_ = -1;
+};
+
+std::string random_bytes(size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::string s(n, '\0');
+  for (auto& c : s) c = static_cast<char>(g());
+  return s;
+}
+
+// Open unlinked files in the temporary directory: file spools.
+int unlinked_temp_files() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/self/fd", ec)) {
+    const std::string target = fs::read_symlink(e.path(), ec).string();
+    if (!ec && target.rfind(fs::temp_directory_path().string(), 0) == 0 &&
+        target.find("(deleted)") != std::string::npos)
+      ++n;
+  }
+  return n;
+}
+
+std::string read_all(const RandomAccessFile& f) {
+  std::string s(f.size(), '\0');
+  size_t at = 0;
+  while (at < s.size()) {
+    const size_t k = f.read_at(at, s.data() + at, std::min<size_t>(100000, s.size() - at));
+    if (k == 0) break;
+    at += k;
+  }
+  s.resize(at);
+  return s;
+}
+
+TEST(ShardFileSystem, SpoolsInMemoryStayWithinTheirBoundAndTheRestGoToFiles) {
+  const fs::path dir = fs::temp_directory_path() / ("hpct-spool-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 4; ++i) {
+    bytes.push_back(random_bytes((1 << 20) + 1000 * i, static_cast<unsigned>(i)));
+    std::ofstream(dir / ("s" + std::to_string(i)), std::ios::binary) << bytes.back();
+  }
+  HttpServer server(dir.string());
+  ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
+  ShardSourceOptions o;
+  o.fetches = 1;
+  o.spool_memory = (5 << 20) / 2;  // room for two of the four shards
+  ShardFileSystem sfs(o, std::make_shared<ProcessEnv>());
+  const std::string base = server.base() + "/s";
+  auto requests = [&] { return sfs.stats()[server.base()]["requests"].get<int>(); };
+
+  // Read one after the other, each dropped before the next: the third
+  // needs the room of the first (read, held by nobody), so the first goes.
+  for (int i = 0; i < 3; ++i) {
+    auto f = sfs.open_read(base + std::to_string(i));
+    EXPECT_EQ(read_all(*f), bytes[i]) << "shard " << i;
+  }
+  EXPECT_EQ(requests(), 3);
+  {
+    auto f = sfs.open_read(base + "1");  // still in memory: no request
+    EXPECT_EQ(read_all(*f), bytes[1]);
+  }
+  EXPECT_EQ(requests(), 3);
+  {
+    auto f = sfs.open_read(base + "0");  // was dropped: downloaded again
+    EXPECT_EQ(read_all(*f), bytes[0]);
+  }
+  EXPECT_EQ(requests(), 4);
+
+  // Every spool in memory held by a reader: the next has no room there and
+  // goes to a file, read back the same.
+  EXPECT_EQ(unlinked_temp_files(), 0);  // all in memory so far
+  auto a = sfs.open_read(base + "0");
+  auto b = sfs.open_read(base + "2");
+  auto d = sfs.open_read(base + "3");
+  EXPECT_EQ(unlinked_temp_files(), 1);
+  EXPECT_EQ(read_all(*d), bytes[3]);
+  EXPECT_EQ(read_all(*a), bytes[0]);
+  EXPECT_EQ(read_all(*b), bytes[2]);
+  EXPECT_EQ(requests(), 6);  // "2" was dropped for "0" above; "3" is new
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace hpct::data
