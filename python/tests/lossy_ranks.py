@@ -12,10 +12,12 @@
 #   rank's residuals does not (so the residuals are what makes it exact);
 # - rank 0's checkpoint loaded on every rank plus broadcast_optimizer_state:
 #   ranks stay bit-identical;
+# - the reduction releases the GIL;
 # - bad input gets one clear line.
 import copy
 import gzip
 import io
+import threading
 import time
 
 import numpy as np
@@ -190,6 +192,44 @@ for mode, comp in MODES.items():
                              % (mode, r, o0._hvd_lossy.step))
     train(m0, o0, 2, first=3)
     identical_everywhere(m0, mode + " after rank 0's checkpoint")
+
+
+# The reduction runs with the GIL released: while the other ranks wait for
+# rank 0 (1 s late), a Python thread of theirs keeps counting.
+def gil_released():
+    model, opt = make(hvd.Compression.powersgd(rank=2, start_step=0))
+    x, y = batch(0)
+    nn.CrossEntropyLoss()(model(x), y).backward()
+    grads = [(name, p.grad) for name, p in model.named_parameters()]
+    count, stop = [0], threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            count[0] += 1
+
+    t = threading.Thread(target=spin)
+    t.start()
+    # The thread's rate while this one sleeps (the GIL free) ...
+    before = count[0]
+    time.sleep(0.2)
+    per_second = (count[0] - before) / 0.2
+    if r == 0:
+        time.sleep(1.0)
+    # ... and its count while this one waits in reduce for rank 0 (~1 s). Held,
+    # the GIL would let it run at most a switch interval (5 ms) or two.
+    before = count[0]
+    opt._hvd_lossy.reduce(grads, True)
+    during = count[0] - before
+    stop.set()
+    t.join()
+    if r != 0 and during < 0.2 * per_second:
+        raise AssertionError("a Python thread counted %d times during a 1 s reduce, %d in 0.2 s of sleep: "
+                             "the reduce held the GIL" % (during, per_second * 0.2))
+    print("a Python thread counted %d times during the reduce (%d per second of sleep)"
+          % (during, per_second), flush=True)
+
+
+gil_released()
 
 
 # Bad input: one line each, naming the problem and the fix.
