@@ -25,11 +25,12 @@ class LossyCompressor {
  public:
   // mode: powersgd[:RANK] or int8. start_step < 0 and min_rate <= 0 take
   // HPCT_COMPRESSION_START_STEP and HPCT_COMPRESSION_MIN_RATE.
-  LossyCompressor(std::shared_ptr<Runtime> runtime, const std::string& mode, std::int64_t start_step,
-                  double min_rate)
+  LossyCompressor(std::shared_ptr<Runtime> runtime, const std::string& mode,
+                  std::int64_t start_step, double min_rate)
       : runtime_(std::move(runtime)) {
     auto spec = parse_lossy(mode);
-    if (!spec) throw_invalid_argument("LossyCompressor: '" + mode + "' is not powersgd[:RANK] or int8");
+    if (!spec)
+      throw_invalid_argument("LossyCompressor: '" + mode + "' is not powersgd[:RANK] or int8");
     const Config& config = runtime_->context().config();
     spec->start_step = start_step >= 0 ? start_step : config.compression_start_step;
     spec->min_rate = min_rate > 0 ? min_rate : config.compression_min_rate;
@@ -44,7 +45,8 @@ class LossyCompressor {
     slots.reserve(grads.size());
     for (const auto& [name, t] : grads) {
       if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.is_sparse()) {
-        throw_invalid_argument("the gradient of " + name + " must be a dense, contiguous CPU tensor for " +
+        throw_invalid_argument("the gradient of " + name +
+                               " must be a dense, contiguous CPU tensor for " +
                                compressor_->spec().name() + " compression");
       }
       slots.push_back(GradSlot{name, t});
@@ -83,7 +85,8 @@ class LossyCompressor {
 void bind_lossy(::py::module_& m) {
   ::py::class_<LossyCompressor>(m, "LossyCompressor")
       .def(::py::init<std::shared_ptr<Runtime>, const std::string&, std::int64_t, double>(),
-           ::py::arg("runtime"), ::py::arg("mode"), ::py::arg("start_step") = -1, ::py::arg("min_rate") = 0.0)
+           ::py::arg("runtime"), ::py::arg("mode"), ::py::arg("start_step") = -1,
+           ::py::arg("min_rate") = 0.0)
       // The list is converted with the GIL held; the reduction runs without it.
       .def("reduce", &LossyCompressor::reduce, ::py::arg("grads"), ::py::arg("average"),
            ::py::call_guard<::py::gil_scoped_release>())
