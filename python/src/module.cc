@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "elastic_module.h"
+#include "lossy_module.h"
 #include "process_group.h"
 #include "runtime.h"
 
@@ -96,6 +97,9 @@ PYBIND11_MODULE(_C, m) {
         return c10::make_intrusive<hpct::py::EngineProcessGroup>(std::move(runtime), rank, size, index);
       },
       py::arg("runtime"), py::arg("rank"), py::arg("size"), py::arg("index"));
+
+  // DistributedOptimizer's powersgd and int8 modes (lossy_module.h).
+  hpct::py::bind_lossy(m);
 
   // hpctrain.torch.elastic (elastic_module.h).
   hpct::py::bind_elastic(m, error_type);

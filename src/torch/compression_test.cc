@@ -179,6 +179,23 @@ TEST(GradientCompressor, StateSurvivesSaveAndLoadBitExactly) {
         EXPECT_TRUE(torch::equal(ga[0].grad, gb[0].grad)) << mode << " step " << step;
         EXPECT_TRUE(torch::equal(a->buffers().at("error/w.weight"), b->buffers().at("error/w.weight")));
       }
+      // Without the residuals (what another rank may take): the step and
+      // powersgd's Q, no error/ buffer; drop_residuals() forgets them too.
+      torch::serialize::OutputArchive shared;
+      a->save(shared, /*residuals=*/false);
+      std::ostringstream shared_bytes;
+      shared.save_to(shared_bytes);
+      auto d = make_gradient_compressor(spec);
+      torch::serialize::InputArchive shared_in;
+      std::istringstream sis(shared_bytes.str());
+      shared_in.load_from(sis);
+      d->load(shared_in);
+      EXPECT_EQ(d->step(), 5);
+      EXPECT_EQ(d->buffers().count("error/w.weight"), 0u);
+      EXPECT_EQ(d->buffers().count("q/w.weight"), std::string(mode) == "int8" ? 0u : 1u);
+      b->drop_residuals();
+      EXPECT_EQ(b->buffers().count("error/w.weight"), 0u);
+      EXPECT_EQ(b->buffers().size(), d->buffers().size());
       // Another mode's state is refused by name.
       LossySpec other = *parse_lossy(std::string(mode) == "int8" ? "powersgd:2" : "int8");
       auto c = make_gradient_compressor(other);

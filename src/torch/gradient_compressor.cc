@@ -93,6 +93,8 @@ torch::Tensor string_tensor(const std::string& s) {
   return t;
 }
 
+bool is_residual(const std::string& key) { return key.rfind("error/", 0) == 0; }
+
 std::string tensor_string(const torch::Tensor& t) {
   auto c = t.contiguous();
   return std::string(static_cast<const char*>(c.data_ptr()), static_cast<std::size_t>(c.numel()));
@@ -102,12 +104,15 @@ std::string tensor_string(const torch::Tensor& t) {
 
 // Keys are indexes, not names: parameter names hold dots, which a libtorch
 // archive reads as nesting. The names are stored beside them.
-void GradientCompressor::save(torch::serialize::OutputArchive& ar) const {
+void GradientCompressor::save(torch::serialize::OutputArchive& ar, bool residuals) const {
   ar.write("mode", string_tensor(spec_.name()));
   ar.write("step", torch::tensor({step_}, torch::kLong));
-  ar.write("count", torch::tensor({static_cast<std::int64_t>(buffers_.size())}, torch::kLong));
+  std::int64_t count = 0;
+  for (const auto& [name, t] : buffers_) count += residuals || !is_residual(name);
+  ar.write("count", torch::tensor({count}, torch::kLong));
   std::int64_t i = 0;
   for (const auto& [name, t] : buffers_) {
+    if (!residuals && is_residual(name)) continue;
     ar.write("name/" + std::to_string(i), string_tensor(name));
     ar.write("value/" + std::to_string(i), t);
     ++i;
@@ -141,6 +146,12 @@ void GradientCompressor::load(torch::serialize::InputArchive& ar) {
   }
   buffers_ = std::move(loaded);
   step_ = step;
+}
+
+void GradientCompressor::drop_residuals() {
+  for (auto it = buffers_.begin(); it != buffers_.end();) {
+    it = is_residual(it->first) ? buffers_.erase(it) : std::next(it);
+  }
 }
 
 std::unique_ptr<GradientCompressor> make_gradient_compressor(const LossySpec& spec) {

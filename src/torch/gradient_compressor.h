@@ -85,11 +85,16 @@ class GradientCompressor {
   // Whether the tensor goes compressed once the start step is reached.
   virtual bool compresses(const torch::Tensor& grad, int world_size) const = 0;
 
-  // The step counter and every buffer (residuals, the mode's own).
-  void save(torch::serialize::OutputArchive& ar) const;
+  // The step counter and every buffer (residuals, the mode's own); without
+  // the residuals when !residuals (what another rank may take: the step and
+  // the buffers every rank holds alike, such as powersgd's Q).
+  void save(torch::serialize::OutputArchive& ar, bool residuals = true) const;
   // Replaces the state with the archive's; InvalidArgument when it was
   // written by another mode.
   void load(torch::serialize::InputArchive& ar);
+  // Forgets this rank's residuals (they restart from zero): for a state
+  // another rank saved.
+  void drop_residuals();
   // Buffers by key ("error/<param>", "q/<param>"), for tests.
   const std::map<std::string, torch::Tensor>& buffers() const { return buffers_; }
 

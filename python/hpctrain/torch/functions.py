@@ -86,13 +86,22 @@ def _initialize_state(optimizer):
             p.copy_(s)
 
 
+def _shared_state_dict(optimizer):
+    """optimizer.state_dict() without what is this rank's own: a lossy
+    compression's residuals (a DistributedOptimizer's, optimizer.py)."""
+    own = getattr(optimizer, "_hvd_state_dict", None)
+    return own(False) if own is not None else optimizer.state_dict()
+
+
 def broadcast_optimizer_state(optimizer, root_rank, model=None):
     """Copies root_rank's optimizer state (momentum buffers, steps, param group
-    options) to every rank, creating it first where the optimizer has not stepped."""
+    options) to every rank, creating it first where the optimizer has not stepped.
+    A lossy compression's step and shared buffers come from root_rank too when
+    a rank is at another step; each rank's residuals stay its own."""
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
-    if len(optimizer.state_dict()["state"]) == 0:
+    if len(optimizer.state) == 0:
         _initialize_state(optimizer)
-    state = broadcast_object(optimizer.state_dict(), root_rank, "bcast.optimizer_state")
+    state = broadcast_object(_shared_state_dict(optimizer), root_rank, "bcast.optimizer_state")
     if rank() != root_rank:
         optimizer.load_state_dict(state)

@@ -32,7 +32,7 @@ import torch as _torch
 
 from . import _C
 from ._C import HpctError, HpctValueError
-from .compression import Compression, engine_name as _engine_compression
+from .compression import Compression, engine_name as _engine_compression, lossy_misuse as _lossy_misuse
 
 # Horovod's name for the error an elastic script catches.
 HorovodInternalError = HpctError
@@ -365,6 +365,7 @@ def _wire_of(compression):
     hpctrain extension: Horovod's async forms have none)."""
     if compression is None:
         return "none"
+    _refuse_lossy(compression, "hvd.allreduce_async")
     wire = _engine_compression(compression)
     if wire is None:
         raise HpctValueError("allreduce_async: compression= takes hvd.Compression.none, .fp16 or .bf16; "
@@ -372,8 +373,15 @@ def _wire_of(compression):
     return wire
 
 
-def _compressed(tensors, compression):
+def _refuse_lossy(compression, what):
+    msg = _lossy_misuse(compression, what)
+    if msg is not None:
+        raise HpctValueError(msg)
+
+
+def _compressed(tensors, compression, what):
     """(wire name for the engine, tensors to send, contexts) for a compressor."""
+    _refuse_lossy(compression, what)
     wire = _engine_compression(compression)
     if wire is not None:
         return wire, list(tensors), None
@@ -391,7 +399,7 @@ def allreduce(tensor, average=None, name=None, compression=Compression.none, op=
     _global_only(process_set, "allreduce")
     op = _op_of(average, op)
     _check_cpu(tensor, "allreduce")
-    wire, (sent,), ctxs = _compressed([tensor], compression)
+    wire, (sent,), ctxs = _compressed([tensor], compression, "hvd.allreduce")
     out = _AllreduceFn.apply(sent, name, op, prescale_factor, postscale_factor, wire)
     return out if ctxs is None else compression.decompress(out, ctxs[0])
 
@@ -488,7 +496,7 @@ def grouped_allreduce(tensors, average=None, name=None, compression=Compression.
         _check_cpu(t, "grouped_allreduce")
     if not tensors:
         return []
-    wire, sent, ctxs = _compressed(tensors, compression)
+    wire, sent, ctxs = _compressed(tensors, compression, "hvd.grouped_allreduce")
     outs = _GroupedAllreduceFn.apply(name, op, prescale_factor, postscale_factor, wire, *sent)
     if ctxs is None:
         return list(outs)
@@ -784,7 +792,7 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """The reduction over ranks, split along dimension 0; this rank's part (differentiable)."""
     _global_only(process_set, "reducescatter")
-    wire, (sent,), ctxs = _compressed([tensor], compression)
+    wire, (sent,), ctxs = _compressed([tensor], compression, "hvd.reducescatter")
     out = _ReducescatterFn.apply(sent, name, op, prescale_factor, postscale_factor)
     return out if ctxs is None else compression.decompress(out, ctxs[0])
 
@@ -831,7 +839,7 @@ def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=A
             raise HpctValueError("grouped_reducescatter: a scalar cannot be scattered")
     if not tensors:
         return []
-    wire, sent, ctxs = _compressed(tensors, compression)
+    wire, sent, ctxs = _compressed(tensors, compression, "hvd.grouped_reducescatter")
     outs = _GroupedReducescatterFn.apply(name, op, prescale_factor, postscale_factor, *sent)
     if ctxs is None:
         return list(outs)

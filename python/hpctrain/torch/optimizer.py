@@ -12,21 +12,41 @@ released) and runs the wrapped optimizer's step.
 Overlap follows HPCT_OVERLAP like the C++ DistributedOptimizer: with auto,
 gradients wait for step() when this host's ranks already fill every core
 (there is no idle core for an allreduce to overlap on).
+
+With a lossy compression (Compression.powersgd, Compression.int8;
+docs/compression.md) the hooks submit nothing: synchronize() hands every
+gradient of the step at once to the C++ compressor (_C.LossyCompressor),
+which runs its rounds on the engine with the GIL released. Its state (step
+counter, this rank's residuals, powersgd's Q) is part of state_dict().
 """
 import contextlib
 import warnings
 
 import torch
 
+# The state_dict() key of a lossy compression's state.
+_COMPRESSION_KEY = "hpctrain_compression"
+
 
 class _DistributedOptimizer(torch.optim.Optimizer):
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1,
                  op=None, gradient_predivide_factor=1.0, sparse_as_dense=False):
-        from .mpi_ops import Average, _op_of, _rt
-        from .compression import engine_name
+        from .mpi_ops import Average, Sum, _op_of, _rt
+        from .compression import engine_name, lossy_of
         super(self.__class__, self).__init__(params)
         self._hvd_rt = _rt()
         self._hvd_op = Average if op is None else _op_of(None, op)
+        lossy = lossy_of(compression)
+        self._hvd_lossy = None
+        if lossy is not None:
+            if self._hvd_op is not Average and self._hvd_op is not Sum:
+                raise ValueError("compression=%r works with op=hvd.Average or hvd.Sum, not %r: drop op= "
+                                 "or use compression=hvd.Compression.none" % (lossy, self._hvd_op))
+            from . import _C
+            self._hvd_lossy = _C.LossyCompressor(
+                self._hvd_rt, lossy.mode, -1 if lossy.start_step is None else lossy.start_step,
+                0.0 if lossy.min_rate is None else lossy.min_rate)
+            compression = None
         # A built-in compressor is the engine's wire cast; any other runs in Python.
         self._hvd_wire = engine_name(compression)
         self._hvd_compressor = compression if self._hvd_wire is None else None
@@ -56,10 +76,12 @@ class _DistributedOptimizer(torch.optim.Optimizer):
             raise ValueError("named_parameters was given but misses %d of the optimizer's "
                              "parameters (indices %s)" % (len(missing), missing[:5]))
         self._hvd_names = {id(p): "grad." + n for n, p in named_parameters}
+        self._hvd_plain_names = {id(p): n for n, p in named_parameters}
         # Horovod's attribute: parameter -> name (scripts and tests read it).
         self._parameter_names = {p: n for n, p in named_parameters}
         self._hvd_params = [p for p in all_params if p.requires_grad]
-        self._hvd_overlap = self._hvd_rt.overlap_default()
+        # A lossy step needs every gradient at once: nothing is submitted during backward.
+        self._hvd_overlap = self._hvd_lossy is None and self._hvd_rt.overlap_default()
         self._hvd_ops = {}       # id(p) -> Operation submitted this step (or a sparse result callable)
         self._hvd_dense = {}     # id(p) -> the tensor sent when it is not p.grad itself
         self._hvd_order = []     # params in submission order
@@ -139,6 +161,10 @@ class _DistributedOptimizer(torch.optim.Optimizer):
     def synchronize(self):
         """Waits until every gradient is reduced over ranks (submitting those not yet submitted)."""
         from . import _C
+        if self._hvd_lossy is not None:
+            self._hvd_lossy_synchronize()
+            self._hvd_synchronized = True
+            return
         for p in self._hvd_params:
             if id(p) not in self._hvd_ops:
                 self._hvd_submit(p)
@@ -160,6 +186,81 @@ class _DistributedOptimizer(torch.optim.Optimizer):
                 for p in self._hvd_params:
                     p.grad.mul_(predivided)
         self._hvd_synchronized = True
+
+    def _hvd_lossy_synchronize(self):
+        """Every gradient through the lossy compressor in one call (GIL released)."""
+        grads, sparse = [], []
+        try:
+            for p in self._hvd_params:
+                g = p.grad
+                if g is None:
+                    p.grad = g = torch.zeros_like(p, memory_format=torch.contiguous_format)
+                if g.is_sparse:
+                    if not self._hvd_sparse_as_dense:
+                        raise ValueError(
+                            "the gradient of %s is sparse; compression=%s needs dense gradients: pass "
+                            "sparse_as_dense=True to DistributedOptimizer or drop compression="
+                            % (self._hvd_plain_names[id(p)], self._hvd_lossy.name))
+                    g = g.to_dense()
+                    sparse.append((p, g))
+                elif not g.is_contiguous():
+                    p.grad = g = g.contiguous()
+                if self._hvd_predivide != 1.0:
+                    g.div_(self._hvd_predivide)
+                grads.append((self._hvd_plain_names[id(p)], g))
+            from .mpi_ops import Average
+            self._hvd_lossy.reduce(grads, self._hvd_op is Average)
+        finally:
+            for p in self._hvd_params:
+                self._hvd_delay[id(p)] = self.backward_passes_per_step
+        with torch.no_grad():
+            for p, g in sparse:
+                p.grad.zero_().add_(g.to_sparse())
+            if self._hvd_predivide != 1.0:
+                for p in self._hvd_params:
+                    p.grad.mul_(self._hvd_predivide)
+
+    def _hvd_state_dict(self, residuals):
+        """state_dict(), with this rank's compression state when it has a lossy one."""
+        sd = super(self.__class__, self).state_dict()
+        if self._hvd_lossy is not None:
+            from .mpi_ops import rank, size
+            sd[_COMPRESSION_KEY] = {
+                "mode": self._hvd_lossy.name, "step": self._hvd_lossy.step, "rank": rank(),
+                "size": size(), "residuals": residuals, "state": self._hvd_lossy.state(residuals)}
+        return sd
+
+    def state_dict(self):
+        """The wrapped optimizer's state_dict; with a lossy compression also its
+        state under "hpctrain_compression" (mode, step, this rank's residuals)."""
+        return self._hvd_state_dict(True)
+
+    def load_state_dict(self, state_dict):
+        """Loads a state_dict. Its compression state is taken whole when this rank
+        saved it (a bit-exact resume); one saved by another rank (rank 0's
+        checkpoint loaded everywhere, broadcast_optimizer_state) gives its step
+        and shared buffers, and this rank's residuals start from zero, unless
+        this rank is already at that step."""
+        saved = state_dict.get(_COMPRESSION_KEY) if isinstance(state_dict, dict) else None
+        if saved is not None:
+            if self._hvd_lossy is None:
+                raise ValueError("the state_dict holds the compression state of %s and this "
+                                 "DistributedOptimizer has no lossy compression: pass the compression= "
+                                 "that saved it" % saved["mode"])
+            if saved["mode"] != self._hvd_lossy.name:
+                raise ValueError("the state_dict's compression state is %s and this DistributedOptimizer "
+                                 "compresses with %s: pass the compression= that saved it"
+                                 % (saved["mode"], self._hvd_lossy.name))
+            state_dict = {k: v for k, v in state_dict.items() if k != _COMPRESSION_KEY}
+        super(self.__class__, self).load_state_dict(state_dict)
+        if saved is None:
+            return
+        from .mpi_ops import rank, size
+        own = saved["residuals"] and saved["rank"] == rank() and saved["size"] == size()
+        if own:
+            self._hvd_lossy.load_state(saved["state"], True)
+        elif saved["step"] != self._hvd_lossy.step:
+            self._hvd_lossy.load_state(saved["state"], False)
 
     @contextlib.contextmanager
     def skip_synchronize(self):
@@ -193,7 +294,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
         self._hvd_synchronized = False
         for p in self._hvd_params:
             self._hvd_delay[id(p)] = self.backward_passes_per_step
-        self._hvd_overlap = self._hvd_rt.overlap_default()
+        self._hvd_overlap = self._hvd_lossy is None and self._hvd_rt.overlap_default()
 
     def _hvd_local_step(self, closure=None):
         """The wrapped optimizer's own step, with no communication."""
@@ -212,8 +313,10 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     """Wraps optimizer: gradients are averaged (op) over ranks before its step().
 
     Horovod's signature. compression: hvd.Compression.none/fp16/bf16 are cast
-    for the wire by the engine; any other Compressor runs in Python around
-    the allreduce. num_groups and groups are accepted: the engine fuses ready
+    for the wire by the engine; hvd.Compression.powersgd(rank=4, start_step,
+    min_rate) and hvd.Compression.int8 compress all gradients of a step in
+    C++ with error feedback (op Average or Sum); any other Compressor runs
+    in Python around the allreduce. num_groups and groups are accepted: the engine fuses ready
     gradients by itself. Returns an instance of a subclass of the optimizer's
     own class over the same param_groups.
     """
