@@ -188,6 +188,10 @@ class CallbackModule(DefaultCallback):
     def v2_runner_on_skipped(self, result):
         if self._raw():
             return super().v2_runner_on_skipped(result)
+        # A step whose tasks are skipped because their result is there already (a rerun) is done;
+        # one skipped as a whole (an include for a feature not asked for) is not.
+        if "include" not in str(getattr(result._task, "action", "")):
+            self._note_step(result._host.get_name())
         return None
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
