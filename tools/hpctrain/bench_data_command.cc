@@ -21,7 +21,8 @@
 // whatever it caches. Each reader prints one JSON line ("what":"host_read");
 // reader 0 prints the aggregate ("what":"aggregate_read": the bytes of a
 // pass over all readers over the time of the slowest reader, the median of
-// --rounds passes). Without host options it reads DIR on this host alone.
+// --rounds passes; "hosts" counts distinct host names, "readers" the ranks).
+// Without host options it reads DIR on this host alone.
 //
 // The images are Fashion-MNIST test images scaled to --size (bilinear, grey
 // replicated to RGB) and encoded as JPEG quality 90, packed into tar shards
