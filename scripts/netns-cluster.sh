@@ -12,6 +12,8 @@
 #   scripts/netns-cluster.sh exec NAME I CMD...          run CMD on host I (its network
 #                                 namespace; on a bare host also its mount and UTS
 #                                 namespaces and root, with a clean login-like environment)
+#   scripts/netns-cluster.sh rate NAME RATE|none         shape both ends of every host's link
+#                                 of a running cluster (as up --rate), or take the shaping off
 #   scripts/netns-cluster.sh sshd-stop NAME I            stop host I's sshd (fault tests)
 #   scripts/netns-cluster.sh sshd-start NAME I           start it again
 #   scripts/netns-cluster.sh sshd-start-bind NAME I SRC DST
@@ -290,10 +292,7 @@ up() {
     ip -n "$ns" addr add "$addr/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
-    if [[ -n "$rate" ]]; then
-      tc qdisc replace dev "hv$name$i" root tbf rate "$rate" burst 1mb latency 10ms
-      tc -n "$ns" qdisc replace dev eth0 root tbf rate "$rate" burst 1mb latency 10ms
-    fi
+    if [[ -n "$rate" ]]; then shape_link "$name" "$i" "$rate"; fi
     if [[ -n "$etc_hosts" ]]; then
       mkdir -p "/etc/netns/$ns"
       { echo "127.0.0.1 localhost"; echo "$addr $(hostname) h$i"
@@ -366,7 +365,25 @@ ENV
   cat "$dir/env"
 }
 
+# Both ends of host i's link at RATE (tbf; qdiscs shape egress only), or
+# back to the default qdisc with RATE none.
+shape_link() {
+  local name=$1 i=$2 rate=$3 ns; ns=$(ns_of "$1" "$2")
+  if [[ "$rate" == none ]]; then
+    tc qdisc del dev "hv$name$i" root 2>/dev/null || true
+    tc -n "$ns" qdisc del dev eth0 root 2>/dev/null || true
+  else
+    tc qdisc replace dev "hv$name$i" root tbf rate "$rate" burst 1mb latency 10ms
+    tc -n "$ns" qdisc replace dev eth0 root tbf rate "$rate" burst 1mb latency 10ms
+  fi
+}
+
 case "$cmd" in
+  rate)
+    check_name "${2:?usage: netns-cluster.sh rate NAME RATE|none}"; name=$2; rate=${3:?usage: netns-cluster.sh rate NAME RATE|none}
+    dir=$(state_of "$name")
+    [[ -f "$dir/count" ]] || { echo "netns-cluster: no cluster '$name' (up N $name first)" >&2; exit 2; }
+    for i in $(seq 1 "$(cat "$dir/count")"); do shape_link "$name" "$i" "$rate"; done ;;
   up)
     shift
     n=${1:?usage: netns-cluster.sh up N [NAME] [--rate RATE]}; shift
@@ -412,6 +429,6 @@ case "$cmd" in
     for _ in $(seq 1 50); do [[ -s "$dir/sshd.h$i.pid" ]] && exit 0; sleep 0.1; done
     echo "netns-cluster: sshd on host $i did not write its pid file" >&2; exit 1 ;;
   *)
-    echo "usage: $0 up N [NAME] [--rate RATE] [--etc-hosts] [--bare] | down NAME | exec NAME I CMD... | sshd-stop NAME I | sshd-start NAME I | sshd-start-bind NAME I SRC DST" >&2
+    echo "usage: $0 up N [NAME] [--rate RATE] [--etc-hosts] [--bare] | down NAME | rate NAME RATE|none | exec NAME I CMD... | sshd-stop NAME I | sshd-start NAME I | sshd-start-bind NAME I SRC DST" >&2
     exit 2 ;;
 esac

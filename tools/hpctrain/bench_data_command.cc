@@ -10,20 +10,42 @@
 // to the first sample read and decoded, and that time against curl's time to
 // the first shard's first byte (connect, request, answer) in the same round.
 //
+// With --source DIR (a directory of .tar shards, at a path every host sees:
+// a shared directory, the scratch file system, a local disk) it measures
+// the aggregate read throughput of hosts reading at once: with host options
+// (-H, --hostfile, -i, --ssh-option; bench_hosts.h) it starts one reader per
+// slot through `hpctrain launch`; reader r of n reads the shards i with
+// i % n == r (sorted by name) through the same reader as above, all starting
+// together (a barrier). Each pass is cold on the reading host: its page
+// cache of its shards is dropped first (posix_fadvise DONTNEED), as a fresh
+// job would find it; the server side (an NFS/sshfs server, a brick) keeps
+// whatever it caches. Each reader prints one JSON line ("what":"host_read");
+// reader 0 prints the aggregate ("what":"aggregate_read": the bytes of a
+// pass over all readers over the time of the slowest reader, the median of
+// --rounds passes; "hosts" counts distinct host names, "readers" the ranks).
+// Without host options it reads DIR on this host alone.
+//
 // The images are Fashion-MNIST test images scaled to --size (bilinear, grey
 // replicated to RGB) and encoded as JPEG quality 90, packed into tar shards
 // in a temporary directory, so the benchmark needs no download.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <iostream>
 
 #include <nlohmann/json.hpp>
 
+#include "bench_hosts.h"
+#include "comm/connect.h"
 #include "commands.h"
+#include "core/subprocess.h"
+#include "core/units.h"
+#include "data/source/url.h"
 #include "core/clock.h"
 #include "core/error.h"
 #include "data/decode/augment.h"
@@ -47,8 +69,11 @@ struct DataArgs {
   double seconds = 1.5;   // measuring time: seconds x rounds (x max_threads for the loader)
   int rounds = 3;
   std::int64_t batch = 32;
-  std::vector<std::string> sources;  // --source: remote shards to stream
+  std::vector<std::string> sources;  // --source: remote shards to stream, or one directory
   SourceFlags source_flags;
+  BenchHosts hosts;                  // --source DIR read by every host at once
+  bool worker = false;               // internal: one reader of DIR
+  double timeout_s = 1800;
 };
 
 double seconds_since(SteadyClock::time_point t0) {
@@ -144,6 +169,154 @@ int run_bench_source(const DataArgs& a, const Config& config) {
   }
   std::cout << j.dump() << std::endl;
   return 0;
+}
+
+// --- DIR read by every host at once ---
+
+// DIR's .tar files, sorted by name. InvalidArgument naming the host when
+// there are none (the path is not the same on every host, or nothing was
+// packed there).
+std::vector<std::string> shards_in_dir(const std::string& dir) {
+  namespace fs = std::filesystem;
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const auto& p = it->path();
+    if (p.extension() == ".tar" && it->is_regular_file()) out.push_back(p.string());
+  }
+  if (ec) {
+    throw_invalid_argument("bench data --source " + dir + ": cannot list it on " + host + " (" + ec.message() +
+                           "): fix: give a directory every host sees at that path");
+  }
+  if (out.empty()) {
+    throw_invalid_argument("bench data --source " + dir + ": no .tar shards in it on " + host +
+                           ": fix: pack some there first (hpctrain data pack ... -o " + dir + "/train-%06d.tar)");
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Drops this host's page cache of the files (best effort: a file system
+// that keeps no page cache has nothing to drop).
+void drop_page_cache(const std::vector<std::string>& files) {
+  for (const auto& f : files) {
+    const int fd = ::open(f.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+}
+
+double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  if (v.empty()) return 0.0;
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
+}
+
+// One reader: this host's share of DIR, --rounds cold passes, each started
+// with the others (comm: null for a reader alone).
+int run_dir_reader(const DataArgs& a, const Config& config, comm::Communicator* comm) {
+  const std::string dir = a.sources.at(0);
+  const int rank = comm ? comm->rank() : 0, size = comm ? comm->size() : 1;
+  const auto all = shards_in_dir(dir);
+  std::vector<std::string> mine;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (static_cast<int>(i % static_cast<size_t>(size)) == rank) mine.push_back(all[i]);
+  }
+  comm::BarrierOptions barrier_opts;
+  barrier_opts.timeout = seconds_to_millis(a.timeout_s);
+  std::vector<double> secs, aggregate;
+  std::uint64_t bytes = 0;
+  std::int64_t total = 0;
+  for (int r = 0; r < a.rounds; ++r) {
+    drop_page_cache(mine);
+    if (comm) comm::barrier(*comm, barrier_opts);
+    double first_s = 0;
+    nlohmann::json stats;
+    const auto t0 = SteadyClock::now();
+    bytes = mine.empty() ? 0 : stream_pass(config, mine, &first_s, &stats);
+    const double s = seconds_since(t0);
+    secs.push_back(s);
+    std::vector<std::int64_t> all_bytes = {static_cast<std::int64_t>(bytes)};
+    std::vector<std::int64_t> all_us = {static_cast<std::int64_t>(s * 1e6)};
+    if (comm) {
+      all_bytes = comm::allgather_value(*comm, static_cast<std::int64_t>(bytes));
+      all_us = comm::allgather_value(*comm, static_cast<std::int64_t>(s * 1e6));
+    }
+    total = 0;
+    for (auto b : all_bytes) total += b;
+    const double slowest = *std::max_element(all_us.begin(), all_us.end()) / 1e6;
+    aggregate.push_back(total / std::max(slowest, 1e-9));
+  }
+  char host[256] = "?";
+  ::gethostname(host, sizeof host - 1);
+  // Hosts, not readers: a host with several slots runs several readers.
+  std::vector<std::int64_t> host_ids = {0};
+  if (comm) host_ids = comm::allgather_value(*comm, static_cast<std::int64_t>(std::hash<std::string>{}(host)));
+  std::sort(host_ids.begin(), host_ids.end());
+  const auto hosts = std::unique(host_ids.begin(), host_ids.end()) - host_ids.begin();
+  const double s = median_of(secs);
+  std::cout << nlohmann::json{{"bench", "data"}, {"what", "host_read"}, {"host", host}, {"rank", rank},
+                              {"dir", dir},      {"shards", mine.size()},  {"bytes", bytes},
+                              {"rounds", a.rounds}, {"seconds", s},
+                              {"mb_per_s", s > 0 ? bytes / s / 1e6 : 0.0}}
+                   .dump()
+            << std::endl;
+  if (comm) comm::barrier(*comm, barrier_opts);
+  if (rank == 0) {
+    std::vector<double> passes;
+    for (double x : aggregate) passes.push_back(x / 1e6);
+    const double mbs = median_of(passes);
+    std::cout << nlohmann::json{{"bench", "data"},  {"what", "aggregate_read"}, {"dir", dir},
+                                {"hosts", hosts},   {"readers", size},           {"shards", all.size()},
+                                {"bytes", total},
+                                {"rounds", a.rounds}, {"seconds", mbs > 0 ? total / 1e6 / mbs : 0.0},
+                                {"mb_per_s", mbs},  {"pass_mb_per_s", passes}}
+                     .dump()
+              << std::endl;
+  }
+  return 0;
+}
+
+// The parent: one reader per slot of the hosts, through hpctrain launch.
+int run_dir_across_hosts(const DataArgs& a) {
+  std::vector<std::string> argv =
+      a.hosts.launch_prefix(0, "gloo", {{"OMP_NUM_THREADS", "1"}, {"OPENBLAS_NUM_THREADS", "1"}});
+  argv.push_back(self_executable());
+  argv.insert(argv.end(), {"bench", "data", "--worker", "--source", a.sources.at(0), "--rounds",
+                           std::to_string(a.rounds), "--timeout-s", std::to_string(a.timeout_s)});
+  std::fflush(stdout);
+  auto r = run_subprocess(argv, {}, seconds_to_millis(a.timeout_s + 60));
+  if (r.timed_out) {
+    throw_timeout("bench data --source " + a.sources.at(0) + " across hosts did not finish within " +
+                  std::to_string(a.timeout_s + 60) + " s: " + join_command(argv));
+  }
+  if (r.signal == 0 && r.exit_code == 0) return 0;
+  std::fprintf(stderr, "hpctrain: bench data across hosts failed (%s %d): %s\n", r.signal ? "signal" : "exit code",
+               r.signal ? r.signal : r.exit_code, join_command(argv).c_str());
+  return r.exit_code ? r.exit_code : 1;
+}
+
+// Whether --source names one local directory (read by hosts at once) rather
+// than remote shards.
+bool source_is_dir(const DataArgs& a) {
+  if (a.sources.size() != 1 || data::is_remote_url(a.sources[0])) return false;
+  std::error_code ec;
+  return a.hosts.any() || a.worker || std::filesystem::is_directory(a.sources[0], ec);
+}
+
+int run_bench_dir(const DataArgs& a, const Config& config) {
+  if (a.rounds < 1) throw_invalid_argument("bench data: --rounds must be at least 1");
+  if (a.worker) {
+    Logger log = Logger::from_config(config, -1);
+    comm::World world = comm::connect_world(config, ProcessEnv(), log);
+    return run_dir_reader(a, config, world.comm->size() > 1 ? world.comm.get() : nullptr);
+  }
+  if (a.hosts.any()) return run_dir_across_hosts(a);
+  return run_dir_reader(a, config, nullptr);
 }
 
 int run_bench_data(const DataArgs& a) {
@@ -295,12 +468,21 @@ void add_bench_data_command(CLI::App& bench, Cli& cli) {
       ->capture_default_str();
   c->add_option("--batch", args->batch, "Loader batch size")->capture_default_str();
   c->add_option("--source", args->sources,
-                 "Instead: stream these remote shards (URLs, brace ranges) and compare with curl -o /dev/null");
+                 "Instead: stream these remote shards (URLs, brace ranges) and compare with curl -o /dev/null; "
+                 "or one directory of .tar shards, read by every host at once (with the host options)");
   add_source_flags(c, &args->source_flags);
+  add_bench_host_options(c, &args->hosts);
+  c->add_option("--timeout-s", args->timeout_s, "Bound on a run across hosts")->capture_default_str();
+  c->add_flag("--worker", args->worker, "Internal: one reader of --source DIR")->group("");
   c->callback([args, &cli] {
     cli.run = [args, &cli] {
       if (args->sources.empty()) return run_bench_data(*args);
       apply_source_flags(args->source_flags, &cli.config);
+      if (source_is_dir(*args)) return run_bench_dir(*args, cli.config);
+      if (args->hosts.any()) {
+        throw_invalid_argument("bench data: across hosts, --source takes one directory of .tar shards (a path "
+                               "every host sees), not URLs");
+      }
       return run_bench_source(*args, cli.config);
     };
   });

@@ -2,7 +2,9 @@
 # failure with the host, what failed and a fix line, and at the end which
 # steps ran where. With -v (or more) Ansible's own output is printed instead.
 # A JSON summary of the same (per host: changed steps, the failure and its
-# fix) goes to the file named by HPCTRAIN_ANSIBLE_SUMMARY, for hpctrain and tests.
+# fix) goes to the file named by HPCTRAIN_ANSIBLE_SUMMARY, for hpctrain and tests,
+# with where the time went: seconds per step and per task (from one task's
+# start to the next's), the profile of a run.
 """hpctrain's stdout callback: per-host progress lines and a summary."""
 
 import json
@@ -88,6 +90,7 @@ class CallbackModule(DefaultCallback):
         self._width = 8
         self._check = False
         self._item_errors = {}
+        self._timeline = []  # [role: task, its start], in order
 
     # --- helpers ---
     def _raw(self):
@@ -151,6 +154,7 @@ class CallbackModule(DefaultCallback):
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._task = task.get_name().split(" : ")[-1]
         self._role = task._role.get_name(include_role_fqcn=False) if task._role else ""
+        self._timeline.append((f"{self._role}: {self._task}" if self._role else str(self._task), time.monotonic()))
         if self._raw():
             super().v2_playbook_on_task_start(task, is_conditional)
 
@@ -184,6 +188,10 @@ class CallbackModule(DefaultCallback):
     def v2_runner_on_skipped(self, result):
         if self._raw():
             return super().v2_runner_on_skipped(result)
+        # A step whose tasks are skipped because their result is there already (a rerun) is done;
+        # one skipped as a whole (an include for a feature not asked for) is not.
+        if "include" not in str(getattr(result._task, "action", "")):
+            self._note_step(result._host.get_name())
         return None
 
     def v2_runner_on_failed(self, result, ignore_errors=False):
@@ -274,10 +282,22 @@ class CallbackModule(DefaultCallback):
                 self._summary(elapsed)
         path = self.get_option("summary_file")
         if path:
+            tasks, steps = self._profile()
             with open(path + ".tmp", "w", encoding="utf-8") as f:
-                json.dump({"elapsed_s": round(elapsed, 2), "check_mode": self._check, "hosts": self._hosts}, f,
-                          indent=1, sort_keys=True)
+                json.dump({"elapsed_s": round(elapsed, 2), "check_mode": self._check, "hosts": self._hosts,
+                           "step_seconds": steps, "task_seconds": tasks}, f, indent=1, sort_keys=True)
             os.replace(path + ".tmp", path)
+
+    def _profile(self):
+        """[[task, seconds], ...] in run order, and {step: seconds}: where the run's time went."""
+        end = time.monotonic()
+        tasks, steps = [], {}
+        for i, (name, start) in enumerate(self._timeline):
+            took = (self._timeline[i + 1][1] if i + 1 < len(self._timeline) else end) - start
+            tasks.append([name, round(took, 2)])
+            step = name.split(":", 1)[0] if ":" in name else "other"
+            steps[step] = round(steps.get(step, 0) + took, 2)
+        return tasks, steps
 
     def _summary(self, elapsed):
         verb = "would change" if self._check else "changed"

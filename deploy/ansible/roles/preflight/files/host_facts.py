@@ -3,12 +3,18 @@
 # trip instead of a dozen modules): its name, system, addresses, users and
 # groups, /etc/hosts, mounts, the packages given as arguments, the bundle it
 # holds, whether its kernel has NFS, a GPU, and its ssh host keys (read here,
-# over the authenticated connection, for every other host's known_hosts).
+# over the authenticated connection, for every other host's known_hosts);
+# and the state of the files and the account setup manages (checksum, owner,
+# group, mode; the training user's entry; slurmd -C), so that a rerun skips
+# the steps whose result is already there instead of a round trip each.
 # Read-only; prints one JSON object.
+#
+#   host_facts.py PACKAGE... [--user NAME] [--files PATH...] [--pidfiles PATH...]
 """Prints the facts hpctrain's roles use about this host as JSON."""
 
 import glob
 import grp
+import hashlib
 import json
 import os
 import pwd
@@ -84,7 +90,67 @@ def mounts(field=2):
     return out
 
 
+def file_state(path):
+    """[sha1 or 'dir', owner, group, mode] of a file or folder; None when absent."""
+    try:
+        st = os.stat(path)
+        if os.path.isdir(path):
+            digest = "dir"
+        else:
+            with open(path, "rb") as f:
+                digest = hashlib.sha1(f.read()).hexdigest()
+        try:
+            owner = pwd.getpwuid(st.st_uid).pw_name
+        except KeyError:
+            owner = str(st.st_uid)
+        try:
+            group = grp.getgrgid(st.st_gid).gr_name
+        except KeyError:
+            group = str(st.st_gid)
+        return [digest, owner, group, "%04o" % (st.st_mode & 0o7777)]
+    except OSError:
+        return None
+
+
+def user_entry(name):
+    try:
+        p = pwd.getpwnam(name)
+        return [p.pw_uid, p.pw_gid, p.pw_dir, p.pw_shell]
+    except KeyError:
+        return None
+
+
+def running(pidfile):
+    """Whether the pid file names a live process."""
+    try:
+        pid = int(read(pidfile).strip() or 0)
+        return pid > 0 and os.path.exists("/proc/%d" % pid)
+    except ValueError:
+        return False
+
+
+def slurmd_c():
+    if not os.path.exists("/usr/sbin/slurmd"):
+        return []
+    try:
+        return subprocess.run(["/usr/sbin/slurmd", "-C"], capture_output=True, text=True, timeout=10).stdout.splitlines()
+    except (OSError, subprocess.SubprocessError):
+        return []
+
+
 def main():
+    packages, user, files, pidfiles, where = [], "", [], [], "packages"
+    for a in sys.argv[1:]:
+        if a in ("--user", "--files", "--pidfiles"):
+            where = a
+        elif where == "--user":
+            user, where = a, "packages"
+        elif where == "--files":
+            files.append(a)
+        elif where == "--pidfiles":
+            pidfiles.append(a)
+        else:
+            packages.append(a)
     release = os_release()
     facts = {
         "hostname": socket.gethostname().split(".")[0],
@@ -95,14 +161,21 @@ def main():
         "passwd": {p.pw_name: [p.pw_uid, p.pw_gid] for p in pwd.getpwall()},
         "group": {g.gr_name: g.gr_gid for g in grp.getgrall()},
         "etc_hosts": read("/etc/hosts"),
+        "etc_hostname": read("/etc/hostname").strip(),
+        "fstab": read("/etc/fstab"),
         "mounts": mounts(),
         "mount_sources": mounts(0),
-        "packages": installed(sys.argv[1:]),
+        "packages": installed(packages),
         "bundle_id": read("/var/cache/hpctrain/bundle/.bundle-id").strip(),
         "nfs": "nfs" in read("/proc/filesystems").split()
                or os.path.isdir("/lib/modules/%s/kernel/fs/nfs" % os.uname().release),
         "gpu": os.path.exists("/dev/nvidia0"),
         "host_keys": host_keys(),
+        "user": user_entry(user) if user else None,
+        "files": {f: file_state(f) for f in files},
+        "slurmd_c": slurmd_c(),
+        "ssh_known_hosts": read("/etc/ssh/ssh_known_hosts"),
+        "running": {p: running(p) for p in pidfiles},
     }
     print(json.dumps(facts))
 

@@ -3,7 +3,7 @@
 # (started when it is not, bounded), the brick folder, and a brick emptied by
 # a restart (RAM) given back its volume id so the volume takes it again.
 # Prints one JSON object: what changed, what was lost, and whether the
-# brick's process runs. With --check nothing is changed; what would be is
+# brick's process runs (and whether the volume has it). With --check nothing is changed; what would be is
 # reported the same way.
 #
 #   gluster_brick.py VOLUME ADDRESS BRICK_DIR START_TIMEOUT_S [--check]
@@ -98,7 +98,7 @@ def brick_online(volume, brick):
 def main():
     volume, addr, brick, start_timeout = sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4])
     check = "--check" in sys.argv[5:]
-    out = {"changed": [], "lost": "", "glusterd": True, "error": "", "brick_online": False}
+    out = {"changed": [], "lost": "", "glusterd": True, "error": "", "brick_online": False, "in_volume": False}
     if not (alive(PIDFILE) and listening(24007)):
         if check:
             out["changed"].append("start glusterd")
@@ -132,6 +132,7 @@ def main():
             out["changed"].append("take the emptied brick back into " + volume)
             if not check:
                 os.setxattr(brick, "trusted.glusterfs.volume-id", bytes.fromhex(vid.replace("-", "")))
+    out["in_volume"] = bool(vid) and brick_in_volume(volume, addr, brick)
     out["brick_online"] = brick_online(volume, brick)
     print(json.dumps(out))
 
