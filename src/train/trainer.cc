@@ -490,7 +490,8 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
       [fs = shard_fs] {
         // The shard file system's per-source counters ("s3://bucket", "https://host:port"), by kind.
         std::vector<metrics::DataSourceTotals> out;
-        for (const auto& [source, c] : fs->stats().items()) {
+        const nlohmann::json stats = fs->stats();  // items() must not outlive it
+        for (const auto& [source, c] : stats.items()) {
           metrics::DataSourceTotals t;
           t.kind = source.rfind("s3://", 0) == 0 ? "s3" : source.rfind("http", 0) == 0 ? "http" : source;
           t.bytes = c.value("bytes", 0.0);
