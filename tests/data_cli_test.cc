@@ -8,6 +8,9 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -120,6 +123,43 @@ TEST(DataCli, VerifyNamesShardMemberAndOffset) {
   CliRun cut = run("data verify " + (dir / "short.tar"));
   EXPECT_EQ(cut.exit_code, 1);
   EXPECT_NE(cut.out.find("cut short"), std::string::npos) << cut.out;
+}
+
+// `bench data --source DIR` on one host: every shard of the directory read
+// once per pass (sidecars not counted), one line for the reader and one
+// aggregate; an empty directory is one line naming the fix.
+TEST(DataCli, BenchDataReadsEveryShardOfADirectory) {
+  testing::TempDir dir;
+  CliRun p = run("data pack --from fashion-mnist --split test -q --max-count 3000 -o '" + (dir / "fm-%06d.tar") + "'");
+  ASSERT_EQ(p.exit_code, 0) << p.out;
+  std::uintmax_t tar_bytes = 0;
+  int shards = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+    if (e.path().extension() == ".tar") tar_bytes += e.file_size(), ++shards;
+  }
+  ASSERT_EQ(shards, 4);
+  CliRun r = run("bench data --source " + dir.path() + " --rounds 2");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  nlohmann::json host, all;
+  std::istringstream in(r.out);
+  for (std::string l; std::getline(in, l);) {
+    if (l.empty() || l[0] != '{') continue;
+    auto j = nlohmann::json::parse(l);
+    (j.value("what", "") == "aggregate_read" ? all : host) = j;
+  }
+  ASSERT_TRUE(host.is_object() && all.is_object()) << r.out;
+  EXPECT_EQ(host["what"], "host_read") << r.out;
+  EXPECT_EQ(all["bytes"].get<std::uintmax_t>(), tar_bytes) << r.out;
+  EXPECT_EQ(all["shards"], 4) << r.out;
+  EXPECT_EQ(all["hosts"], 1) << r.out;
+  ASSERT_EQ(all["pass_mb_per_s"].size(), 2u) << r.out;
+  for (const auto& v : all["pass_mb_per_s"]) EXPECT_GT(v.get<double>(), 0.0) << r.out;
+
+  testing::TempDir empty;
+  CliRun e = run("bench data --source " + empty.path() + " --rounds 1");
+  EXPECT_EQ(e.exit_code, 2) << e.out;
+  EXPECT_NE(e.out.find("no .tar shards in it"), std::string::npos) << e.out;
+  EXPECT_NE(e.out.find("fix: pack some there first"), std::string::npos) << e.out;
 }
 
 TEST(DataCli, TfRecordPackInspectAndVerify) {
