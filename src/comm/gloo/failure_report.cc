@@ -140,6 +140,20 @@ FailureVerdict judge_failure(const FailureReport& own, const CollectedReports& o
       return v;
     }
   }
+  // A close seen without knowing whose (the error named the peer's ephemeral
+  // port, not its rank), and exactly one rank never reported: that rank died.
+  if (v.missing.size() == 1) {
+    int witness = own.code == ErrorCode::kPeerFailure && own.suspect < 0 ? own.reporter : -1;
+    for (const auto& r : others.reports) {
+      if (witness < 0 && r.code == ErrorCode::kPeerFailure && r.suspect < 0) witness = r.reporter;
+    }
+    if (witness >= 0) {
+      v.code = ErrorCode::kPeerFailure;
+      v.culprit = v.missing[0];
+      v.witness = witness;
+      return v;
+    }
+  }
   // Stopped or hung ranks: nobody saw them close, they just went quiet.
   if (!v.missing.empty()) {
     v.code = ErrorCode::kTimeout;

@@ -50,6 +50,22 @@ TEST(FailureReportTest, SilentRankNobodySawCloseIsATimeout) {
   EXPECT_EQ(v.culprit, 1);
 }
 
+// Every survivor saw a connection reset but could not tell whose (the
+// error named the peer's ephemeral port); rank 1 never reported: it died.
+TEST(FailureReportTest, CloseOfAnUnknownPeerWithOneRankMissingNamesThatRank) {
+  CollectedReports c;
+  c.reports = {report(0, ErrorCode::kPeerFailure, -1), report(3, ErrorCode::kPeerFailure, -1)};
+  c.missing = {1};
+  auto v = judge_failure(report(2, ErrorCode::kPeerFailure, -1), c);
+  EXPECT_EQ(v.code, ErrorCode::kPeerFailure);
+  EXPECT_EQ(v.culprit, 1);
+  EXPECT_EQ(v.witness, 2);
+  // Two ranks missing: which one closed is not known; they went quiet.
+  c.missing = {1, 3};
+  c.reports = {report(0, ErrorCode::kPeerFailure, -1)};
+  EXPECT_EQ(judge_failure(report(2, ErrorCode::kPeerFailure, -1), c).code, ErrorCode::kTimeout);
+}
+
 TEST(FailureReportTest, EveryoneReportedMeansOwnEvidence) {
   CollectedReports c;
   c.reports = {report(0, ErrorCode::kTimeout, -1)};
