@@ -11,7 +11,7 @@
 
 #include "comm/gloo/socket_table.h"
 #include "core/error.h"
-#include "store/socket.h"
+#include "net/socket.h"
 
 namespace hpct::bench {
 namespace {
@@ -75,7 +75,7 @@ std::vector<TcpRoundTrip> measure_tcp_round_trips(comm::Communicator& comm, int 
   if (rank != 0) {
     const std::string ip = job_network_address();
     int port = 0;
-    listener = store::listen_tcp(ip, 0, &port, "bench comm round-trip listener");
+    listener = net::listen_tcp(ip, 0, &port, "bench comm round-trip listener");
     in_addr a{};
     ::inet_pton(AF_INET, ip.c_str(), &a);
     mine = (static_cast<std::int64_t>(ntohl(a.s_addr)) << 16) | port;
@@ -87,7 +87,7 @@ std::vector<TcpRoundTrip> measure_tcp_round_trips(comm::Communicator& comm, int 
     wait_fd(listener.get(), POLLIN, until, what + ": rank 0 never connected;");
     UniqueFd c(::accept4(listener.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!c.valid()) throw_io("accept (" + what + ")", errno);
-    store::set_nodelay(c.get());
+    net::set_nodelay(c.get());
     while (transfer(c.get(), false, until, what)) {
     }
   } else {
@@ -102,7 +102,7 @@ std::vector<TcpRoundTrip> measure_tcp_round_trips(comm::Communicator& comm, int 
       t.peer_rank = r;
       t.address = std::string(ip) + ":" + std::to_string(port);
       const std::string what = "TCP round trip with rank " + std::to_string(r) + " at " + t.address;
-      UniqueFd c = store::connect_tcp(ip, port, until, what);
+      UniqueFd c = net::connect_tcp(ip, port, until, what);
       std::vector<double> us;
       for (int i = 0; i < warmup + pings; ++i) {
         const auto t0 = SteadyClock::now();

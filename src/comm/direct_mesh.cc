@@ -1,9 +1,5 @@
 #include "comm/direct_mesh.h"
 
-#include <fcntl.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -15,12 +11,14 @@
 #include <sstream>
 
 #include "comm/reduce.h"
+#include "net/frame.h"
+#include "net/socket.h"
 
 namespace hpct::comm {
 namespace {
 
 constexpr std::size_t kTokenChars = 32;
-constexpr std::size_t kHelloBytes = 4 + kTokenChars;
+constexpr Millis kHelloBound(5000);  // a connection's handshake and rank frame, at the most
 
 std::string random_token() {
   std::random_device rd;
@@ -38,57 +36,8 @@ int poll_ms(const Deadline& d) {
   return static_cast<int>(std::min<long long>(left, 1 << 30));
 }
 
-// One numeric address (IPv4 or IPv6) and port, resolved without DNS.
-addrinfo* resolve(const std::string& ip, const std::string& port, bool passive) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST | AI_NUMERICSERV | (passive ? AI_PASSIVE : 0);
-  addrinfo* res = nullptr;
-  int rc = ::getaddrinfo(ip.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0 || res == nullptr) {
-    throw Error(ErrorCode::kIo,
-                "direct connections: '" + ip + "' is not a numeric address: " + gai_strerror(rc));
-  }
-  return res;
-}
-
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK); }
-
-// Writes or reads all of buf on a non-blocking socket before the deadline;
-// false when the deadline passed or the peer closed/reset.
-bool write_all(int fd, const void* buf, std::size_t n, const Deadline& d) {
-  const auto* p = static_cast<const std::uint8_t*>(buf);
-  std::size_t done = 0;
-  while (done < n) {
-    ssize_t w = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
-    if (w > 0) {
-      done += static_cast<std::size_t>(w);
-      continue;
-    }
-    if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-    pollfd pfd{fd, POLLOUT, 0};
-    if (::poll(&pfd, 1, poll_ms(d)) == 0 || d.expired()) return false;
-  }
-  return true;
-}
-
-bool read_all(int fd, void* buf, std::size_t n, const Deadline& d) {
-  auto* p = static_cast<std::uint8_t*>(buf);
-  std::size_t done = 0;
-  while (done < n) {
-    ssize_t r = ::recv(fd, p + done, n - done, 0);
-    if (r > 0) {
-      done += static_cast<std::size_t>(r);
-      continue;
-    }
-    if (r == 0) return false;
-    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    if (::poll(&pfd, 1, poll_ms(d)) == 0 || d.expired()) return false;
-  }
-  return true;
-}
+// A connection's first frame after the handshake: the connecting rank.
+constexpr std::size_t kRankFrameBytes = 4;
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::ostringstream os;
@@ -110,24 +59,13 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
   const Deadline deadline(o.timeout);
 
   // 1. Listen and publish.
-  addrinfo* local = resolve(o.ip, "0", true);
-  UniqueFd listener(::socket(local->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-  int one = 1;
-  if (!listener.valid() ||
-      ::setsockopt(listener.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-      ::bind(listener.get(), local->ai_addr, local->ai_addrlen) != 0 ||
-      ::listen(listener.get(), o.size) != 0) {
-    int err = errno;
-    ::freeaddrinfo(local);
-    throw Error(ErrorCode::kIo, who + ": cannot listen on " + o.ip + ": " + std::strerror(err));
+  int port = 0;
+  UniqueFd listener;
+  try {
+    listener = net::listen_tcp(o.ip, 0, &port, who);
+  } catch (const Error& e) {
+    throw Error(ErrorCode::kIo, who + ": cannot listen on " + o.ip + ": " + e.what());
   }
-  ::freeaddrinfo(local);
-  sockaddr_storage bound{};
-  socklen_t len = sizeof bound;
-  ::getsockname(listener.get(), reinterpret_cast<sockaddr*>(&bound), &len);
-  const int port =
-      ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
   if (o.rank == 0) o.store->set(o.key_prefix + "token", random_token());
   o.store->set(o.key_prefix + "addr/" + std::to_string(o.rank), o.ip + " " + std::to_string(port));
   const std::string token = o.store->get(o.key_prefix + "token", deadline.remaining());
@@ -136,35 +74,30 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
   for (int p = 0; p < o.rank; ++p) {
     std::istringstream is(
         o.store->get(o.key_prefix + "addr/" + std::to_string(p), deadline.remaining()));
-    std::string ip, port_text;
-    is >> ip >> port_text;
-    addrinfo* remote = resolve(ip, port_text, false);
-    UniqueFd fd(::socket(remote->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    set_nonblocking(fd.get());
-    int rc = ::connect(fd.get(), remote->ai_addr, remote->ai_addrlen);
-    ::freeaddrinfo(remote);
-    bool ok = rc == 0;
-    if (!ok && errno == EINPROGRESS) {
-      pollfd pfd{fd.get(), POLLOUT, 0};
-      int err = 0;
-      socklen_t elen = sizeof err;
-      ok = ::poll(&pfd, 1, poll_ms(deadline)) == 1 &&
-           ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &elen) == 0 && err == 0;
+    std::string ip;
+    int their_port = 0;
+    is >> ip >> their_port;
+    const std::string what = "rank " + std::to_string(p) + " at " + ip + " port " +
+                             std::to_string(their_port);
+    try {
+      UniqueFd fd = net::connect_tcp(ip, their_port, deadline.end(), what);
+      const net::Mac key = net::client_handshake(fd.get(), token, deadline.end(), what);
+      char rank_bytes[kRankFrameBytes];
+      for (std::size_t i = 0; i < kRankFrameBytes; ++i) {
+        rank_bytes[i] = static_cast<char>(static_cast<std::uint32_t>(o.rank) >> (8 * i));
+      }
+      net::FrameChannel(fd.get(), key, net::Direction::kClientToServer, kRankFrameBytes, -1, what)
+          .send(std::string_view(rank_bytes, kRankFrameBytes), deadline.end());
+      mesh->peers_[p] = std::move(fd);
+    } catch (const Error& e) {
+      throw Error(e.code() == ErrorCode::kAuth || deadline.expired() ? e.code()
+                                                                     : ErrorCode::kPeerFailure,
+                  who + ": cannot connect to " + what + ": " + e.what());
     }
-    std::uint8_t hello[kHelloBytes];
-    const std::uint32_t me = static_cast<std::uint32_t>(o.rank);
-    for (int i = 0; i < 4; ++i) hello[i] = static_cast<std::uint8_t>(me >> (8 * i));
-    std::memcpy(hello + 4, token.data(), kTokenChars);
-    if (!ok || !write_all(fd.get(), hello, sizeof hello, deadline)) {
-      throw Error(deadline.expired() ? ErrorCode::kTimeout : ErrorCode::kPeerFailure,
-                  who + ": cannot connect to rank " + std::to_string(p) + " at " + ip + " port " +
-                      port_text);
-    }
-    mesh->peers_[p] = std::move(fd);
   }
 
-  // 3. Accept every higher rank; a connection without the token is dropped.
-  set_nonblocking(listener.get());
+  // 3. Accept every higher rank; a connection that fails the handshake (no
+  //    token) or names a rank not expected is dropped.
   int expected = o.size - 1 - o.rank;
   while (expected > 0) {
     pollfd pfd{listener.get(), POLLIN, 0};
@@ -179,23 +112,31 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
     }
     UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (!fd.valid()) continue;
-    std::uint8_t hello[kHelloBytes];
-    const Deadline hello_deadline(std::min(deadline.remaining(), Millis(5000)));
-    if (!read_all(fd.get(), hello, sizeof hello, hello_deadline)) continue;
+    const auto hello_until = SteadyClock::now() + std::min(deadline.remaining(), kHelloBound);
+    const std::string peer = "a connection to " + who + " from " + net::peer_address(fd.get());
     std::uint32_t from = 0;
-    for (int i = 0; i < 4; ++i) from |= static_cast<std::uint32_t>(hello[i]) << (8 * i);
-    if (std::memcmp(hello + 4, token.data(), kTokenChars) != 0 ||
-        from <= static_cast<std::uint32_t>(o.rank) || from >= static_cast<std::uint32_t>(o.size) ||
+    try {
+      const net::Mac key = net::server_handshake(fd.get(), token, hello_until, -1, peer);
+      const std::string rank_bytes =
+          net::FrameChannel(fd.get(), key, net::Direction::kServerToClient, kRankFrameBytes, -1,
+                            peer)
+              .recv(hello_until, kHelloBound);
+      if (rank_bytes.size() != kRankFrameBytes) continue;
+      for (std::size_t i = 0; i < kRankFrameBytes; ++i) {
+        from |= static_cast<std::uint32_t>(static_cast<unsigned char>(rank_bytes[i])) << (8 * i);
+      }
+    } catch (const Error&) {
+      continue;  // not one of this job's ranks (wrong token, silent, another protocol)
+    }
+    if (from <= static_cast<std::uint32_t>(o.rank) || from >= static_cast<std::uint32_t>(o.size) ||
         mesh->peers_[from].valid()) {
-      continue;  // not one of this job's ranks, or a duplicate: dropped
+      continue;  // a rank not expected here, or a duplicate: dropped
     }
     mesh->peers_[from] = std::move(fd);
     --expected;
   }
   for (auto& fd : mesh->peers_) {
-    if (!fd.valid()) continue;
-    set_nonblocking(fd.get());
-    ::setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    if (fd.valid()) net::set_nodelay(fd.get());  // accepted sockets do not inherit it
   }
   return mesh;
 }

@@ -15,11 +15,14 @@
 //      "<prefix>addr/<rank>" = "ip port" in the job's store; rank 0 publishes
 //      a random token under "<prefix>token" (the store is authenticated, so
 //      only the job's ranks learn it);
-//   2. rank r connects to every rank below it and sends a hello: its rank
-//      (4 bytes, little-endian) and the token;
+//   2. rank r connects to every rank below it, runs net/auth.h's mutual
+//      HMAC handshake with the token as the secret, and sends its rank (4
+//      bytes, little-endian) in one sealed frame (net/frame.h);
 //   3. rank r accepts one connection from every rank above it, and drops any
-//      connection whose hello does not carry the token or a rank it expects.
-//   Every step is bounded by the timeout; a missing rank is named.
+//      connection that fails the handshake (no token: refused on its proof,
+//      or when 5 s pass) or names a rank it does not expect.
+//   Every step is bounded by the timeout; a missing rank is named. After
+//   this the sockets carry raw bytes: the peers were authenticated once.
 //
 // Allreduce (allreduce()): p = the largest power of two <= n, rem = n - p.
 //   fold in:  ranks r < 2*rem: an even r sends its data to r+1 and waits;

@@ -22,6 +22,8 @@ const char* level_letter(LogLevel l) {
   return "?";
 }
 
+// Not net::write_all: core sits below net, and a log line must never throw
+// or wait on a deadline, so this one short loop stays here.
 void write_stderr(const std::string& line) {
   const char* p = line.data();
   size_t left = line.size();

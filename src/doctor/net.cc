@@ -158,18 +158,6 @@ UniqueFd listen_on(int port, int* bound, std::string* error) {
   return fd;
 }
 
-bool write_all(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::send(fd, p, n, MSG_NOSIGNAL);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 bool read_all(int fd, void* data, size_t n) {
   char* p = static_cast<char*>(data);
   while (n > 0) {

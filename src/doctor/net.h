@@ -36,8 +36,8 @@ UniqueFd connect_one(const Endpoint& e, Millis timeout);
 // the port. Invalid UniqueFd with *error set when it cannot bind.
 UniqueFd listen_on(int port, int* bound, std::string* error);
 
-// write(2)/read(2) of exactly n bytes; false on error, EOF or timeout.
-bool write_all(int fd, const void* data, size_t n);
+// read(2) of exactly n bytes; false on error, EOF or timeout. Writes go
+// through net::try_write_all (net/socket.h).
 bool read_all(int fd, void* data, size_t n);
 
 }  // namespace hpct::doctor

@@ -17,12 +17,15 @@
 
 #include "core/error.h"
 #include "doctor/net.h"
+#include "net/socket.h"
 
 namespace hpct::doctor {
 namespace {
 
 constexpr int kMaxPorts = 64;
 constexpr size_t kMaxHandlers = 32;  // concurrent connections a listener serves
+constexpr Millis kHandlerIo(5000);   // a listener's bound on each write (and SO_RCVTIMEO)
+constexpr Millis kProbeIo(3000);     // a probe's bound on each write (and connect_one)
 
 std::int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -97,7 +100,7 @@ class PairListener {
   }
 
   void handle(UniqueFd conn) {
-    timeval tv{5, 0};
+    timeval tv{kHandlerIo.count() / 1000, 0};
     ::setsockopt(conn.get(), SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     ::setsockopt(conn.get(), SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     char mode = 0;
@@ -105,7 +108,7 @@ class PairListener {
     if (mode == 'p') {
       char b;
       for (int i = 0; i < 10000 && !stopping_ && read_all(conn.get(), &b, 1); ++i) {
-        if (!write_all(conn.get(), &b, 1)) break;
+        if (!net::try_write_all(conn.get(), &b, 1, SteadyClock::now() + kHandlerIo)) break;
       }
     } else if (mode == 'b') {
       std::vector<char> buf(1 << 20);
@@ -115,7 +118,7 @@ class PairListener {
         if (n <= 0) break;
         total += static_cast<std::uint64_t>(n);
       }
-      write_all(conn.get(), &total, sizeof total);
+      net::try_write_all(conn.get(), &total, sizeof total, SteadyClock::now() + kHandlerIo);
     }
   }
 
@@ -130,16 +133,8 @@ class PairListener {
 };
 
 void emit(int fd, const nlohmann::json& j) {
-  std::string line = j.dump() + "\n";
-  const char* p = line.data();
-  size_t n = line.size();
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return;  // the head is gone; stdin's EOF will end us
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
+  // False when the head is gone; stdin's EOF will end us.
+  net::try_write_all(fd, j.dump() + "\n");
 }
 
 // Step 3: read the other hosts' tokens, connect to their listeners.
@@ -198,14 +193,17 @@ nlohmann::json measure_phase(const nlohmann::json& m) {
     if (addrs.empty()) throw_io("resolve " + name + ": " + error, 0);
     Endpoint e{addrs[0], m.at("port").get<int>()};
     {
-      UniqueFd fd = connect_one(e, Millis(3000));
+      UniqueFd fd = connect_one(e, kProbeIo);
       char mode = 'p';
-      if (!write_all(fd.get(), &mode, 1)) throw_peer_failure("ping to " + name + " failed");
+      if (!net::try_write_all(fd.get(), &mode, 1, SteadyClock::now() + kProbeIo)) {
+        throw_peer_failure("ping to " + name + " failed");
+      }
       std::vector<double> rtts;
       for (int i = 0; i < 50; ++i) {
         auto t0 = SteadyClock::now();
         char b = 1;
-        if (!write_all(fd.get(), &b, 1) || !read_all(fd.get(), &b, 1)) {
+        if (!net::try_write_all(fd.get(), &b, 1, SteadyClock::now() + kProbeIo) ||
+            !read_all(fd.get(), &b, 1)) {
           throw_peer_failure("ping to " + name + " broke after " + std::to_string(i) + " round trips");
         }
         rtts.push_back(std::chrono::duration<double, std::micro>(SteadyClock::now() - t0).count());
@@ -213,15 +211,15 @@ nlohmann::json measure_phase(const nlohmann::json& m) {
       std::sort(rtts.begin(), rtts.end());
       reply["rtt_us"] = rtts[rtts.size() / 2];
     }
-    UniqueFd fd = connect_one(e, Millis(3000));
+    UniqueFd fd = connect_one(e, kProbeIo);
     char mode = 'b';
     std::vector<char> buf(1 << 20, 7);
     auto t0 = SteadyClock::now();
-    bool ok = write_all(fd.get(), &mode, 1);
+    bool ok = net::try_write_all(fd.get(), &mode, 1, SteadyClock::now() + kProbeIo);
     // About a quarter second of sending: enough to fill the pipe, short
     // enough that the whole matrix stays quick.
     for (int i = 0; ok && i < 4096 && SteadyClock::now() - t0 < Millis(250); ++i) {
-      ok = write_all(fd.get(), buf.data(), buf.size());
+      ok = net::try_write_all(fd.get(), buf.data(), buf.size(), SteadyClock::now() + kProbeIo);
     }
     ::shutdown(fd.get(), SHUT_WR);
     std::uint64_t total = 0;

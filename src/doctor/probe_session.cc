@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "core/error.h"
+#include "net/socket.h"
 
 namespace hpct::doctor {
 
@@ -34,22 +35,15 @@ double ProbeSession::age_s() const {
 
 bool ProbeSession::send(const std::string& line) {
   if (!child_.stdin_fd.valid()) return false;
-  std::string data = line + "\n";
-  size_t off = 0;
-  Deadline deadline(Millis(1000));
-  while (off < data.size() && !deadline.expired()) {
-    ssize_t w = ::write(child_.stdin_fd.get(), data.data() + off, data.size() - off);
-    if (w > 0) {
-      off += static_cast<size_t>(w);
-    } else if (w < 0 && (errno == EAGAIN || errno == EINTR)) {
-      pollfd p{child_.stdin_fd.get(), POLLOUT, 0};
-      ::poll(&p, 1, 20);
-    } else {
-      child_.stdin_fd.reset();  // EPIPE: the child is gone
-      return false;
-    }
+  const std::string data = line + "\n";
+  try {
+    net::write_all(child_.stdin_fd.get(), data.data(), data.size(),
+                   SteadyClock::now() + Millis(1000), -1, "the probe's input");
+    return true;
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::kPeerFailure) child_.stdin_fd.reset();  // the child is gone
+    return false;
   }
-  return off == data.size();
 }
 
 void ProbeSession::close_input() { child_.stdin_fd.reset(); }

@@ -18,6 +18,7 @@
 #include "core/error.h"
 #include "launch/child_process.h"
 #include "launch/elastic_protocol.h"
+#include "net/socket.h"
 
 namespace hpct::launch {
 
@@ -248,7 +249,7 @@ struct ElasticSupervisor::Impl {
       blacklist[host] = SteadyClock::now() + o.blacklist_cooldown;
       return;
     }
-    if (!write_fully(w->child.stdin_fd.get(), encode_spec(spec) + "\n")) w->child.stdin_fd.reset();
+    if (!net::try_write_all(w->child.stdin_fd.get(), encode_spec(spec) + "\n")) w->child.stdin_fd.reset();
     w->started_at = SteadyClock::now();
     logger.debug("launch", "elastic: started worker " + std::to_string(w->id) + " on " + host +
                                " via " + plan.via);

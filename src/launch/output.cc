@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "core/error.h"
+#include "net/socket.h"
 
 namespace hpct::launch {
 
@@ -18,22 +19,6 @@ OutputPrefix parse_output_prefix(const std::string& name) {
   if (name == "rank") return OutputPrefix::kRank;
   if (name == "host") return OutputPrefix::kHost;
   throw_invalid_argument("--prefix " + name + ": choose none, rank or host");
-}
-
-bool write_fully(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 100);
-      continue;
-    }
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
 }
 
 OutputMux::OutputMux(OutputPrefix prefix, std::vector<std::string> host_by_rank,
@@ -88,8 +73,8 @@ void OutputMux::rank_line(int rank, bool is_stderr, const std::string& text) {
     spawner_line("rank " + std::to_string(rank) + "?", is_stderr, text);
     return;
   }
-  write_fully(is_stderr ? stderr_fd_ : stdout_fd_, prefix(rank) + text + "\n");
-  if (!files_.empty()) write_fully(files_[static_cast<size_t>(rank) * 2 + (is_stderr ? 1 : 0)].get(), text + "\n");
+  net::try_write_all(is_stderr ? stderr_fd_ : stdout_fd_, prefix(rank) + text + "\n");
+  if (!files_.empty()) net::try_write_all(files_[static_cast<size_t>(rank) * 2 + (is_stderr ? 1 : 0)].get(), text + "\n");
   if (is_stderr) {
     auto& tail = tails_[static_cast<size_t>(rank)];
     tail.push_back(text);
@@ -98,11 +83,11 @@ void OutputMux::rank_line(int rank, bool is_stderr, const std::string& text) {
 }
 
 void OutputMux::spawner_line(const std::string& source, bool is_stderr, const std::string& text) {
-  write_fully(is_stderr ? stderr_fd_ : stdout_fd_, "[" + source + "] " + text + "\n");
+  net::try_write_all(is_stderr ? stderr_fd_ : stdout_fd_, "[" + source + "] " + text + "\n");
 }
 
 void OutputMux::launcher_line(const std::string& text) {
-  write_fully(stderr_fd_, "hpctrain launch: " + text + "\n");
+  net::try_write_all(stderr_fd_, "hpctrain launch: " + text + "\n");
   if (launcher_log_.valid()) {
     // Unix seconds first: `hpctrain report` puts restarts and membership
     // changes on the run's timeline with them.
@@ -110,7 +95,7 @@ void OutputMux::launcher_line(const std::string& text) {
     const double now =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     std::snprintf(stamp, sizeof stamp, "%.3f ", now);
-    write_fully(launcher_log_.get(), stamp + text + "\n");
+    net::try_write_all(launcher_log_.get(), stamp + text + "\n");
   }
 }
 

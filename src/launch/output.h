@@ -64,7 +64,4 @@ class OutputMux {
   std::vector<UniqueFd> files_;  // 2 per rank (stdout, stderr) with an output directory
 };
 
-// Writes all of data to fd (retrying short writes); false when fd is broken.
-bool write_fully(int fd, const std::string& data);
-
 }  // namespace hpct::launch

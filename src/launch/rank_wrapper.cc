@@ -21,26 +21,10 @@
 #include "core/world.h"
 #include "launch/child_process.h"
 #include "launch/rank_protocol.h"
+#include "net/socket.h"
 
 namespace hpct::launch {
 namespace {
-
-// Writes all of data to fd; false when the reader is gone.
-bool write_all(int fd, const std::string& data) {
-  size_t done = 0;
-  while (done < data.size()) {
-    ssize_t n = ::write(fd, data.data() + done, data.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0 && errno == EAGAIN) {
-      pollfd p{fd, POLLOUT, 0};
-      ::poll(&p, 1, 100);
-      continue;
-    }
-    if (n <= 0) return false;
-    done += static_cast<size_t>(n);
-  }
-  return true;
-}
 
 // The first line on fd, waiting at most timeout in total.
 std::string read_spec_line(int fd, Millis timeout) {
@@ -147,7 +131,7 @@ class Wrapper {
 
   bool emit(RecordKind kind, const std::string& payload) {
     if (out_broken_) return false;
-    if (!write_all(1, encode_record(rank_, kind, payload))) out_broken_ = true;
+    if (!net::try_write_all(1, encode_record(rank_, kind, payload))) out_broken_ = true;
     return !out_broken_;
   }
 

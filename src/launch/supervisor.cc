@@ -14,6 +14,7 @@
 
 #include "core/error.h"
 #include "launch/child_process.h"
+#include "net/socket.h"
 
 namespace hpct::launch {
 
@@ -50,7 +51,7 @@ void write_spec_file(const std::string& path, const std::string& line) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) throw_io("cannot write the rank spec file " + path, errno);
   ::fchmod(fd, 0600);
-  bool ok = write_fully(fd, line + "\n");
+  bool ok = net::try_write_all(fd, line + "\n");
   ::close(fd);
   if (!ok) throw_io("cannot write the rank spec file " + path, errno);
 }
@@ -131,7 +132,7 @@ AttemptResult Supervisor::run(int restart) {
                                 (p.plan.group ? p.plan.host : "spawner for rank " + std::to_string(p.plan.ranks.at(0)) + " on host " + p.plan.host) +
                                 ": " + e.what());
     }
-    if (p.plan.spec_file.empty() && !write_fully(p.child.stdin_fd.get(), line + "\n")) {
+    if (p.plan.spec_file.empty() && !net::try_write_all(p.child.stdin_fd.get(), line + "\n")) {
       // It died already; its end and its messages arrive through the loop.
       p.child.stdin_fd.reset();
     }

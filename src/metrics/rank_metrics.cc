@@ -34,6 +34,7 @@
 #include "core/world.h"
 #include "engine/engine.h"
 #include "metrics/process_stats.h"
+#include "net/socket.h"
 
 namespace hpct::metrics {
 namespace {
@@ -236,12 +237,7 @@ class MetricsServer {
     std::string reply = std::string(metrics ? "HTTP/1.1 200 OK" : "HTTP/1.1 404 Not Found") +
                         "\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\nContent-Length: " +
                         std::to_string(body.size()) + "\r\nConnection: close\r\n\r\n" + body;
-    size_t off = 0;
-    while (off < reply.size()) {
-      ssize_t n = ::send(fd, reply.data() + off, reply.size() - off, MSG_NOSIGNAL);
-      if (n <= 0) return;
-      off += static_cast<size_t>(n);
-    }
+    net::try_write_all(fd, reply, SteadyClock::now() + Millis(kIoTimeoutMs));
   }
 
   Body body_;

@@ -10,11 +10,9 @@
 #include <thread>
 
 #include "core/error.h"
-#include "store/socket.h"
+#include "net/socket.h"
 
 namespace hpct::ps {
-
-namespace auth = store::auth;
 
 std::vector<PieceInfo> plan_pieces(const std::vector<TensorSpec>& tensors,
                                    std::uint64_t piece_bytes, int num_servers) {
@@ -22,6 +20,11 @@ std::vector<PieceInfo> plan_pieces(const std::vector<TensorSpec>& tensors,
   std::vector<PieceInfo> out;
   std::vector<std::uint64_t> load(static_cast<size_t>(num_servers), 0);
   for (size_t t = 0; t < tensors.size(); ++t) {
+    if (!is_summable(tensors[t].dtype)) {
+      throw_invalid_argument("parameter servers: tensor " + tensors[t].name + " is " +
+                             dtype_name(tensors[t].dtype) +
+                             "; they sum float32, float64, int32 and int64");
+    }
     const std::uint64_t esize = dtype_size(tensors[t].dtype);
     const std::uint64_t total = tensors[t].elements * esize;
     // Whole elements per piece, at least one.
@@ -62,10 +65,10 @@ Client::Client(ClientOptions options) : options_(std::move(options)) {
     Millis backoff(10);
     while (!link) {
       try {
-        UniqueFd fd = store::connect_tcp(a.address, a.port, deadline.end(), what);
-        const auth::Mac key = auth::client_handshake(fd.get(), options_.secret, deadline.end(), what);
+        UniqueFd fd = net::connect_tcp(a.address, a.port, deadline.end(), what);
+        const net::Mac key = net::client_handshake(fd.get(), options_.secret, deadline.end(), what);
         link = std::make_unique<Link>(std::move(fd), what, key, /*mac_frames=*/false,
-                                      auth::Direction::kClientToServer, options_.max_payload);
+                                      net::Direction::kClientToServer, options_.max_payload);
       } catch (const Error& e) {
         if (e.code() == ErrorCode::kAuth || e.code() == ErrorCode::kMismatch) throw;
         last_error = e.what();

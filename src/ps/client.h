@@ -47,7 +47,7 @@ struct ClientOptions {
 
 struct TensorSpec {
   std::string name;
-  Dtype dtype = Dtype::kFloat32;
+  DataType dtype = DataType::kFloat32;
   std::uint64_t elements = 0;
 };
 

@@ -1,5 +1,5 @@
 // Parameter servers and workers as threads in one process, over real
-// loopback TCP with the store's handshake: exact sums, shapes, faults,
+// loopback TCP with net's handshake: exact sums, shapes, faults,
 // staleness, uneven epochs.
 #include <gtest/gtest.h>
 
@@ -110,11 +110,11 @@ std::vector<std::string> run_workers(int n, const std::function<void(int)>& fn) 
 // Integer tensors of awkward sizes: empty, one element, odd, and one that
 // spans many pieces at the test's small piece size.
 std::vector<TensorSpec> mixed_tensors() {
-  return {{"conv.weight", Dtype::kInt32, 1000},
-          {"conv.bias", Dtype::kInt64, 1},
-          {"empty", Dtype::kInt32, 0},
-          {"fc.weight", Dtype::kFloat32, 2501},  // integers below 2^24: exact in float32
-          {"fc.bias", Dtype::kFloat64, 7}};
+  return {{"conv.weight", DataType::kInt32, 1000},
+          {"conv.bias", DataType::kInt64, 1},
+          {"empty", DataType::kInt32, 0},
+          {"fc.weight", DataType::kFloat32, 2501},  // integers below 2^24: exact in float32
+          {"fc.bias", DataType::kFloat64, 7}};
 }
 
 template <typename T>
@@ -143,26 +143,28 @@ Buffers fill(const std::vector<TensorSpec>& specs, int rank, int step) {
     std::vector<char> d(t.elements * dtype_size(t.dtype));
     for (std::uint64_t i = 0; i < t.elements; ++i) {
       switch (t.dtype) {
-        case Dtype::kInt32: {
+        case DataType::kInt32: {
           auto v = value_of<std::int32_t>(rank, i, step);
           std::memcpy(d.data() + i * 4, &v, 4);
           break;
         }
-        case Dtype::kInt64: {
+        case DataType::kInt64: {
           auto v = value_of<std::int64_t>(rank, i, step);
           std::memcpy(d.data() + i * 8, &v, 8);
           break;
         }
-        case Dtype::kFloat32: {
+        case DataType::kFloat32: {
           auto v = value_of<float>(rank, i, step);
           std::memcpy(d.data() + i * 4, &v, 4);
           break;
         }
-        case Dtype::kFloat64: {
+        case DataType::kFloat64: {
           auto v = value_of<double>(rank, i, step);
           std::memcpy(d.data() + i * 8, &v, 8);
           break;
         }
+        default:
+          ADD_FAILURE() << "no test values for " << dtype_name(t.dtype);
       }
     }
     b.data.push_back(std::move(d));
@@ -277,8 +279,8 @@ TEST(PsSync, ShapeMismatchIsNamedOnEveryWorker) {
   ServerSet set(2, 2, Mode::kSync, 0);
   auto errors = run_workers(2, [&](int rank) {
     Client client(set.client_options(rank, 2, 1 << 20));
-    std::vector<TensorSpec> specs = {{"layer1.weight", Dtype::kFloat32, 64},
-                                     {"layer2.weight", Dtype::kFloat32, rank == 0 ? 100u : 120u}};
+    std::vector<TensorSpec> specs = {{"layer1.weight", DataType::kFloat32, 64},
+                                     {"layer2.weight", DataType::kFloat32, rank == 0 ? 100u : 120u}};
     client.register_tensors(specs, {});
   });
   for (int r = 0; r < 2; ++r) {
@@ -295,7 +297,7 @@ TEST(PsSync, ShapeMismatchIsNamedOnEveryWorker) {
 // A server that dies mid-job: the workers fail at once, naming its rank
 // and host, instead of waiting.
 TEST(PsFaults, ServerDeathIsBoundedAndNamed) {
-  const std::vector<TensorSpec> specs = {{"w", Dtype::kFloat32, 4096}};
+  const std::vector<TensorSpec> specs = {{"w", DataType::kFloat32, 4096}};
   ServerSet set(2, 2, Mode::kSync, 0);
   std::atomic<int> first_step_done{0};
   std::atomic<bool> killed{false};
@@ -334,7 +336,7 @@ TEST(PsFaults, ServerDeathIsBoundedAndNamed) {
 // A step that cannot finish (one worker never pushes) ends in a Timeout
 // naming the server it waited for, after the timeout and not much later.
 TEST(PsFaults, AStuckStepTimesOutNamingTheServer) {
-  const std::vector<TensorSpec> specs = {{"w", Dtype::kInt32, 10}};
+  const std::vector<TensorSpec> specs = {{"w", DataType::kInt32, 10}};
   ServerSet set(1, 2, Mode::kSync, 0);
   std::atomic<bool> done{false};
   const auto start = SteadyClock::now();
@@ -364,7 +366,7 @@ TEST(PsFaults, AStuckStepTimesOutNamingTheServer) {
 // the workers still in the epoch, then everyone starts the next epoch
 // together.
 TEST(PsSync, UnevenBatchCountsFinish) {
-  const std::vector<TensorSpec> specs = {{"w", Dtype::kInt64, 300}};
+  const std::vector<TensorSpec> specs = {{"w", DataType::kInt64, 300}};
   const int workers = 3;
   const int steps_of[workers] = {5, 3, 1};
   ServerSet set(2, workers, Mode::kSync, 0);
@@ -398,7 +400,7 @@ TEST(PsSync, UnevenBatchCountsFinish) {
 }
 
 TEST(PsFaults, AWorkerKilledInSyncModeIsNamedToTheOthers) {
-  const std::vector<TensorSpec> specs = {{"w", Dtype::kInt32, 100}};
+  const std::vector<TensorSpec> specs = {{"w", DataType::kInt32, 100}};
   ServerSet set(1, 2, Mode::kSync, 0);
   auto errors = run_workers(2, [&](int rank) {
     Client client(set.client_options(rank, 2, 1000));
@@ -420,7 +422,7 @@ TEST(PsFaults, AWorkerKilledInSyncModeIsNamedToTheOthers) {
 // the final parameters count every push exactly.
 TEST(PsAsync, UpdatesAreAppliedAndTheEpochEndsWithTheSameParameters) {
   const int workers = 3;
-  const std::vector<TensorSpec> specs = {{"w", Dtype::kFloat32, 2000}, {"b", Dtype::kFloat64, 3}};
+  const std::vector<TensorSpec> specs = {{"w", DataType::kFloat32, 2000}, {"b", DataType::kFloat64, 3}};
   ServerSet set(2, workers, Mode::kAsync, 1);
   std::vector<Buffers> final_params(workers);
   auto errors = run_workers(workers, [&](int rank) {
@@ -460,7 +462,7 @@ TEST(PsAsync, UpdatesAreAppliedAndTheEpochEndsWithTheSameParameters) {
 TEST(PsAsync, AFastWorkerBlocksAtTheStalenessBound) {
   for (int staleness : {0, 2}) {
     SCOPED_TRACE("staleness " + std::to_string(staleness));
-    const std::vector<TensorSpec> specs = {{"w", Dtype::kFloat32, 5000}};
+    const std::vector<TensorSpec> specs = {{"w", DataType::kFloat32, 5000}};
     ServerSet set(2, 2, Mode::kAsync, staleness);
     std::atomic<int> slow_started{0};
     std::atomic<int> violations{0};
@@ -493,7 +495,7 @@ TEST(PsAsync, AFastWorkerBlocksAtTheStalenessBound) {
 
 // A killed worker in async mode: the others finish their epochs.
 TEST(PsFaults, AWorkerKilledInAsyncModeLetsTheOthersFinish) {
-  const std::vector<TensorSpec> specs = {{"w", Dtype::kFloat32, 100}};
+  const std::vector<TensorSpec> specs = {{"w", DataType::kFloat32, 100}};
   ServerSet set(2, 3, Mode::kAsync, 1);
   auto errors = run_workers(3, [&](int rank) {
     Client client(set.client_options(rank, 3, 200));

@@ -12,11 +12,9 @@
 #include <vector>
 
 #include "core/error.h"
-#include "store/socket.h"
+#include "net/socket.h"
 
 namespace hpct::ps {
-
-namespace auth = store::auth;
 
 namespace {
 
@@ -27,7 +25,7 @@ constexpr int kPollSliceMs = 200;
 struct Piece {
   std::string name;
   std::uint32_t part = 0;
-  Dtype dtype = Dtype::kFloat32;
+  DataType dtype = DataType::kFloat32;
   std::uint64_t elements = 0;
   std::uint64_t bytes = 0;
   int first_registrar = -1;
@@ -105,7 +103,7 @@ Server::Server(ServerOptions options) : state_(std::make_unique<State>(std::move
   const auto& o = s.options;
   if (o.secret.empty()) throw_invalid_argument(s.me() + ": the job secret is empty");
   if (o.num_workers < 1) throw_invalid_argument(s.me() + ": needs at least one worker");
-  s.listen_fd = store::listen_tcp(o.bind_address, o.port, &s.port, s.me());
+  s.listen_fd = net::listen_tcp(o.bind_address, o.port, &s.port, s.me());
   s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   if (!s.wake_fd.valid()) throw_io(s.me() + ": eventfd", errno);
   s.workers.resize(static_cast<size_t>(o.num_workers));
@@ -127,25 +125,22 @@ void Server::State::accept_one() {
   UniqueFd fd(::accept4(listen_fd.get(), reinterpret_cast<sockaddr*>(&addr), &len,
                         SOCK_NONBLOCK | SOCK_CLOEXEC));
   if (!fd.valid()) return;
-  store::set_nodelay(fd.get());
+  net::set_nodelay(fd.get());
   const std::string peer =
-      "parameter-server client " + store::address_of(reinterpret_cast<sockaddr*>(&addr));
+      "parameter-server client " + net::address_of(reinterpret_cast<sockaddr*>(&addr));
   const auto until = SteadyClock::now() + options.handshake_timeout;
   try {
-    const auth::Mac key = auth::server_handshake(fd.get(), options.secret, until, -1, peer);
+    const net::Mac key = net::server_handshake(fd.get(), options.secret, until, -1, peer);
     auto link = std::make_unique<Link>(std::move(fd), peer, key, /*mac_frames=*/false,
-                                       auth::Direction::kServerToClient, options.max_payload);
+                                       net::Direction::kServerToClient, options.max_payload);
     std::string hello_payload;
     FrameHeader hello = recv_frame(*link, &hello_payload, until);
     auto refuse = [&](const std::string& why) {
-      FrameHeader e = make_header(Kind::kError);
+      const std::string msg = me() + " refused " + peer + ": " + why;
+      FrameHeader e = make_header(Kind::kError, 0, msg.size());
       e.count = static_cast<std::uint32_t>(ErrorCode::kMismatch);
-      std::string msg = me() + " refused " + peer + ": " + why;
       try {
-        link->queue_owned(e, msg);
-        while (link->wants_write()) {
-          if (!link->pump_send()) auth::wait_writable(link->fd(), until, -1, peer);
-        }
+        send_frame(*link, e, msg.data(), until);
       } catch (const Error&) {
       }
       options.logger.warn("ps", msg);
@@ -201,11 +196,12 @@ void Server::State::accept_one() {
     options.logger.debug("ps", me() + ": " + worker_name(w) + " connected from " + peer);
   } catch (const Error& e) {
     options.logger.warn("ps", me() + ": dropping " + peer + ": " + e.what());
-  } catch (const auth::Woken&) {
+  } catch (const net::Woken&) {
   }
 }
 
 Landing Server::State::land(int w, const FrameHeader& h) {
+  check_dtype(h, worker_name(w));
   const auto kind = static_cast<Kind>(h.kind);
   if (kind == Kind::kPush) {
     auto it = pieces.find(h.piece);
@@ -217,7 +213,7 @@ Landing Server::State::land(int w, const FrameHeader& h) {
     if (h.dtype != static_cast<std::uint8_t>(p.dtype) || h.bytes != p.bytes) {
       fail(ErrorCode::kMismatch,
            worker_name(w) + " pushed " + std::to_string(h.bytes) + " bytes of " +
-               dtype_name(static_cast<Dtype>(h.dtype)) + " for " + piece_name(p) + ", which has " +
+               dtype_name(static_cast<DataType>(h.dtype)) + " for " + piece_name(p) + ", which has " +
                std::to_string(p.bytes) + " bytes of " + dtype_name(p.dtype) + " at " + me());
     }
     if (p.filled[static_cast<size_t>(w)]) {
@@ -281,7 +277,7 @@ void Server::State::on_register(int w, const FrameHeader& h, const char* payload
   std::memcpy(&part, payload + 4 + name_len, 4);
   const char* values = payload + 8 + name_len;
   const std::uint64_t values_bytes = h.bytes - 8 - name_len;
-  const auto dtype = static_cast<Dtype>(h.dtype);
+  const auto dtype = static_cast<DataType>(h.dtype);
   const std::uint64_t elements = h.step;
   const bool init = (h.flags & kFlagInit) != 0;
   if (init && values_bytes != elements * dtype_size(dtype)) bad("initial values of the wrong size");
@@ -488,16 +484,13 @@ bool Server::State::all_done() const {
 
 void Server::State::fail(ErrorCode code, const std::string& message) {
   failed = true;
-  FrameHeader e = make_header(Kind::kError);
+  FrameHeader e = make_header(Kind::kError, 0, message.size());
   e.count = static_cast<std::uint32_t>(code);
   const auto until = SteadyClock::now() + Millis(2000);
   for (auto& c : workers) {
     if (!c.link) continue;
     try {
-      c.link->queue_owned(e, message);
-      while (c.link->wants_write() && SteadyClock::now() < until) {
-        if (!c.link->pump_send()) auth::wait_writable(c.link->fd(), until, -1, c.link->peer());
-      }
+      send_frame(*c.link, e, message.data(), until);  // after what it had queued
     } catch (const Error&) {
       // That worker is gone too; tell the rest.
     }

@@ -6,7 +6,7 @@
 //  1. Start. Server s binds an ephemeral port on its host's job address and
 //     publishes "host:port" in the job's store under ps/<restart>/server/<s>
 //     (the ps-server command does this; Server only listens). Workers read
-//     all K addresses, connect, and run the store's mutual handshake (both
+//     all K addresses, connect, and run net/auth.h's mutual handshake (both
 //     ends prove the job secret). A worker sends Hello (its rank, W, the
 //     protocol version, whether frames carry MACs); the server checks W, the
 //     rank and the MAC choice against its own; the first Hello's mode (sync or

@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/fd.h"
+#include "net/socket.h"
 
 namespace hpct::store {
 namespace {
@@ -64,18 +65,6 @@ void backoff_sleep(Millis* step, const Deadline& deadline) {
   *step = std::min(*step * 2, kMaxPoll);
 }
 
-void write_all(int fd, const std::string& data, const std::string& what) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw_io("write " + what, errno);
-    }
-    off += static_cast<size_t>(n);
-  }
-}
-
 }  // namespace
 
 FileStore::FileStore(std::string dir, Millis lock_timeout)
@@ -118,7 +107,8 @@ void FileStore::write_atomically(const std::string& path, const std::string& val
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
   if (!fd.valid()) throw_io("file store: create " + tmp + " for key " + printable(key), errno);
   try {
-    write_all(fd.get(), value, tmp + " for key " + printable(key));
+    net::write_all(fd.get(), value.data(), value.size(), net::kNoDeadline, -1,
+                   tmp + " for key " + printable(key));
     if (::close(fd.release()) != 0) throw_io("file store: close " + tmp, errno);
     if (::rename(tmp.c_str(), path.c_str()) != 0)
       throw_io("file store: rename " + tmp + " to " + path, errno);

@@ -1,13 +1,6 @@
 #include "store/tcp_store.h"
 
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,8 +13,8 @@
 
 #include "core/error.h"
 #include "core/fd.h"
-#include "store/auth.h"
-#include "store/socket.h"
+#include "net/connection_server.h"
+#include "net/frame.h"
 
 namespace hpct::store {
 
@@ -120,8 +113,7 @@ Millis clamp_wait(Millis t) { return std::clamp(t, Millis(0), kMaxWait); }
 struct TcpStoreServer::State {
   explicit State(TcpStoreServerOptions o) : options(std::move(o)) {}
 
-  void accept_loop();
-  void serve(std::uint64_t id, UniqueFd fd, std::string peer);
+  void serve(UniqueFd fd, const std::string& peer, int wake_fd);
   // DataCorrupt unless request is a known op with the keys it needs.
   static void check_request(const Message& request, const std::string& peer);
   Message handle(const Message& request, int fd, const std::string& peer);
@@ -136,25 +128,17 @@ struct TcpStoreServer::State {
   }
 
   const TcpStoreServerOptions options;
-  UniqueFd listen_fd;
-  UniqueFd wake_fd;  // an eventfd, written once at stop and never read: stays readable
-  int port = 0;
   std::atomic<bool> stopping{false};
-  std::thread acceptor;
 
   std::mutex data_mu;
   std::condition_variable data_changed;
   std::map<std::string, std::string> data;  // guarded by data_mu
 
-  std::mutex conn_mu;
-  std::map<std::uint64_t, std::thread> connections;  // guarded by conn_mu
-  std::vector<std::uint64_t> finished;               // guarded by conn_mu: threads to join
-  size_t active = 0;                                 // guarded by conn_mu
-
-  std::atomic<std::uint64_t> accepted{0}, refused_at_capacity{0}, authenticated{0},
-      auth_failures{0}, protocol_mismatches{0}, timed_out{0}, oversize_frames{0}, bad_macs{0},
-      malformed_requests{0}, requests{0};
+  std::atomic<std::uint64_t> authenticated{0}, auth_failures{0}, protocol_mismatches{0},
+      timed_out{0}, oversize_frames{0}, bad_macs{0}, malformed_requests{0}, requests{0};
   std::atomic<size_t> largest_allocation{0};
+  // Last: started when everything it serves with exists, stopped first.
+  std::unique_ptr<net::ConnectionServer> server;
 };
 
 TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options)
@@ -164,13 +148,18 @@ TcpStoreServer::TcpStoreServer(TcpStoreServerOptions options)
   const std::string where = o.bind_address + ":" + std::to_string(o.port);
   if (o.secret.empty())
     throw_invalid_argument("TCP store server on " + where + ": the job secret is empty");
-  if (o.max_connections == 0)
-    throw_invalid_argument("TCP store server on " + where + ": max_connections is 0");
-
-  s.listen_fd = listen_tcp(o.bind_address, o.port, &s.port, "TCP store server");
-  s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!s.wake_fd.valid()) throw_io("TCP store server: eventfd", errno);
-  s.acceptor = std::thread([&s] { s.accept_loop(); });
+  net::ConnectionServerOptions co;
+  co.who = "TCP store server";
+  co.peer_kind = "store client";
+  co.log_subsystem = "store";
+  co.bind_address = o.bind_address;
+  co.port = o.port;
+  co.max_connections = o.max_connections;
+  co.logger = o.logger;
+  s.server = std::make_unique<net::ConnectionServer>(
+      std::move(co), [&s](UniqueFd fd, const std::string& peer, int wake_fd) {
+        s.serve(std::move(fd), peer, wake_fd);
+      });
 }
 
 TcpStoreServer::~TcpStoreServer() {
@@ -179,26 +168,20 @@ TcpStoreServer::~TcpStoreServer() {
     std::lock_guard<std::mutex> lock(s.data_mu);
     s.stopping = true;
   }
-  std::uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(s.wake_fd.get(), &one, sizeof one);
   s.data_changed.notify_all();
-  s.acceptor.join();
-  std::map<std::uint64_t, std::thread> connections;
-  {
-    std::lock_guard<std::mutex> lock(s.conn_mu);
-    connections.swap(s.connections);
-  }
-  for (auto& [id, t] : connections) t.join();
+  s.server->stop();
 }
 
-int TcpStoreServer::port() const { return state_->port; }
+int TcpStoreServer::port() const { return state_->server->port(); }
 const std::string& TcpStoreServer::bind_address() const { return state_->options.bind_address; }
 
 TcpStoreServerStats TcpStoreServer::stats() const {
   State& s = *state_;
   TcpStoreServerStats out;
-  out.accepted = s.accepted;
-  out.refused_at_capacity = s.refused_at_capacity;
+  const net::ConnectionCounts counts = s.server->counts();
+  out.accepted = counts.accepted;
+  out.refused_at_capacity = counts.refused_at_capacity;
+  out.active_connections = counts.active_connections;
   out.authenticated = s.authenticated;
   out.auth_failures = s.auth_failures;
   out.protocol_mismatches = s.protocol_mismatches;
@@ -208,90 +191,22 @@ TcpStoreServerStats TcpStoreServer::stats() const {
   out.malformed_requests = s.malformed_requests;
   out.requests = s.requests;
   out.largest_frame_allocated = s.largest_allocation;
-  {
-    std::lock_guard<std::mutex> lock(s.conn_mu);
-    out.active_connections = s.active;
-  }
   return out;
 }
 
-void TcpStoreServer::State::accept_loop() {
-  std::uint64_t next_id = 0;
-  while (true) {
-    // Join the threads of connections that ended.
-    std::vector<std::thread> done;
-    {
-      std::lock_guard<std::mutex> lock(conn_mu);
-      for (auto id : finished) {
-        auto it = connections.find(id);
-        if (it == connections.end()) continue;
-        done.push_back(std::move(it->second));
-        connections.erase(it);
-      }
-      finished.clear();
-    }
-    for (auto& t : done) t.join();
-
-    pollfd fds[2] = {{listen_fd.get(), POLLIN, 0}, {wake_fd.get(), POLLIN, 0}};
-    int ready = ::poll(fds, 2, 1000);
-    if (ready < 0 && errno != EINTR) {
-      options.logger.error("store", std::string("TCP store server: poll: ") + std::strerror(errno));
-      std::this_thread::sleep_for(Millis(10));
-      continue;
-    }
-    if (fds[1].revents != 0) return;
-    if (ready <= 0 || fds[0].revents == 0) continue;
-
-    sockaddr_storage peer_addr{};
-    socklen_t len = sizeof peer_addr;
-    UniqueFd fd(::accept4(listen_fd.get(), reinterpret_cast<sockaddr*>(&peer_addr), &len,
-                          SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd.valid()) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        options.logger.warn("store",
-                            std::string("TCP store server: accept: ") + std::strerror(errno));
-        std::this_thread::sleep_for(Millis(10));  // out of descriptors: do not spin
-      }
-      continue;
-    }
-    const std::string peer = "store client " + address_of(reinterpret_cast<sockaddr*>(&peer_addr));
-    std::lock_guard<std::mutex> lock(conn_mu);
-    if (active >= options.max_connections) {
-      ++refused_at_capacity;
-      options.logger.warn("store", "refused " + peer + ": " + std::to_string(active) +
-                                       " connections are open (max_connections)");
-      continue;  // fd closes here
-    }
-    set_nodelay(fd.get());
-    const std::uint64_t id = next_id++;
-    try {
-      // conn_mu is held: a thread that ends at once registers as finished
-      // only after it is in `connections`.
-      std::thread t([this, id, f = fd.get(), peer] { serve(id, UniqueFd(f), peer); });
-      fd.release();
-      connections.emplace(id, std::move(t));
-      ++active;
-      ++accepted;
-    } catch (const std::system_error& e) {
-      ++refused_at_capacity;
-      options.logger.warn("store", "refused " + peer + ": cannot start a thread: " + e.what());
-    }
-  }
-}
-
-void TcpStoreServer::State::serve(std::uint64_t id, UniqueFd fd, std::string peer) {
-  std::optional<auth::FrameChannel> channel;
+void TcpStoreServer::State::serve(UniqueFd fd, const std::string& peer, int wake_fd) {
+  std::optional<net::FrameChannel> channel;
   bool in_handshake = true;
   try {
     const auto key =
-        auth::server_handshake(fd.get(), options.secret,
-                               SteadyClock::now() + options.handshake_timeout, wake_fd.get(), peer);
+        net::server_handshake(fd.get(), options.secret,
+                               SteadyClock::now() + options.handshake_timeout, wake_fd, peer);
     in_handshake = false;
     ++authenticated;
-    channel.emplace(fd.get(), key, auth::Direction::kServerToClient, options.max_frame_bytes,
-                    wake_fd.get(), peer);
+    channel.emplace(fd.get(), key, net::Direction::kServerToClient, options.max_frame_bytes,
+                    wake_fd, peer);
     while (true) {
-      std::string bytes = channel->recv(auth::kNoDeadline, options.io_timeout);
+      std::string bytes = channel->recv(net::kNoDeadline, options.io_timeout);
       note_allocation(channel->largest_allocation());
       Message request;
       try {
@@ -306,7 +221,7 @@ void TcpStoreServer::State::serve(std::uint64_t id, UniqueFd fd, std::string pee
       channel->send(tcp_wire::encode(reply), SteadyClock::now() + options.io_timeout);
       ++requests;
     }
-  } catch (const auth::Woken&) {
+  } catch (const net::Woken&) {
     // The server is stopping.
   } catch (const Error& e) {
     switch (e.code()) {
@@ -339,9 +254,6 @@ void TcpStoreServer::State::serve(std::uint64_t id, UniqueFd fd, std::string pee
   }
   if (channel) note_allocation(channel->largest_allocation());
   fd.reset();  // the client sees the close only after the counters are updated
-  std::lock_guard<std::mutex> lock(conn_mu);
-  --active;
-  finished.push_back(id);
 }
 
 std::vector<std::string> TcpStoreServer::State::wait_for(const std::vector<std::string>& keys,
@@ -355,9 +267,9 @@ std::vector<std::string> TcpStoreServer::State::wait_for(const std::vector<std::
       if (data.find(k) == data.end()) missing.push_back(k);
     }
     if (missing.empty() || SteadyClock::now() >= deadline) return missing;
-    if (stopping) throw auth::Woken{};
+    if (stopping) throw net::Woken{};
     data_changed.wait_until(lock, std::min(deadline, SteadyClock::now() + kWaitSlice));
-    if (stopping) throw auth::Woken{};
+    if (stopping) throw net::Woken{};
     // A client waiting for its reply sends nothing: anything readable means
     // it closed (or broke the protocol), so stop holding a thread for it.
     lock.unlock();
@@ -461,11 +373,11 @@ Message TcpStoreServer::State::handle(const Message& request, int fd, const std:
 // ---------------------------------------------------------------- client
 
 struct TcpStore::Connection {
-  Connection(UniqueFd f, const auth::Mac& key, size_t max_frame, const std::string& what)
+  Connection(UniqueFd f, const net::Mac& key, size_t max_frame, const std::string& what)
       : fd(std::move(f)),
-        channel(fd.get(), key, auth::Direction::kClientToServer, max_frame, -1, what) {}
+        channel(fd.get(), key, net::Direction::kClientToServer, max_frame, -1, what) {}
   UniqueFd fd;
-  auth::FrameChannel channel;
+  net::FrameChannel channel;
 };
 
 TcpStore::TcpStore(TcpStoreOptions options)
@@ -482,8 +394,8 @@ TcpStore::~TcpStore() = default;
 
 std::unique_ptr<TcpStore::Connection> TcpStore::connect_once(SteadyClock::time_point until) {
   const std::string what = "the store at " + endpoint_;
-  UniqueFd fd = connect_tcp(options_.host, options_.port, until, what);
-  const auth::Mac key = auth::client_handshake(fd.get(), options_.secret, until, what);
+  UniqueFd fd = net::connect_tcp(options_.host, options_.port, until, what);
+  const net::Mac key = net::client_handshake(fd.get(), options_.secret, until, what);
   return std::make_unique<Connection>(std::move(fd), key, options_.max_frame_bytes, what);
 }
 

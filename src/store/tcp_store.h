@@ -2,7 +2,7 @@
 // and a client in every rank, every message authenticated with the job
 // secret (store/secret.h).
 //
-// Protocol, step by step (the bytes are in store/auth.h):
+// Protocol, step by step (the handshake is net/auth.h's, the frames net/frame.h's):
 //  1. The server listens on options.bind_address (loopback unless asked),
 //     port 0 meaning an ephemeral port that port() reports. The launcher
 //     passes host:port and the secret to the ranks.
@@ -15,12 +15,12 @@
 //     derive a session key from the secret and both nonces. The whole
 //     handshake must finish within handshake_timeout of the accept, so a
 //     client that connects and says nothing is dropped.
-//  4. Requests and replies are frames: a 4-byte length, the payload, and an
-//     HMAC under the session key over direction, sequence number, length and
-//     payload. The server checks the length against max_frame_bytes before
-//     it allocates anything, and closes the connection on an oversize
-//     length, a failed MAC (replayed, reordered, altered) or a malformed
-//     payload. Once a frame's first byte arrives the rest must follow within
+//  4. Requests and replies are frames (net/frame.h): a header led by the
+//     payload length, the payload, and an HMAC under the session key over
+//     direction, sequence number, header and payload. The server checks the
+//     length against max_frame_bytes before it allocates anything, and
+//     closes the connection on an oversize length, a failed MAC (replayed,
+//     reordered, altered) or a malformed payload. Once a frame's first byte arrives the rest must follow within
 //     io_timeout; between frames an authenticated client may stay idle.
 //  5. One request at a time per connection; the reply carries Ok (with a
 //     value or number), Timeout (with the keys still missing) or Error (a

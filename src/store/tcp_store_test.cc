@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "core/fd.h"
-#include "store/auth.h"
+#include "net/frame.h"
 #include "store/secret.h"
 
 namespace hpct::store {
@@ -54,7 +54,7 @@ UniqueFd raw_connect(int port) {
 }
 
 void send_raw(int fd, const std::string& bytes) {
-  auth::write_all(fd, bytes.data(), bytes.size(), SteadyClock::now() + Millis(2000), -1,
+  net::write_all(fd, bytes.data(), bytes.size(), SteadyClock::now() + Millis(2000), -1,
                   "test server");
 }
 
@@ -76,10 +76,10 @@ bool closed_by_server(int fd, Millis within) {
 struct RawSession {
   explicit RawSession(int port, std::string secret = kSecret) : fd(raw_connect(port)) {
     key =
-        auth::client_handshake(fd.get(), secret, SteadyClock::now() + Millis(2000), "test server");
+        net::client_handshake(fd.get(), secret, SteadyClock::now() + Millis(2000), "test server");
   }
   UniqueFd fd;
-  auth::Mac key;
+  net::Mac key;
 };
 
 std::string set_request(const std::string& key, const std::string& value) {
@@ -226,10 +226,10 @@ TEST(TcpStore, ClientNotHoldingTheSecretCannotPassAsServer) {
   std::thread impostor([&] {
     UniqueFd c(::accept(listener.get(), nullptr, nullptr));
     char hello[40];
-    auth::read_exact(c.get(), hello, 40, SteadyClock::now() + Millis(2000), -1, "client");
+    net::read_exact(c.get(), hello, 40, SteadyClock::now() + Millis(2000), -1, "client");
     send_raw(c.get(), std::string(hello, 8) + std::string(32, 'n'));
     char proof[32];
-    auth::read_exact(c.get(), proof, 32, SteadyClock::now() + Millis(2000), -1, "client");
+    net::read_exact(c.get(), proof, 32, SteadyClock::now() + Millis(2000), -1, "client");
     send_raw(c.get(),
              std::string(1, '\1') + std::string(32, 'x'));  // "accepted", with a forged proof
     closed_by_server(c.get(), Millis(1000));
@@ -246,13 +246,13 @@ TEST(TcpStore, ClientNotHoldingTheSecretCannotPassAsServer) {
 
 TEST(TcpStore, ReplayedReorderedReflectedOrAlteredFramesAreRefused) {
   TcpStoreServer server(server_options());
-  const auto C = auth::Direction::kClientToServer;
+  const auto C = net::Direction::kClientToServer;
   {
     RawSession s(server.port());
-    const std::string first = auth::seal_frame(s.key, C, 0, set_request("replayed", "1"));
+    const std::string first = net::seal_frame(s.key, C, 0, set_request("replayed", "1"));
     send_raw(s.fd.get(), first);
     // The server answers with its own seq 0, which a fresh channel expects.
-    auth::FrameChannel reader(s.fd.get(), s.key, C, 1 << 20, -1, "test server");
+    net::FrameChannel reader(s.fd.get(), s.key, C, 1 << 20, -1, "test server");
     const auto reply =
         tcp_wire::decode(reader.recv(SteadyClock::now() + Millis(2000), Millis(2000)), "server");
     EXPECT_EQ(reply.kind, static_cast<std::uint8_t>(tcp_wire::Status::kOk));
@@ -261,25 +261,25 @@ TEST(TcpStore, ReplayedReorderedReflectedOrAlteredFramesAreRefused) {
   }
   {
     RawSession s(server.port());  // out of order: seq 1 first
-    send_raw(s.fd.get(), auth::seal_frame(s.key, C, 1, set_request("reordered", "1")));
+    send_raw(s.fd.get(), net::seal_frame(s.key, C, 1, set_request("reordered", "1")));
     EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
   }
   {
     RawSession s(server.port());  // reflected: a server-to-client frame sent to the server
-    send_raw(s.fd.get(), auth::seal_frame(s.key, auth::Direction::kServerToClient, 0,
+    send_raw(s.fd.get(), net::seal_frame(s.key, net::Direction::kServerToClient, 0,
                                           set_request("reflected", "1")));
     EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
   }
   {
     RawSession s(server.port());  // altered payload
-    std::string frame = auth::seal_frame(s.key, C, 0, set_request("altered", "1"));
-    frame[auth::kFrameHeaderBytes + 10] ^= 1;
+    std::string frame = net::seal_frame(s.key, C, 0, set_request("altered", "1"));
+    frame[net::kFrameHeaderBytes + 10] ^= 1;
     send_raw(s.fd.get(), frame);
     EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
   }
   {
     RawSession a(server.port()), b(server.port());  // a frame from another session
-    send_raw(b.fd.get(), auth::seal_frame(a.key, C, 0, set_request("cross", "1")));
+    send_raw(b.fd.get(), net::seal_frame(a.key, C, 0, set_request("cross", "1")));
     EXPECT_TRUE(closed_by_server(b.fd.get(), Millis(2000)));
   }
   expect_serves_good_clients(server.port());
@@ -323,7 +323,7 @@ TEST(TcpStore, ConfiguredFrameLimitApplies) {
   o.max_frame_bytes = 4096;
   TcpStoreServer server(o);
   RawSession s(server.port());
-  send_raw(s.fd.get(), auth::seal_frame(s.key, auth::Direction::kClientToServer, 0,
+  send_raw(s.fd.get(), net::seal_frame(s.key, net::Direction::kClientToServer, 0,
                                         set_request("k", std::string(8192, 'v'))));
   EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
   EXPECT_EQ(server.stats().oversize_frames, 1u);
@@ -350,7 +350,7 @@ TEST(TcpStore, SilentAndStalledClientsAreDroppedWhileGoodClientsAreServed) {
   const auto start = SteadyClock::now();
   UniqueFd silent = raw_connect(server.port());
   UniqueFd half_hello = raw_connect(server.port());
-  send_raw(half_hello.get(), std::string(auth::kMagic, 8) + "0123");  // stops mid-hello
+  send_raw(half_hello.get(), std::string(net::kMagic, 8) + "0123");  // stops mid-hello
   RawSession stalled(server.port());
   send_raw(stalled.fd.get(), std::string("\0\0\0\x10", 4) + "abc");  // 16 bytes announced, 3 sent
   {
@@ -373,14 +373,14 @@ TEST(TcpStore, MalformedRequestIsRefused) {
   TcpStoreServer server(server_options());
   RawSession s(server.port());
   send_raw(s.fd.get(),
-           auth::seal_frame(s.key, auth::Direction::kClientToServer, 0, "\x01\xff\xff\xff\xff"));
+           net::seal_frame(s.key, net::Direction::kClientToServer, 0, "\x01\xff\xff\xff\xff"));
   EXPECT_TRUE(closed_by_server(s.fd.get(), Millis(2000)));
   RawSession t(server.port());
   tcp_wire::Message m;
   m.kind = static_cast<std::uint8_t>(tcp_wire::Op::kGet);  // get with two keys
   m.keys = {"a", "b"};
   send_raw(t.fd.get(),
-           auth::seal_frame(t.key, auth::Direction::kClientToServer, 0, tcp_wire::encode(m)));
+           net::seal_frame(t.key, net::Direction::kClientToServer, 0, tcp_wire::encode(m)));
   EXPECT_TRUE(closed_by_server(t.fd.get(), Millis(2000)));
   EXPECT_EQ(server.stats().malformed_requests, 2u);
   expect_serves_good_clients(server.port());
@@ -468,7 +468,7 @@ TEST(TcpStore, ClientGoneDuringWaitFreesItsThread) {
     m.keys = {"never"};
     m.number = 60000;
     send_raw(s.fd.get(),
-             auth::seal_frame(s.key, auth::Direction::kClientToServer, 0, tcp_wire::encode(m)));
+             net::seal_frame(s.key, net::Direction::kClientToServer, 0, tcp_wire::encode(m)));
     std::this_thread::sleep_for(Millis(50));
     EXPECT_EQ(server.stats().active_connections, 1u);
   }

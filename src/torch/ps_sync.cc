@@ -8,10 +8,10 @@
 namespace hpct {
 namespace {
 
-ps::Dtype ps_dtype(const torch::Tensor& t, const std::string& name) {
+comm::DataType ps_dtype(const torch::Tensor& t, const std::string& name) {
   switch (t.scalar_type()) {
-    case torch::kFloat: return ps::Dtype::kFloat32;
-    case torch::kDouble: return ps::Dtype::kFloat64;
+    case torch::kFloat: return comm::DataType::kFloat32;
+    case torch::kDouble: return comm::DataType::kFloat64;
     default:
       throw_invalid_argument("parameter " + name + " is " + std::string(c10::toString(t.scalar_type())) +
                              "; the parameter servers move float32 and float64 tensors");

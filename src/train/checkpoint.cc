@@ -15,6 +15,7 @@
 #include "core/error.h"
 #include "core/fd.h"
 #include "data/formats/crc32c.h"
+#include "net/socket.h"
 
 namespace hpct::train {
 namespace {
@@ -40,15 +41,7 @@ void write_atomically(const std::string& dir, const std::string& name, const std
   {
     UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
     if (fd.get() < 0) throw_io("open " + tmp, errno);
-    size_t off = 0;
-    while (off < bytes.size()) {
-      ssize_t n = ::write(fd.get(), bytes.data() + off, bytes.size() - off);
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        throw_io("write " + tmp + " at byte " + std::to_string(off), errno);
-      }
-      off += static_cast<size_t>(n);
-    }
+    net::write_all(fd.get(), bytes.data(), bytes.size(), net::kNoDeadline, -1, tmp);
     if (::fsync(fd.get()) != 0) throw_io("fsync " + tmp, errno);
   }
   if (::rename(tmp.c_str(), dst.c_str()) != 0) throw_io("rename " + tmp + " to " + dst, errno);

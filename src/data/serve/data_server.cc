@@ -1,14 +1,6 @@
 #include "data/serve/data_server.h"
 
-#include <poll.h>
-#include <sys/eventfd.h>
-#include <sys/socket.h>
-
 #include <atomic>
-#include <cerrno>
-#include <cstring>
-#include <map>
-#include <mutex>
 #include <thread>
 
 #include "core/error.h"
@@ -16,35 +8,25 @@
 #include "data/serve/data_wire.h"
 #include "data/sampler.h"
 #include "data/shard_index.h"
-#include "store/socket.h"
-#include "store/auth.h"
+#include "net/connection_server.h"
+#include "net/frame.h"
 
 namespace hpct::data {
 
-namespace auth = store::auth;
-
 struct DataServer::State {
   explicit State(DataServerOptions o) : options(std::move(o)) {}
-  void accept_loop();
-  void serve(std::uint64_t id, UniqueFd fd, std::string peer);
-  void stream(auth::FrameChannel& channel, const wire::Open& open, const std::string& peer);
+  void serve(UniqueFd fd, const std::string& peer, int wake_fd);
+  void stream(net::FrameChannel& channel, const wire::Open& open, const std::string& peer);
 
   const DataServerOptions options;
   std::shared_ptr<const ShardIndex> index;
-  UniqueFd listen_fd;
-  UniqueFd wake_fd;  // eventfd written once at stop: stays readable
-  int port = 0;
   std::atomic<bool> stopping{false};
-  std::thread acceptor;
 
-  std::mutex conn_mu;
-  std::map<std::uint64_t, std::thread> connections;  // guarded by conn_mu
-  std::vector<std::uint64_t> finished;               // guarded by conn_mu
-  size_t active = 0;                                 // guarded by conn_mu
-
-  std::atomic<std::uint64_t> accepted{0}, auth_failures{0}, streams_opened{0}, streams_finished{0},
+  std::atomic<std::uint64_t> auth_failures{0}, streams_opened{0}, streams_finished{0},
       samples_sent{0};
   std::atomic<size_t> largest_queue{0};
+  // Last: started when everything it serves with exists, stopped first.
+  std::unique_ptr<net::ConnectionServer> server;
 };
 
 DataServer::DataServer(DataServerOptions options) : state_(std::make_unique<State>(std::move(options))) {
@@ -52,102 +34,51 @@ DataServer::DataServer(DataServerOptions options) : state_(std::make_unique<Stat
   if (s.options.secret.empty()) throw_invalid_argument("data server: the job secret is empty");
   if (s.options.chunk_samples < 1) throw_invalid_argument("data server: chunk_samples is 0");
   s.index = ShardIndex::build(s.options.shards, s.options.fs, s.options.on_error, s.options.logger);
-  s.listen_fd = store::listen_tcp(s.options.bind_address, s.options.port, &s.port, "data server");
-  s.wake_fd.reset(::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!s.wake_fd.valid()) throw_io("data server: eventfd", errno);
-  s.acceptor = std::thread([&s] { s.accept_loop(); });
+  net::ConnectionServerOptions co;
+  co.who = "data server";
+  co.peer_kind = "data client";
+  co.log_subsystem = "data";
+  co.bind_address = s.options.bind_address;
+  co.port = s.options.port;
+  co.max_connections = s.options.max_connections;
+  co.logger = s.options.logger;
+  s.server = std::make_unique<net::ConnectionServer>(
+      std::move(co), [&s](UniqueFd fd, const std::string& peer, int wake_fd) {
+        s.serve(std::move(fd), peer, wake_fd);
+      });
 }
 
 DataServer::~DataServer() {
-  State& s = *state_;
-  s.stopping = true;
-  std::uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(s.wake_fd.get(), &one, sizeof one);
-  s.acceptor.join();
-  std::map<std::uint64_t, std::thread> connections;
-  {
-    std::lock_guard<std::mutex> lock(s.conn_mu);
-    connections.swap(s.connections);
-  }
-  for (auto& [id, t] : connections) t.join();
+  state_->stopping = true;
+  state_->server->stop();
 }
 
-int DataServer::port() const { return state_->port; }
+int DataServer::port() const { return state_->server->port(); }
 const ShardIndex& DataServer::index() const { return *state_->index; }
 
 DataServerStats DataServer::stats() const {
   State& s = *state_;
   DataServerStats out;
-  out.accepted = s.accepted;
+  const net::ConnectionCounts counts = s.server->counts();
+  out.accepted = counts.accepted;
+  out.active_connections = counts.active_connections;
   out.auth_failures = s.auth_failures;
   out.streams_opened = s.streams_opened;
   out.streams_finished = s.streams_finished;
   out.samples_sent = s.samples_sent;
   out.largest_queue = s.largest_queue;
-  std::lock_guard<std::mutex> lock(s.conn_mu);
-  out.active_connections = s.active;
   return out;
 }
 
-void DataServer::State::accept_loop() {
-  std::uint64_t next_id = 0;
-  while (true) {
-    std::vector<std::thread> done;
-    {
-      std::lock_guard<std::mutex> lock(conn_mu);
-      for (auto id : finished) {
-        auto it = connections.find(id);
-        if (it == connections.end()) continue;
-        done.push_back(std::move(it->second));
-        connections.erase(it);
-      }
-      finished.clear();
-    }
-    for (auto& t : done) t.join();
-    pollfd fds[2] = {{listen_fd.get(), POLLIN, 0}, {wake_fd.get(), POLLIN, 0}};
-    int ready = ::poll(fds, 2, 1000);
-    if (ready < 0 && errno != EINTR) {
-      options.logger.error("data", std::string("data server: poll: ") + std::strerror(errno));
-      std::this_thread::sleep_for(Millis(10));
-      continue;
-    }
-    if (fds[1].revents != 0) return;
-    if (ready <= 0 || fds[0].revents == 0) continue;
-    UniqueFd fd(::accept4(listen_fd.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!fd.valid()) {
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        std::this_thread::sleep_for(Millis(10));  // out of descriptors: do not spin
-      }
-      continue;
-    }
-    const std::string peer = "data client " + store::peer_address(fd.get());
-    std::lock_guard<std::mutex> lock(conn_mu);
-    if (active >= options.max_connections) {
-      options.logger.warn("data", "refused " + peer + ": max_connections reached");
-      continue;
-    }
-    const std::uint64_t id = next_id++;
-    try {
-      std::thread t([this, id, f = fd.get(), peer] { serve(id, UniqueFd(f), peer); });
-      fd.release();
-      connections.emplace(id, std::move(t));
-      ++active;
-      ++accepted;
-    } catch (const std::system_error& e) {
-      options.logger.warn("data", "refused " + peer + ": cannot start a thread: " + e.what());
-    }
-  }
-}
-
-void DataServer::State::serve(std::uint64_t id, UniqueFd fd, std::string peer) {
+void DataServer::State::serve(UniqueFd fd, const std::string& peer, int wake_fd) {
   bool in_handshake = true;
   try {
-    const auto key = auth::server_handshake(fd.get(), options.secret,
+    const auto key = net::server_handshake(fd.get(), options.secret,
                                             SteadyClock::now() + options.handshake_timeout,
-                                            wake_fd.get(), peer);
+                                            wake_fd, peer);
     in_handshake = false;
-    auth::FrameChannel channel(fd.get(), key, auth::Direction::kServerToClient,
-                               options.max_frame_bytes, wake_fd.get(), peer);
+    net::FrameChannel channel(fd.get(), key, net::Direction::kServerToClient,
+                               options.max_frame_bytes, wake_fd, peer);
     // The request must follow the handshake promptly.
     std::string bytes = channel.recv(SteadyClock::now() + options.handshake_timeout, options.io_timeout);
     wire::Open open;
@@ -163,7 +94,7 @@ void DataServer::State::serve(std::uint64_t id, UniqueFd fd, std::string peer) {
       throw;
     }
     stream(channel, open, peer);
-  } catch (const auth::Woken&) {
+  } catch (const net::Woken&) {
     // stopping
   } catch (const Error& e) {
     if (in_handshake && e.code() == ErrorCode::kAuth) ++auth_failures;
@@ -176,12 +107,9 @@ void DataServer::State::serve(std::uint64_t id, UniqueFd fd, std::string peer) {
     options.logger.error("data", std::string("dropping ") + peer + ": " + e.what());
   }
   fd.reset();
-  std::lock_guard<std::mutex> lock(conn_mu);
-  --active;
-  finished.push_back(id);
 }
 
-void DataServer::State::stream(auth::FrameChannel& channel, const wire::Open& open,
+void DataServer::State::stream(net::FrameChannel& channel, const wire::Open& open,
                                const std::string& peer) {
   SplitOptions split;
   split.rank = static_cast<int>(open.rank);
@@ -256,7 +184,7 @@ void DataServer::State::stream(auth::FrameChannel& channel, const wire::Open& op
   } joiner{producer, queue, quit};
 
   while (true) {
-    if (stopping) throw auth::Woken{};
+    if (stopping) throw net::Woken{};
     auto item = queue.pop(Millis(200));
     if (!item) {
       if (queue.closed()) return;

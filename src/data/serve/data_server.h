@@ -1,10 +1,11 @@
 // The data server: a head node streams each rank its share of an epoch over
 // TCP, so compute nodes need no copy of the shards.
 //
-// Protocol, step by step (messages in data_wire.h, framing in store/auth.h):
+// Protocol, step by step (messages in data_wire.h, handshake and frames in
+// net/auth.h and net/frame.h, the accept loop net/connection_server.h):
 //  1. The server indexes its shards (shard_index.h) and listens on
 //     bind_address:port (loopback unless asked; never 0.0.0.0 by default).
-//  2. A client connects and both sides run the TCP store's mutual HMAC
+//  2. A client connects and both sides run net/auth.h's mutual HMAC
 //     handshake with the job secret; a wrong secret is refused (Auth). Every
 //     later message is a MAC-sealed frame with implicit sequence numbers, its
 //     length checked before anything is allocated.

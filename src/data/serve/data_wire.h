@@ -1,4 +1,4 @@
-// The data server's messages (payloads of store/auth.h frames); see
+// The data server's messages (payloads of net/frame.h frames); see
 // data_server.h for the protocol. Exposed so tests can speak it raw.
 #pragma once
 

@@ -4,18 +4,15 @@
 
 #include "core/error.h"
 #include "core/fd.h"
-#include "store/socket.h"
-#include "store/auth.h"
+#include "net/frame.h"
 
 namespace hpct::data {
 
-namespace auth = store::auth;
-
 struct DataClient::Connection {
-  Connection(UniqueFd f, const auth::Mac& key, size_t max_frame, const std::string& what)
-      : fd(std::move(f)), channel(fd.get(), key, auth::Direction::kClientToServer, max_frame, -1, what) {}
+  Connection(UniqueFd f, const net::Mac& key, size_t max_frame, const std::string& what)
+      : fd(std::move(f)), channel(fd.get(), key, net::Direction::kClientToServer, max_frame, -1, what) {}
   UniqueFd fd;
-  auth::FrameChannel channel;
+  net::FrameChannel channel;
 };
 
 DataClient::DataClient(DataClientOptions options, std::uint64_t start)
@@ -31,8 +28,8 @@ DataClient::~DataClient() = default;
 void DataClient::open_stream() {
   conn_.reset();
   const auto until = SteadyClock::now() + options_.connect_timeout;
-  UniqueFd fd = store::connect_tcp(options_.host, options_.port, until, endpoint_);
-  const auth::Mac key = auth::client_handshake(fd.get(), options_.secret, until, endpoint_);
+  UniqueFd fd = net::connect_tcp(options_.host, options_.port, until, endpoint_);
+  const net::Mac key = net::client_handshake(fd.get(), options_.secret, until, endpoint_);
   auto conn = std::make_unique<Connection>(std::move(fd), key, options_.max_frame_bytes, endpoint_);
   wire::Open req = options_.request;
   req.start = position_;

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/fd.h"
+#include "net/socket.h"
 
 namespace hpct::data {
 namespace {
@@ -53,15 +54,7 @@ class PosixWritableFile final : public WritableFile {
   }
 
   void append(std::string_view bytes) override {
-    size_t done = 0;
-    while (done < bytes.size()) {
-      ssize_t w = ::write(fd_.get(), bytes.data() + done, bytes.size() - done);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        throw_io("write " + name_, errno);
-      }
-      done += static_cast<size_t>(w);
-    }
+    net::write_all(fd_.get(), bytes.data(), bytes.size(), net::kNoDeadline, -1, name_);
   }
   void commit() override {
     if (::fsync(fd_.get()) != 0) throw_io("fsync " + name_, errno);

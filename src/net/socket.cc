@@ -1,10 +1,11 @@
-#include "store/socket.h"
+#include "net/socket.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -13,7 +14,7 @@
 
 #include "core/error.h"
 
-namespace hpct::store {
+namespace hpct::net {
 namespace {
 
 struct AddrInfoDeleter {
@@ -34,6 +35,26 @@ AddrInfoPtr resolve(const std::string& host, int port, bool passive, ErrorCode c
                 "cannot resolve " + host + ":" + std::to_string(port) + ": " + ::gai_strerror(rc));
   }
   return AddrInfoPtr(res);
+}
+
+// Waits for events on fd; see read_exact for the errors.
+void wait_ready(int fd, short events, SteadyClock::time_point until, int wake_fd,
+                const std::string& what, const char* doing) {
+  while (true) {
+    auto now = SteadyClock::now();
+    if (now >= until) throw_timeout("timed out " + std::string(doing) + " " + what);
+    // Whole-second slices keep the arithmetic away from time_point::max().
+    auto left = std::chrono::duration_cast<Millis>(until - now).count() + 1;
+    int timeout_ms = static_cast<int>(std::min<long long>(left, 1000));
+    pollfd fds[2] = {{fd, events, 0}, {wake_fd, POLLIN, 0}};
+    int ready = ::poll(fds, wake_fd >= 0 ? 2 : 1, timeout_ms);
+    if (ready < 0) {
+      if (errno == EINTR) continue;
+      throw_io("poll " + what, errno);
+    }
+    if (wake_fd >= 0 && fds[1].revents != 0) throw Woken{};
+    if (fds[0].revents != 0) return;
+  }
 }
 
 }  // namespace
@@ -133,4 +154,67 @@ std::string peer_address(int fd) {
   return address_of(reinterpret_cast<const sockaddr*>(&ss));
 }
 
-}  // namespace hpct::store
+void read_exact(int fd, void* buf, size_t n, SteadyClock::time_point until, int wake_fd,
+                const std::string& what) {
+  char* p = static_cast<char*>(buf);
+  size_t off = 0;
+  while (off < n) {
+    ssize_t got = ::recv(fd, p + off, n - off, MSG_DONTWAIT);
+    if (got > 0) {
+      off += static_cast<size_t>(got);
+    } else if (got == 0) {
+      throw_peer_failure(what + " closed the connection");
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      wait_ready(fd, POLLIN, until, wake_fd, what, "reading from");
+    } else if (errno == ECONNRESET || errno == EPIPE) {
+      throw_peer_failure(what + " reset the connection");
+    } else if (errno != EINTR) {
+      throw_io("recv from " + what, errno);
+    }
+  }
+}
+
+void write_all(int fd, const void* buf, size_t n, SteadyClock::time_point until, int wake_fd,
+               const std::string& what) {
+  const char* p = static_cast<const char*>(buf);
+  bool socket = true;
+  size_t off = 0;
+  while (off < n) {
+    ssize_t put = socket ? ::send(fd, p + off, n - off, MSG_DONTWAIT | MSG_NOSIGNAL)
+                         : ::write(fd, p + off, n - off);
+    if (put >= 0) {
+      off += static_cast<size_t>(put);
+    } else if (errno == ENOTSOCK && socket) {
+      socket = false;  // a pipe or a file
+    } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      wait_ready(fd, POLLOUT, until, wake_fd, what, "writing to");
+    } else if (errno == ECONNRESET || errno == EPIPE) {
+      throw_peer_failure(what + " closed the connection");
+    } else if (errno != EINTR) {
+      throw_io((socket ? "send to " : "write ") + what, errno);
+    }
+  }
+}
+
+bool try_write_all(int fd, const void* buf, size_t n, SteadyClock::time_point until) {
+  try {
+    write_all(fd, buf, n, until, -1, "fd " + std::to_string(fd));
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+bool try_write_all(int fd, std::string_view data, SteadyClock::time_point until) {
+  return try_write_all(fd, data.data(), data.size(), until);
+}
+
+void wait_readable(int fd, SteadyClock::time_point until, int wake_fd, const std::string& what) {
+  wait_ready(fd, POLLIN, until, wake_fd, what, "waiting for a message from");
+}
+
+void wait_writable(int fd, SteadyClock::time_point until, int wake_fd, const std::string& what) {
+  wait_ready(fd, POLLOUT, until, wake_fd, what, "writing to");
+}
+
+}  // namespace hpct::net
