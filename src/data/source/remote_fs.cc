@@ -24,20 +24,14 @@
 #include "core/error.h"
 #include "core/fd.h"
 #include "core/units.h"
+#include "data/source/s3_upload.h"
+#include "data/source/spool.h"
 #include "data/source/url.h"
 
 namespace hpct::data {
 namespace {
 
 namespace fs = std::filesystem;
-
-constexpr size_t kPartBytes = 8 << 20;  // S3 wants >= 5 MiB per part but the last
-
-std::uint64_t now_us() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
 
 std::string hex64(std::uint64_t v) {
   char b[17];
@@ -57,71 +51,6 @@ std::string base_name(const std::string& url) {
   const size_t slash = p.rfind('/');
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
-
-// One remote shard on its way to local disk: a file mapped into memory, so
-// that a read of bytes already there is a memcpy, with no lock and no system
-// call (a tar walk reads two small pieces per member).
-struct Spool {
-  std::string url;     // as the user wrote it
-  std::string source;  // metrics key
-  HttpRequest request;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool queued = false;                      // guarded by mu
-  bool size_known = false;                  // guarded by mu
-  bool done = false;                        // guarded by mu
-  std::uint64_t size = 0;                   // written once under mu before size_known
-  std::atomic<std::uint64_t> available{0};  // bytes [0, available) are in map
-  std::atomic<int> waiters{0};              // readers waiting for bytes
-  // The least byte count a waiting reader wakes for (UINT64_MAX: none). A
-  // reader far into the shard asks for more than it needs, so the fetch
-  // thread wakes it once per stretch of bytes, not once per network read.
-  std::atomic<std::uint64_t> wake_at{UINT64_MAX};
-  std::exception_ptr error;                 // guarded by mu
-  UniqueFd fd;                              // set before size_known
-  char* map = nullptr;                      // size bytes of fd, set before size_known
-  std::uint64_t written = 0;                // the fetch thread's
-
-  ~Spool() {
-    if (map != nullptr) ::munmap(map, size);
-  }
-  // The fetch thread, once the size is known: the file takes that size and
-  // is mapped (writable when it is being downloaded).
-  void set_size(std::uint64_t n, bool writable) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (n > 0) {
-      if (writable && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0)
-        throw_io("size the spool of " + url, errno);
-      void* m = ::mmap(nullptr, n, writable ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED,
-                       fd.get(), 0);
-      if (m == MAP_FAILED) throw_io("map the spool of " + url, errno);
-      map = static_cast<char*>(m);
-    }
-    size = n;
-    size_known = true;
-    cv.notify_all();
-  }
-  // The fetch thread: the next bytes of the object.
-  void append(const char* data, size_t n) {
-    if (written + n > size)
-      throw_data_corrupt(url + ": the server sent more than the " + std::to_string(size) +
-                         " bytes it announced");
-    std::memcpy(map + written, data, n);
-    written += n;
-    available.store(written);
-    if (waiters.load() > 0 && written >= wake_at.load()) {
-      std::lock_guard<std::mutex> lock(mu);
-      wake_at.store(UINT64_MAX);
-      cv.notify_all();
-    }
-  }
-  void finish(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (e && !error) error = e;
-    done = true;
-    cv.notify_all();
-  }
-};
 
 }  // namespace
 
@@ -180,155 +109,6 @@ struct ShardFileSystem::Impl {
                   60000);
   }
 };
-
-namespace {
-
-class RemoteFile final : public RandomAccessFile {
- public:
-  RemoteFile(std::shared_ptr<Spool> s, SourceCounters* c, Millis bound)
-      : s_(std::move(s)), c_(c), bound_(bound) {}
-  size_t read_at(std::uint64_t offset, char* buf, size_t n) const override {
-    const std::uint64_t want = std::min<std::uint64_t>(s_->size, offset + n);
-    if (s_->available.load() < want) wait_for(offset, want);
-    if (offset >= want) return 0;
-    std::memcpy(buf, s_->map + offset, want - offset);
-    return want - offset;
-  }
-  std::uint64_t size() const override { return s_->size; }
-  const std::string& name() const override { return s_->url; }
-
- private:
-  // Waits for bytes up to `want` (a stall, counted) or the download's error.
-  // It asks to be woken a little past `want`: a quarter of the offset, at
-  // most 1 MiB, so the first samples come at once and a reader that keeps
-  // pace with the wire sleeps through most network reads.
-  void wait_for(std::uint64_t offset, std::uint64_t want) const {
-    const std::uint64_t slack = std::min<std::uint64_t>(offset / 4, 1ull << 20);
-    const std::uint64_t target = std::min<std::uint64_t>(s_->size, want + slack);
-    std::unique_lock<std::mutex> lock(s_->mu);
-    s_->waiters += 1;
-    const std::uint64_t t0 = now_us();
-    c_->stalls += 1;
-    const auto deadline = SteadyClock::now() + bound_;
-    bool arrived = true;
-    while (true) {
-      // Lowered before the bytes are checked: the fetch thread stores
-      // `available` before it reads wake_at, so either it sees this target
-      // (and notifies, under the lock this wait holds) or this check sees
-      // its bytes.
-      if (target < s_->wake_at.load()) s_->wake_at.store(target);
-      if (s_->available.load() >= want || s_->error) break;
-      if (s_->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
-          s_->available.load() < want && !s_->error) {
-        arrived = false;
-        break;
-      }
-    }
-    c_->stall_us += now_us() - t0;
-    s_->waiters -= 1;
-    if (!arrived) {
-      throw_timeout(s_->url + ": byte offset " + std::to_string(offset) +
-                    " did not arrive within " + std::to_string(bound_.count() / 1000) + " s");
-    }
-    if (s_->available.load() < want) {
-      try {
-        std::rethrow_exception(s_->error);
-      } catch (const Error& e) {
-        throw Error(e.code(), std::string(e.what()) + " (reading byte offset " +
-                                  std::to_string(offset) + ")");
-      }
-    }
-  }
-  std::shared_ptr<Spool> s_;
-  SourceCounters* c_;
-  Millis bound_;
-};
-
-// An S3 object written as a multipart upload, a part sent as each fills.
-class S3Writer final : public WritableFile {
- public:
-  S3Writer(std::string url, HttpRequest base, HttpOptions http, SourceCounters* c)
-      : url_(std::move(url)), base_(std::move(base)), http_(std::move(http)), c_(c) {
-    HttpRequest r = base_;
-    r.method = "POST";
-    r.url += "?uploads=";  // "uploads=": SigV4's canonical form, which curl 7.88 signs as written
-    const std::string body = http_call(r, http_, c_);
-    auto ids = xml_values(body, "UploadId");
-    if (ids.empty() || ids[0].empty()) {
-      throw Error(ErrorCode::kIo,
-                  url_ + ": the server started no multipart upload (no UploadId in its answer)");
-    }
-    upload_id_ = ids[0];
-  }
-  ~S3Writer() override {
-    if (committed_) return;
-    // Dropped uncommitted: abort, so no object appears and the parts go.
-    try {
-      HttpRequest r = base_;
-      r.method = "DELETE";
-      r.url += "?uploadId=" + uri_encode(upload_id_, false);
-      http_call(r, http_, c_);
-    } catch (const std::exception&) {
-      // The server drops abandoned uploads by its own lifecycle rules.
-    }
-  }
-  void append(std::string_view bytes) override {
-    buf_.append(bytes);
-    while (buf_.size() >= kPartBytes) {
-      send_part(buf_.substr(0, kPartBytes));
-      buf_.erase(0, kPartBytes);
-    }
-  }
-  void commit() override {
-    if (!buf_.empty() || etags_.empty()) send_part(buf_);
-    buf_.clear();
-    std::string xml = "<CompleteMultipartUpload>";
-    for (size_t i = 0; i < etags_.size(); ++i) {
-      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] +
-             "</ETag></Part>";
-    }
-    xml += "</CompleteMultipartUpload>";
-    HttpRequest r = base_;
-    r.method = "POST";
-    r.url += "?uploadId=" + uri_encode(upload_id_, false);
-    r.body = xml;
-    r.headers.push_back("Content-Type: application/xml");
-    const std::string answer = http_call(r, http_, c_);
-    if (answer.find("<Error>") != std::string::npos) {
-      throw Error(ErrorCode::kIo,
-                  url_ + ": completing the upload failed: " + answer.substr(0, 300));
-    }
-    committed_ = true;
-  }
-  const std::string& name() const override { return url_; }
-
- private:
-  void send_part(const std::string& data) {
-    HttpRequest r = base_;
-    r.method = "PUT";
-    r.url += "?partNumber=" + std::to_string(etags_.size() + 1) +
-             "&uploadId=" + uri_encode(upload_id_, false);
-    r.body = data;
-    r.headers.push_back("Content-Type: application/octet-stream");
-    std::map<std::string, std::string> headers;
-    http_call(r, http_, c_, &headers);
-    auto it = headers.find("etag");
-    if (it == headers.end())
-      throw Error(ErrorCode::kIo, url_ + ": the server returned no ETag for a part");
-    etags_.push_back(it->second);
-    c_->bytes += data.size();
-  }
-  std::string url_;
-  HttpRequest base_;
-  HttpOptions http_;
-  SourceCounters* c_;
-  std::string upload_id_;
-  std::string buf_;
-  std::vector<std::string> etags_;
-  bool committed_ = false;
-};
-
-}  // namespace
 
 std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, bool front) {
   HttpRequest r = request_for(url);  // may read AWS settings: outside the lock below
@@ -570,7 +350,7 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
                   " s");
   }
   if (!s->size_known) std::rethrow_exception(s->error);
-  return std::make_unique<RemoteFile>(s, c, m.read_bound());
+  return open_spool_reader(s, c, m.read_bound());
 }
 
 std::unique_ptr<WritableFile> ShardFileSystem::open_write(const std::string& path) {
@@ -582,7 +362,7 @@ std::unique_ptr<WritableFile> ShardFileSystem::open_write(const std::string& pat
   }
   Impl& m = *impl_;
   HttpRequest base = m.request_for(path);
-  return std::make_unique<S3Writer>(path, base, m.o.http, m.counters_for(source_of(path)));
+  return open_s3_upload(path, base, m.o.http, m.counters_for(source_of(path)));
 }
 
 bool ShardFileSystem::sidecars() const { return impl_->o.sidecars; }
