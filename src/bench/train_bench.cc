@@ -68,6 +68,95 @@ std::pair<torch::Tensor, torch::Tensor> load_data(const TrainBenchOptions& o) {
   return {x, y};
 }
 
+// With shards: the Loader that streams them (this rank's part, full
+// batches, normalized like Fashion-MNIST in memory); null without.
+std::unique_ptr<data::Loader> shard_loader(Context& ctx, const TrainBenchOptions& o) {
+  if (o.shards.empty()) return nullptr;
+  data::LoaderOptions lo;
+  lo.shards = o.shards;
+  lo.rank = ctx.rank();
+  lo.size = ctx.size();
+  lo.batch_size = o.batch;
+  lo.drop_last = true;
+  lo.threads = o.data_threads;
+  data::apply_config(ctx.config(), &lo);
+  lo.normalize = true;
+  lo.mean = {0.2860f};
+  lo.std = {0.3530f};
+  auto loader = std::make_unique<data::Loader>(lo);
+  if (loader->batches_per_epoch() < 1) {
+    throw_invalid_argument("bench train: the shards hold less than one batch of " +
+                           std::to_string(o.batch) + " per rank");
+  }
+  return loader;
+}
+
+// The step log's lines (train_bench.h): step, start, end, then the parts.
+void write_step_log(const std::string& path, const std::vector<std::array<SteadyClock::time_point, 5>>& marks) {
+  std::ofstream log(path);
+  auto ns = [](SteadyClock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
+  for (size_t i = 0; i < marks.size(); ++i) {
+    const auto& m = marks[i];
+    log << i << ' ' << ns(m[0].time_since_epoch()) << ' ' << ns(m[4].time_since_epoch());
+    for (int p = 1; p < 5; ++p) log << ' ' << ns(m[p] - m[p - 1]);
+    log << '\n';
+  }
+  if (!log.flush()) throw_io("write " + path, errno ? errno : EIO);
+}
+
+// The result line: the run's settings and speed, and what the engine did.
+nlohmann::json result_line(Context& ctx, const TrainBenchOptions& o, train::Model& model, std::int64_t train_samples,
+                           bool streamed, const DistributedOptimizer* dist, double elapsed, double avg_loss,
+                           std::pair<double, double> test) {
+  auto stats = ctx.engine().stats();
+  const auto& eo = ctx.engine().options();
+
+  nlohmann::json j;
+  j["bench"] = "train";
+  j["impl"] = "hpctrain";
+  j["model"] = o.model;
+  j["parameters"] = train::parameter_count(model);
+  j["np"] = ctx.size();
+  j["batch_per_rank"] = o.batch;
+  j["steps"] = o.steps;
+  j["threads"] = o.threads;
+  j["data"] = !o.shards.empty() ? "shards" : o.synthetic ? "synthetic" : "fashion-mnist";
+  if (o.shards.empty()) j["train_samples"] = train_samples;
+  if (o.evaluate) {
+    j["test_accuracy"] = test.first;
+    j["test_loss"] = test.second;
+  }
+  if (streamed) j["data_threads"] = o.data_threads;
+  j["samples_per_s"] = static_cast<double>(ctx.size()) * o.batch * o.steps / elapsed;
+  j["step_ms"] = elapsed / o.steps * 1e3;
+  j["final_loss"] = avg_loss;
+  j["overlap"] = dist ? dist->overlaps() : false;
+  j["sync"] = o.sync;
+  j["lockstep"] = o.sync || o.lockstep;
+  j["fusion_bytes"] = eo.fusion_bytes;
+  j["cycle_ms"] = eo.cycle_ms;
+  // A lossy mode (powersgd:R or int8) is DistributedOptimizer's.
+  j["compression"] = dist && !dist->lossy_compression().empty()
+                         ? dist->lossy_compression()
+                         : (o.compression.empty() ? engine::compression_name(eo.compression) : o.compression);
+  if (dist && !dist->compression_reason().empty()) j["compression_reason"] = dist->compression_reason();
+  j["engine_rounds"] = stats.rounds;
+  j["engine_full_rounds"] = stats.full_rounds;
+  j["engine_in_place_bytes"] = stats.in_place_bytes;
+  j["engine_packed_bytes"] = stats.packed_bytes;
+  j["engine_compressed_collectives"] = stats.compressed_collectives;
+  // What compression auto decided, per size class (from 2^class bytes up).
+  nlohmann::json decided = nlohmann::json::array();
+  for (const auto& [cls, d] : ctx.engine().auto_compression_decisions()) {
+    decided.push_back({{"from_bytes", std::uint64_t{1} << cls},
+                       {"choice", engine::compression_name(d.choice)},
+                       {"float32_ms", d.none_ms},
+                       {"float16_ms", d.fp16_ms}});
+  }
+  j["compression_auto"] = decided;
+  return j;
+}
+
 }  // namespace
 
 nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
@@ -85,25 +174,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
 
   DistributedSampler sampler(static_cast<std::size_t>(std::max<std::int64_t>(images.size(0), 1)), ctx,
                              true, 0, true);
-  std::unique_ptr<data::Loader> loader;
-  if (!o.shards.empty()) {
-    data::LoaderOptions lo;
-    lo.shards = o.shards;
-    lo.rank = ctx.rank();
-    lo.size = ctx.size();
-    lo.batch_size = o.batch;
-    lo.drop_last = true;
-    lo.threads = o.data_threads;
-    data::apply_config(ctx.config(), &lo);
-    lo.normalize = true;
-    lo.mean = {0.2860f};
-    lo.std = {0.3530f};
-    loader = std::make_unique<data::Loader>(lo);
-    if (loader->batches_per_epoch() < 1) {
-      throw_invalid_argument("bench train: the shards hold less than one batch of " +
-                             std::to_string(o.batch) + " per rank");
-    }
-  }
+  std::unique_ptr<data::Loader> loader = shard_loader(ctx, o);
 
   std::uint64_t epoch = 0;
   auto next_batch = [&]() {
@@ -166,18 +237,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     m[4] = SteadyClock::now();
     if (!o.step_log.empty() && s >= o.warmup) marks.push_back(m);
   }
-  if (!o.step_log.empty()) {
-    const std::string path = o.step_log + "." + std::to_string(ctx.rank());
-    std::ofstream log(path);
-    auto ns = [](SteadyClock::duration d) { return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count(); };
-    for (size_t i = 0; i < marks.size(); ++i) {
-      const auto& m = marks[i];
-      log << i << ' ' << ns(m[0].time_since_epoch()) << ' ' << ns(m[4].time_since_epoch());
-      for (int p = 1; p < 5; ++p) log << ' ' << ns(m[p] - m[p - 1]);
-      log << '\n';
-    }
-    if (!log.flush()) throw_io("write " + path, errno ? errno : EIO);
-  }
+  if (!o.step_log.empty()) write_step_log(o.step_log + "." + std::to_string(ctx.rank()), marks);
   double mine = std::chrono::duration<double>(SteadyClock::now() - start).count();
   // The slowest rank's time: max through a sum of one-hot vectors.
   auto times = torch::zeros({ctx.size()}, torch::kDouble);
@@ -187,53 +247,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   double avg_loss = allreduce(ctx, "bench/loss", loss_value);
   std::pair<double, double> test{-1, -1};
   if (o.evaluate) test = evaluate_test_set(ctx, o, *model);
-  auto stats = ctx.engine().stats();
-  const auto& eo = ctx.engine().options();
-
-  nlohmann::json j;
-  j["bench"] = "train";
-  j["impl"] = "hpctrain";
-  j["model"] = o.model;
-  j["parameters"] = train::parameter_count(*model);
-  j["np"] = ctx.size();
-  j["batch_per_rank"] = o.batch;
-  j["steps"] = o.steps;
-  j["threads"] = o.threads;
-  j["data"] = !o.shards.empty() ? "shards" : o.synthetic ? "synthetic" : "fashion-mnist";
-  if (o.shards.empty()) j["train_samples"] = images.size(0);
-  if (o.evaluate) {
-    j["test_accuracy"] = test.first;
-    j["test_loss"] = test.second;
-  }
-  if (loader) j["data_threads"] = o.data_threads;
-  j["samples_per_s"] = static_cast<double>(ctx.size()) * o.batch * o.steps / elapsed;
-  j["step_ms"] = elapsed / o.steps * 1e3;
-  j["final_loss"] = avg_loss;
-  j["overlap"] = dist ? dist->overlaps() : false;
-  j["sync"] = o.sync;
-  j["lockstep"] = o.sync || o.lockstep;
-  j["fusion_bytes"] = eo.fusion_bytes;
-  j["cycle_ms"] = eo.cycle_ms;
-  // A lossy mode (powersgd:R or int8) is DistributedOptimizer's.
-  j["compression"] = dist && !dist->lossy_compression().empty()
-                         ? dist->lossy_compression()
-                         : (o.compression.empty() ? engine::compression_name(eo.compression) : o.compression);
-  if (dist && !dist->compression_reason().empty()) j["compression_reason"] = dist->compression_reason();
-  j["engine_rounds"] = stats.rounds;
-  j["engine_full_rounds"] = stats.full_rounds;
-  j["engine_in_place_bytes"] = stats.in_place_bytes;
-  j["engine_packed_bytes"] = stats.packed_bytes;
-  j["engine_compressed_collectives"] = stats.compressed_collectives;
-  // What compression auto decided, per size class (from 2^class bytes up).
-  nlohmann::json decided = nlohmann::json::array();
-  for (const auto& [cls, d] : ctx.engine().auto_compression_decisions()) {
-    decided.push_back({{"from_bytes", std::uint64_t{1} << cls},
-                       {"choice", engine::compression_name(d.choice)},
-                       {"float32_ms", d.none_ms},
-                       {"float16_ms", d.fp16_ms}});
-  }
-  j["compression_auto"] = decided;
-  return j;
+  return result_line(ctx, o, *model, images.size(0), loader != nullptr, dist.get(), elapsed, avg_loss, test);
 }
 
 }  // namespace hpct::bench

@@ -14,6 +14,7 @@
 #include "data/bytes.h"
 #include "data/source/data_client.h"
 #include "data/decode/fields.h"
+#include "data/loader_impl.h"
 #include "data/random.h"
 #include "data/sampler.h"
 #include "data/shard_index.h"
@@ -22,91 +23,10 @@
 namespace hpct::data {
 namespace {
 
-constexpr char kStateMagic[8] = {'H', 'P', 'C', 'T', 'L', 'D', 'S', '1'};
 constexpr size_t kMaxErrorsKept = 20;
 constexpr Millis kWaitSlice(500);  // internal waits re-check the stop flag this often
 
-// What a decode thread makes of one batch.
-struct Result {
-  Batch batch;
-  std::exception_ptr error;
-  std::uint64_t skipped = 0;
-  std::vector<std::string> errors;
-};
-
-std::uint64_t hash_ids(const std::vector<std::uint64_t>& ids, size_t from) {
-  std::uint64_t h = 0x52455354ull;  // "REST"
-  for (size_t i = from; i < ids.size(); ++i) h = Rng::mix(h ^ ids[i]);
-  return Rng::mix(h ^ (ids.size() - from));
-}
-
 }  // namespace
-
-struct Loader::Impl {
-  explicit Impl(LoaderOptions opts) : o(std::move(opts)) {}
-  ~Impl() { stop_threads(); }
-
-  void set_epoch(std::int64_t e, std::int64_t delivered_batches);
-  void ensure_started();
-  void announce_reads(std::uint64_t from);  // fs->will_read of the shards from plan position `from`
-  void open_remote();  // remote: opens this epoch's stream once
-  void stop_threads();
-  void worker();
-  void receiver(std::uint64_t generation, std::int64_t first_batch,
-                std::shared_ptr<DataClient> client);
-  DataClientOptions client_options(std::int64_t e) const {
-    DataClientOptions co;
-    co.host = host;
-    co.port = port;
-    co.secret = o.secret;
-    co.request = {static_cast<std::uint32_t>(o.rank), static_cast<std::uint32_t>(o.size), o.seed, e, 0,
-                  o.shuffle, o.shuffle_buffer, o.shuffle_initial, o.drop_last};
-    co.max_reconnects = o.max_reconnects;
-    co.connect_timeout = o.connect_timeout;
-    co.logger = o.logger;
-    return co;
-  }
-  Result build(std::int64_t b, std::vector<RawSample> raw);
-  std::vector<RawSample> fetch_local(std::int64_t b, Result* r);
-  std::uint64_t fingerprint() const { return remote ? remote_fingerprint : index->fingerprint(); }
-  void sample_failed(Result* r, const Error& e);
-
-  LoaderOptions o;
-  FieldOptions fields;
-  std::shared_ptr<const ShardIndex> index;  // local shards
-  bool remote = false;
-  std::string host;
-  int port = 0;
-  std::uint64_t remote_fingerprint = 0;
-  std::uint64_t remote_index_skipped = 0;
-  std::unique_ptr<DataClient> pending;  // remote: the stream open_remote opened
-  bool stream_open = false;             // remote: this epoch's stream was opened
-  std::int64_t stream_first_batch = 0;  // remote: where it starts
-
-  std::int64_t epoch = 0;
-  RankPlan plan;               // local only: this rank's epoch
-  bool elastic = false;        // plan by global batch from elastic_consumed
-  std::uint64_t elastic_consumed = 0;
-  std::uint64_t total = 0;     // samples this rank gets this epoch
-  std::uint64_t padded = 0;
-  std::int64_t batches = 0;
-
-  mutable std::mutex mu;
-  std::condition_variable cv;
-  bool running = false;                            // guarded by mu
-  bool stopping = false;                           // guarded by mu
-  std::uint64_t generation = 0;                    // guarded by mu: bumped when work is discarded
-  std::int64_t next_claim = 0;                     // guarded by mu
-  std::int64_t delivered = 0;                      // guarded by mu
-  std::map<std::int64_t, Result> ready;            // guarded by mu
-  std::map<std::int64_t, std::vector<RawSample>> raw;  // guarded by mu (remote)
-  std::exception_ptr receiver_error;               // guarded by mu
-  std::uint64_t reconnects = 0;                    // guarded by mu
-  std::vector<std::thread> threads;
-
-  LoaderStats stats;  // consumer thread only
-  bool reported = false;
-};
 
 void Loader::Impl::set_epoch(std::int64_t e, std::int64_t delivered_batches) {
   stop_threads();
@@ -502,91 +422,6 @@ std::uint64_t Loader::samples_per_epoch() const {
   return impl_->total;
 }
 LoaderStats Loader::stats() const { return impl_->stats; }
-
-std::string Loader::save_state() const {
-  impl_->open_remote();
-  const Impl& m = *impl_;
-  std::int64_t delivered;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    delivered = m.delivered;
-  }
-  const std::uint64_t pos = std::min<std::uint64_t>(m.total, static_cast<std::uint64_t>(delivered) * m.o.batch_size);
-  ByteWriter w;
-  w.raw(std::string_view(kStateMagic, sizeof kStateMagic));
-  w.u64(m.fingerprint());
-  w.u32(static_cast<std::uint32_t>(m.o.rank));
-  w.u32(static_cast<std::uint32_t>(m.o.size));
-  w.u64(m.o.seed);
-  w.i64(m.o.batch_size);
-  w.u8(m.o.drop_last);
-  w.u8(m.o.shuffle);
-  w.u64(m.o.shuffle_buffer);
-  w.u64(m.o.shuffle_initial);
-  w.i64(m.epoch);
-  w.i64(delivered);
-  w.u64(pos);
-  w.u64(m.stats.skipped);
-  // Informational, and checked on restore: the shard order, where the next
-  // sample lies, and a hash of every sample still to come (the shuffle
-  // buffer's state is a function of seed, epoch, rank and position, so the
-  // hash covers it).
-  w.u32(static_cast<std::uint32_t>(m.plan.shard_order.size()));
-  for (auto s : m.plan.shard_order) w.u32(s);
-  if (!m.remote && pos < m.plan.order.size()) {
-    const SampleRef& next = m.index->sample(m.plan.order[pos]);
-    w.u32(next.shard);
-    w.u64(next.fields.front().header_offset);
-  } else {
-    w.u32(0);
-    w.u64(0);
-  }
-  w.u64(m.remote ? 0 : hash_ids(m.plan.order, pos));
-  return w.take();
-}
-
-void Loader::restore_state(const std::string& bytes) {
-  Impl& m = *impl_;
-  ByteReader r(bytes, "loader state");
-  if (r.raw(sizeof kStateMagic) != std::string_view(kStateMagic, sizeof kStateMagic)) {
-    throw_data_corrupt("loader state: not a saved hpct::data::Loader position");
-  }
-  auto check = [](bool ok, const std::string& what, const std::string& saved, const std::string& now) {
-    if (!ok) throw_mismatch("loader state was saved with " + what + " " + saved + ", this loader has " + now);
-  };
-  const std::uint64_t fp = r.u64();
-  const std::uint32_t rank = r.u32(), size = r.u32();
-  const std::uint64_t seed = r.u64();
-  const std::int64_t bs = r.i64();
-  const bool drop_last = r.u8() != 0, shuffle = r.u8() != 0;
-  const std::uint64_t buf = r.u64(), init = r.u64();
-  const std::int64_t epoch = r.i64(), delivered = r.i64();
-  const std::uint64_t pos = r.u64(), skipped = r.u64();
-  std::vector<std::uint32_t> order(r.u32());
-  for (auto& s : order) s = r.u32();
-  r.u32();
-  r.u64();
-  const std::uint64_t rest_hash = r.u64();
-  r.expect_done();
-  check(rank == static_cast<std::uint32_t>(m.o.rank) && size == static_cast<std::uint32_t>(m.o.size),
-        "rank", std::to_string(rank) + "/" + std::to_string(size),
-        std::to_string(m.o.rank) + "/" + std::to_string(m.o.size));
-  check(seed == m.o.seed, "seed", std::to_string(seed), std::to_string(m.o.seed));
-  check(bs == m.o.batch_size && drop_last == m.o.drop_last, "batch size/drop_last",
-        std::to_string(bs) + "/" + std::to_string(drop_last),
-        std::to_string(m.o.batch_size) + "/" + std::to_string(m.o.drop_last));
-  check(shuffle == m.o.shuffle && buf == m.o.shuffle_buffer && init == m.o.shuffle_initial,
-        "shuffle settings", std::to_string(buf) + "/" + std::to_string(init),
-        std::to_string(m.o.shuffle_buffer) + "/" + std::to_string(m.o.shuffle_initial));
-  m.set_epoch(epoch, delivered);
-  m.open_remote();
-  check(fp == m.fingerprint(), "dataset fingerprint", std::to_string(fp), std::to_string(m.fingerprint()));
-  if (!m.remote) {
-    check(order == m.plan.shard_order, "shard order", "(saved)", "a different one");
-    check(rest_hash == hash_ids(m.plan.order, pos), "remaining sample order", "(saved)", "a different one");
-  }
-  m.stats.skipped = skipped;
-}
 
 void apply_config(const Config& config, LoaderOptions* o) {
   if (config.data_prefetch < 1) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -106,33 +107,36 @@ nlohmann::json parse_line(const std::string& line) {
   }
 }
 
-}  // namespace
+// Takes the JSON lines of a phase; true once every live session answered.
+std::function<bool()> collect(std::vector<ProbeSession*>& sessions, const char* phase, std::vector<bool>& answered_ref,
+                              const std::function<void(size_t, const nlohmann::json&)>& take) {
+  const size_t n = sessions.size();
+  std::vector<bool>* answered_ptr = &answered_ref;
+  return [&sessions, n, phase, take, answered_ptr] {
+    std::vector<bool>& answered = *answered_ptr;
+    bool all = true;
+    for (size_t i = 0; i < n; ++i) {
+      while (auto line = sessions[i]->next_line()) {
+        nlohmann::json j = parse_line(*line);
+        if (j.is_object() && j.value("phase", "") == phase && !answered[i]) {
+          answered[i] = true;
+          take(i, j);
+        }
+      }
+      if (!answered[i] && !sessions[i]->ended()) all = false;
+    }
+    return all;
+  };
+}
 
-Report run_doctor(const DoctorOptions& o) {
-  if (o.hosts.empty()) throw_invalid_argument("doctor: no hosts to check");
-  if (!o.shared_dir.empty() && o.shared_dir[0] != '/') {
-    throw_invalid_argument("--shared-dir " + o.shared_dir +
-                           ": give an absolute path (ssh sessions start in the home directory)");
-  }
-  auto t0 = SteadyClock::now();
-  DoctorInput in;
-  in.head = local_head_facts(o.version, o.git);
-  in.shared_dir = o.shared_dir;
-  in.ports_text = o.ports.text();
-  in.quick = o.quick;
-  in.ssh_identity = o.ssh.identity;
-  size_t n = o.hosts.size();
-  in.hosts.resize(n);
-  for (size_t i = 0; i < n; ++i) in.hosts[i].name = o.hosts[i].name;
-  resolve_all(in.hosts, seconds_to_millis(o.resolve_timeout_s));
-  auto self_id = launch::LocalIdentity::current();
-
-  // Phase 1: every probe at once, each answering with its facts.
+// Phase 1: every probe at once, each to answer with its facts; while they
+// start, how ssh here checks each host's key.
+void start_probes(const DoctorOptions& o, DoctorInput& in, const launch::LocalIdentity& self_id,
+                  std::vector<std::unique_ptr<ProbeSession>>& owned, std::vector<ProbeSession*>& sessions) {
+  const size_t n = in.hosts.size();
   const std::string self = self_executable();
   const std::string run_id = random_run_id();
   launch::SshSpawner spawner(o.ssh);
-  std::vector<std::unique_ptr<ProbeSession>> owned;
-  std::vector<ProbeSession*> sessions;
   for (size_t i = 0; i < n; ++i) {
     HostOutcome& h = in.hosts[i];
     h.local = is_local(h, self_id);
@@ -149,37 +153,21 @@ Report run_doctor(const DoctorOptions& o) {
     owned.push_back(std::make_unique<ProbeSession>(argv));
     sessions.push_back(owned.back().get());
   }
-  // While the probes start: how ssh here checks each host's key.
   for (auto& h : in.hosts) {
     if (h.local) continue;
     std::vector<std::string> prefix = {o.ssh.ssh};
     for (const auto& opt : spawner.ssh_options()) prefix.push_back(opt);
     h.known = look_up_known_host(prefix, h.name);
   }
+}
 
-  // Takes the JSON lines of a phase; true once every live session answered.
-  auto collect = [&](const char* phase, std::vector<bool>& answered_ref,
-                     const std::function<void(size_t, const nlohmann::json&)>& take) {
-    std::vector<bool>* answered_ptr = &answered_ref;
-    return [&sessions, n, phase, take, answered_ptr] {
-      std::vector<bool>& answered = *answered_ptr;
-      bool all = true;
-      for (size_t i = 0; i < n; ++i) {
-        while (auto line = sessions[i]->next_line()) {
-          nlohmann::json j = parse_line(*line);
-          if (j.is_object() && j.value("phase", "") == phase && !answered[i]) {
-            answered[i] = true;
-            take(i, j);
-          }
-        }
-        if (!answered[i] && !sessions[i]->ended()) all = false;
-      }
-      return all;
-    };
-  };
+// Phase 1's answers: the hosts whose probes gave their facts; for the
+// others, why not.
+std::vector<size_t> gather_facts(const DoctorOptions& o, DoctorInput& in, std::vector<ProbeSession*>& sessions) {
+  const size_t n = in.hosts.size();
   std::vector<bool> has_facts(n, false);
   pump_until(sessions, Deadline(seconds_to_millis(o.probe_timeout_s)),
-             collect("facts", has_facts, [&](size_t i, const nlohmann::json& j) {
+             collect(sessions, "facts", has_facts, [&](size_t i, const nlohmann::json& j) {
                try {
                  in.hosts[i].facts = host_facts_from_json(j.at("facts"));
                  in.hosts[i].session_ok = true;
@@ -206,8 +194,12 @@ Report run_doctor(const DoctorOptions& o) {
     if (!h.stderr_text.empty()) err += (err.empty() ? "" : "\n") + h.stderr_text;
     h.stderr_text = err;
   }
+  return live;
+}
 
-  // Phase 2: clocks. Each reply is bracketed by our own clock.
+// Phase 2: clocks. Each reply is bracketed by our own clock.
+void measure_clocks(DoctorInput& in, std::vector<ProbeSession*>& sessions, const std::vector<size_t>& live) {
+  const size_t n = in.hosts.size();
   std::vector<std::int64_t> sent(n, 0);
   std::vector<bool> timed(n, true);
   for (size_t i : live) {
@@ -215,14 +207,18 @@ Report run_doctor(const DoctorOptions& o) {
     sent[i] = wall_ns();
     if (!sessions[i]->send("time")) timed[i] = true;
   }
-  pump_until(sessions, Deadline(Millis(3000)), collect("time", timed, [&](size_t i, const nlohmann::json& j) {
+  pump_until(sessions, Deadline(Millis(3000)), collect(sessions, "time", timed, [&](size_t i, const nlohmann::json& j) {
                std::int64_t back = wall_ns();
                std::int64_t theirs = j.value("time_ns", std::int64_t{0});
                in.hosts[i].clock_skew_s = (theirs - (sent[i] + back) / 2) / 1e9;
                in.hosts[i].clock_error_s = (back - sent[i]) / 2e9;
              }));
+}
 
-  // Phase 3: tokens and pairwise connects, all hosts at once.
+// Phase 3: tokens and pairwise connects, all hosts at once.
+void check_pairs(const DoctorOptions& o, DoctorInput& in, std::vector<ProbeSession*>& sessions,
+                 const std::vector<size_t>& live) {
+  const size_t n = in.hosts.size();
   nlohmann::json peers = nlohmann::json::array();
   for (size_t i : live) {
     peers.push_back({{"index", i}, {"name", in.hosts[i].name}, {"ports", in.hosts[i].facts->ports}});
@@ -234,7 +230,7 @@ Report run_doctor(const DoctorOptions& o) {
     if (!sessions[i]->send("go " + go.dump())) paired[i] = true;
   }
   pump_until(sessions, Deadline(seconds_to_millis(o.connect_timeout_s + 5)),
-             collect("pairs", paired, [&](size_t i, const nlohmann::json& j) {
+             collect(sessions, "pairs", paired, [&](size_t i, const nlohmann::json& j) {
                HostOutcome& h = in.hosts[i];
                h.pairs_reported = true;
                h.tokens_seen = j.value("tokens_seen", std::vector<int>{});
@@ -244,29 +240,65 @@ Report run_doctor(const DoctorOptions& o) {
                                         c.value("ok", false), c.value("error", "")});
                }
              }));
+}
 
-  // Phase 4 (full mode): one pair at a time, so measurements do not share links.
-  if (!o.quick) {
-    for (size_t a : live) {
-      for (size_t b : live) {
-        if (a == b || in.hosts[b].facts->ports.empty() || !in.hosts[a].pairs_reported) continue;
-        PairPerf p;
-        p.from = static_cast<int>(a);
-        p.to = static_cast<int>(b);
-        nlohmann::json m = {{"to", b}, {"name", in.hosts[b].name}, {"port", in.hosts[b].facts->ports[0]}};
-        std::vector<bool> got(n, true);
-        got[a] = !sessions[a]->send("measure " + m.dump());
-        bool ok = pump_until(sessions, Deadline(Millis(8000)),
-                             collect("measure", got, [&](size_t, const nlohmann::json& j) {
-                               p.rtt_us = j.value("rtt_us", -1.0);
-                               p.gbps = j.value("gbps", -1.0);
-                               p.error = j.value("error", "");
-                             }));
-        if (!ok || !got[a]) p.error = p.error.empty() ? "no answer within 8 s" : p.error;
-        in.perf.push_back(p);
-      }
+// Phase 4 (full mode): one pair at a time, so measurements do not share links.
+void measure_pairs(DoctorInput& in, std::vector<ProbeSession*>& sessions, const std::vector<size_t>& live) {
+  const size_t n = in.hosts.size();
+  for (size_t a : live) {
+    for (size_t b : live) {
+      if (a == b || in.hosts[b].facts->ports.empty() || !in.hosts[a].pairs_reported) continue;
+      PairPerf p;
+      p.from = static_cast<int>(a);
+      p.to = static_cast<int>(b);
+      nlohmann::json m = {{"to", b}, {"name", in.hosts[b].name}, {"port", in.hosts[b].facts->ports[0]}};
+      std::vector<bool> got(n, true);
+      got[a] = !sessions[a]->send("measure " + m.dump());
+      bool ok = pump_until(sessions, Deadline(Millis(8000)),
+                           collect(sessions, "measure", got, [&](size_t, const nlohmann::json& j) {
+                             p.rtt_us = j.value("rtt_us", -1.0);
+                             p.gbps = j.value("gbps", -1.0);
+                             p.error = j.value("error", "");
+                           }));
+      if (!ok || !got[a]) p.error = p.error.empty() ? "no answer within 8 s" : p.error;
+      in.perf.push_back(p);
     }
   }
+}
+
+}  // namespace
+
+Report run_doctor(const DoctorOptions& o) {
+  if (o.hosts.empty()) throw_invalid_argument("doctor: no hosts to check");
+  if (!o.shared_dir.empty() && o.shared_dir[0] != '/') {
+    throw_invalid_argument("--shared-dir " + o.shared_dir +
+                           ": give an absolute path (ssh sessions start in the home directory)");
+  }
+  auto t0 = SteadyClock::now();
+  DoctorInput in;
+  in.head = local_head_facts(o.version, o.git);
+  in.shared_dir = o.shared_dir;
+  in.ports_text = o.ports.text();
+  in.quick = o.quick;
+  in.ssh_identity = o.ssh.identity;
+  size_t n = o.hosts.size();
+  in.hosts.resize(n);
+  for (size_t i = 0; i < n; ++i) in.hosts[i].name = o.hosts[i].name;
+  resolve_all(in.hosts, seconds_to_millis(o.resolve_timeout_s));
+  auto self_id = launch::LocalIdentity::current();
+
+  // Phase 1: every probe at once, each answering with its facts.
+  std::vector<std::unique_ptr<ProbeSession>> owned;
+  std::vector<ProbeSession*> sessions;
+  start_probes(o, in, self_id, owned, sessions);
+
+  const std::vector<size_t> live = gather_facts(o, in, sessions);
+
+  measure_clocks(in, sessions, live);
+
+  check_pairs(o, in, sessions, live);
+
+  if (!o.quick) measure_pairs(in, sessions, live);
 
   // Done: end of stdin tells every probe to clean up and exit.
   for (auto* s : sessions) s->close_input();

@@ -208,12 +208,27 @@ class Engine {
   bool round_due(SteadyClock::time_point now, SteadyClock::time_point* due) const;
   // Moves submissions into pending_ (round_mu_ and mu_ held).
   void take_incoming();
+  // Negotiation (negotiation.cc).
   // One round (controller.h); returns true when the engine must stop.
   bool round(bool shutdown_requested);
+  // The cached phase: a bit per response-cache entry; executes what every
+  // rank holds; returns whether a full phase is needed.
+  bool cached_phase(SteadyClock::time_point start, bool shutdown_requested, bool* progress);
+  // The full phase through the coordinator; returns true when a shutdown
+  // was announced (broken_ set).
+  bool full_phase(bool shutdown_requested, bool* progress);
+  // Execution (execution.cc).
   void execute(const Response& r, bool from_full);
   void execute_cached(std::vector<Entry*>& es);
   void execute_entries(const Response& r, std::vector<Entry*>& es, bool from_full);
   void execute_allreduce(const Response& r, std::vector<Entry*>& es);
+  // The compression of a response's allreduce (auto: a collective probe per
+  // size class, the same on every rank).
+  Compression allreduce_compression(const Response& r, std::size_t total);
+  // Scattered tensors reduced in place by segments, when the communicator
+  // can (the shared-memory path); false when it cannot.
+  bool allreduce_segments(const Response& r, std::vector<Entry*>& es, std::size_t total, std::size_t wire_size,
+                          SteadyClock::time_point t_fuse);
   void complete(Entry& e, std::exception_ptr error);
   void complete_all(const std::vector<Entry*>& es, std::exception_ptr error);
   void fail_all(std::exception_ptr error);

@@ -26,15 +26,9 @@ void set_nonblocking(int fd) {
   ::fcntl(fd, F_SETFL, flags | O_NONBLOCK);
 }
 
-}  // namespace
-
-Child start_child(const ChildOptions& o) {
-  if (o.argv.empty()) throw_invalid_argument("start_child: empty command");
-  // Everything the child needs is built before fork: after it, only
-  // async-signal-safe calls.
-  std::vector<char*> args;
-  for (const auto& a : o.argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
+// This process's environment with o.env added or overriding and
+// o.unset_env removed, as NAME=VALUE strings.
+std::vector<std::string> child_environment(const ChildOptions& o) {
   std::vector<std::string> env_strings;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     std::string kv(*e);
@@ -45,11 +39,13 @@ Child start_child(const ChildOptions& o) {
     if (!drop) env_strings.push_back(kv);
   }
   for (const auto& [k, v] : o.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  // execvpe looks argv[0] up in the PATH of *this* process; the child's PATH
-  // may differ (carried over from another host), so resolve it ourselves.
+  return env_strings;
+}
+
+// The paths to try for argv[0]: execvpe looks argv[0] up in the PATH of
+// *this* process; the child's PATH may differ (carried over from another
+// host), so resolve it ourselves.
+std::vector<std::string> exec_candidates(const ChildOptions& o) {
   std::string path_var;
   auto it = o.env.find("PATH");
   if (it != o.env.end()) path_var = it->second;
@@ -67,6 +63,64 @@ Child start_child(const ChildOptions& o) {
       pos = colon + 1;
     }
   }
+  return candidates;
+}
+
+// The child's side of start_child, after fork: only async-signal-safe
+// calls. Reports a failure to enter cwd ('d') or to exec ('x') with its
+// errno on the status pipe.
+[[noreturn]] void run_child(const ChildOptions& o, pid_t parent, const int in[2], const int out[2],
+                            const int err[2], const int status[2], std::vector<char*>& args,
+                            std::vector<char*>& envp, const std::vector<std::string>& candidates) {
+  ::setpgid(0, 0);
+  if (o.death_signal != 0) {
+    ::prctl(PR_SET_PDEATHSIG, o.death_signal);
+    if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
+  }
+  for (int s = 1; s < NSIG; ++s) {
+    if (s != SIGKILL && s != SIGSTOP) ::signal(s, SIG_DFL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  int null_fd = o.pipe_stdin ? -1 : ::open("/dev/null", O_RDONLY);
+  ::dup2(o.pipe_stdin ? in[0] : null_fd, 0);
+  ::dup2(out[1], 1);
+  ::dup2(err[1], 2);
+  if (o.inherit_fd >= 0) ::fcntl(o.inherit_fd, F_SETFD, 0);
+  int e = 0;
+  if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) {
+    e = errno;
+    const char tag = 'd';
+    (void)!::write(status[1], &tag, 1);
+    (void)!::write(status[1], &e, sizeof e);
+    ::_exit(127);
+  }
+  e = ENOENT;
+  for (const auto& c : candidates) {
+    ::execve(c.c_str(), args.data(), envp.data());
+    if (errno != ENOENT || e == ENOENT) e = errno;
+  }
+  const char tag = 'x';
+  (void)!::write(status[1], &tag, 1);
+  (void)!::write(status[1], &e, sizeof e);
+  ::_exit(127);
+}
+
+}  // namespace
+
+Child start_child(const ChildOptions& o) {
+  if (o.argv.empty()) throw_invalid_argument("start_child: empty command");
+  // Everything the child needs is built before fork: after it, only
+  // async-signal-safe calls.
+  std::vector<char*> args;
+  for (const auto& a : o.argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  std::vector<std::string> env_strings = child_environment(o);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  const std::vector<std::string> candidates = exec_candidates(o);
 
   int in[2] = {-1, -1}, out[2], err[2], status[2];
   if (o.pipe_stdin) make_pipe(in);
@@ -77,41 +131,7 @@ Child start_child(const ChildOptions& o) {
 
   pid_t pid = ::fork();
   if (pid < 0) throw_io("fork for " + o.argv[0], errno);
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    if (o.death_signal != 0) {
-      ::prctl(PR_SET_PDEATHSIG, o.death_signal);
-      if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
-    }
-    for (int s = 1; s < NSIG; ++s) {
-      if (s != SIGKILL && s != SIGSTOP) ::signal(s, SIG_DFL);
-    }
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    int null_fd = o.pipe_stdin ? -1 : ::open("/dev/null", O_RDONLY);
-    ::dup2(o.pipe_stdin ? in[0] : null_fd, 0);
-    ::dup2(out[1], 1);
-    ::dup2(err[1], 2);
-    if (o.inherit_fd >= 0) ::fcntl(o.inherit_fd, F_SETFD, 0);
-    int e = 0;
-    if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) {
-      e = errno;
-      const char tag = 'd';
-      (void)!::write(status[1], &tag, 1);
-      (void)!::write(status[1], &e, sizeof e);
-      ::_exit(127);
-    }
-    e = ENOENT;
-    for (const auto& c : candidates) {
-      ::execve(c.c_str(), args.data(), envp.data());
-      if (errno != ENOENT || e == ENOENT) e = errno;
-    }
-    const char tag = 'x';
-    (void)!::write(status[1], &tag, 1);
-    (void)!::write(status[1], &e, sizeof e);
-    ::_exit(127);
-  }
+  if (pid == 0) run_child(o, parent, in, out, err, status, args, envp, candidates);
   ::setpgid(pid, pid);  // also here, so the group exists before anyone signals it
   if (o.pipe_stdin) ::close(in[0]);
   ::close(out[1]);
@@ -146,6 +166,11 @@ Child start_child(const ChildOptions& o) {
   set_nonblocking(err[0]);
   if (o.pipe_stdin) set_nonblocking(in[1]);
   return c;
+}
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
+  return "exited with code " + std::to_string(WEXITSTATUS(status));
 }
 
 bool reap(pid_t pid, int* status) {

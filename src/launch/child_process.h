@@ -44,4 +44,7 @@ Child start_child(const ChildOptions& options);
 // Waits without blocking: true with *status set when pid has ended.
 bool reap(pid_t pid, int* status);
 
+// "exited with code N" or "was killed by signal N", for a waitpid status.
+std::string describe_status(int status);
+
 }  // namespace hpct::launch

@@ -137,7 +137,9 @@ void say_restart_or_end(OutputMux& output, int attempt, int max_restarts, int ex
 
 }  // namespace
 
-int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
+// The elastic supervisor's options from the launch options (refusing what
+// an elastic job cannot do); the signal descriptor is set later.
+ElasticOptions elastic_options(const LaunchOptions& o) {
   if (o.servers > 0) throw_invalid_argument("--servers does not run in an elastic job; drop --min-np/--max-np");
   if (o.spawner != "auto" && o.spawner != "local" && o.spawner != "ssh") {
     throw_invalid_argument("an elastic job starts its workers with the local or ssh spawner; drop --spawner " +
@@ -157,10 +159,8 @@ int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& 
     }
     eo.hosts.push_back(HostEntry{own_hostname(), std::max(o.np, o.max_np), "this machine"});
   }
-  // The first host list: where the store must be reachable from.
-  std::vector<HostEntry> first = eo.hosts;
   int total_slots = 0;
-  for (const auto& h : first) total_slots += h.slots;
+  for (const auto& h : eo.hosts) total_slots += h.slots;
   eo.max_np = o.max_np > 0 ? o.max_np : (o.np > 0 ? o.np : std::max(1, total_slots));
   eo.min_np = o.min_np > 0 ? o.min_np : 1;
   if (eo.min_np > eo.max_np) {
@@ -172,6 +172,13 @@ int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& 
   eo.elastic_timeout = seconds_to_millis(o.elastic_timeout_s);
   eo.start_timeout = seconds_to_millis(o.start_timeout_s);
   eo.grace = seconds_to_millis(o.grace_s);
+  return eo;
+}
+
+int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
+  ElasticOptions eo = elastic_options(o);
+  // The first host list: where the store must be reachable from.
+  const std::vector<HostEntry> first = eo.hosts;
   const OutputPrefix prefix = parse_output_prefix(o.prefix);
 
   const LocalIdentity self = LocalIdentity::current();
@@ -254,6 +261,132 @@ int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& 
   return exit_code;
 }
 
+// Placement: the ranks (and parameter servers) on the hosts, which of
+// them are this machine, and the hosts that are not. Without hosts, this
+// machine takes every rank. *np_out: -np, or every slot of the hosts.
+JobLayout place_job(const LaunchOptions& o, const std::string& spawner, int* np_out,
+                    std::vector<std::string>* remote_out) {
+  JobLayout layout;
+  *np_out = o.np;
+  std::vector<HostEntry> hosts = o.hosts;
+  int& np = *np_out;
+  if (hosts.empty()) {
+    if (np < 1) throw_invalid_argument("-np is required when no hosts are given");
+    hosts.push_back(HostEntry{own_hostname(), np, "this machine"});
+  }
+  if (np == 0) {
+    for (const auto& h : hosts) np += h.slots;
+  }
+  layout.ranks = place_ranks(hosts, np);
+  if (o.servers < 0) throw_invalid_argument("--servers must be 0 or more");
+  if (o.servers == 0 && !o.server_hosts.empty()) {
+    throw_invalid_argument("--server-hosts needs --servers K");
+  }
+  if (o.servers > 0) {
+    if (spawner == "mpirun" || spawner == "srun") {
+      throw_invalid_argument("--servers runs with the local and ssh spawners only (mpirun and srun "
+                             "start one program for every rank); drop --spawner " + spawner);
+    }
+    auto servers = place_servers(layout.ranks, o.server_hosts, o.servers);
+    layout.ranks.insert(layout.ranks.end(), servers.begin(), servers.end());
+  }
+  const LocalIdentity self = LocalIdentity::current();
+  std::vector<std::string>& remote_hosts = *remote_out;
+  {
+    std::map<std::string, bool> local_by_host;
+    for (const auto& r : layout.ranks) {
+      auto it = local_by_host.find(r.host);
+      if (it == local_by_host.end()) {
+        it = local_by_host.emplace(r.host, is_local_host(r.host, self)).first;
+        if (!it->second) remote_hosts.push_back(r.host);
+      }
+      layout.rank_is_local.push_back(it->second);
+    }
+  }
+  return layout;
+}
+
+// The spawner by name; mpirun's gets a private directory for the ranks'
+// spec files (removed by the caller however the launch ends).
+std::unique_ptr<Spawner> make_spawner(const LaunchOptions& o, const std::string& spawner, const Env& env,
+                                      JobLayout* layout, std::string* private_dir) {
+  if (spawner == "local") {
+    return std::make_unique<LocalSpawner>();
+  } else if (spawner == "ssh") {
+    return std::make_unique<SshSpawner>(o.ssh);
+  } else if (spawner == "mpirun") {
+    MpirunOptions m;
+    m.mpirun = o.mpirun;
+    m.flavor = detect_mpi_flavor(o.mpirun);
+    m.is_root = ::geteuid() == 0;
+    m.ssh = o.ssh;
+    m.ssh_options_given = o.ssh_options_given;
+    m.network_interface = o.network_interface;
+    m.extra_args = o.spawner_args;
+    *private_dir = make_private_dir(env);
+    layout->private_dir = *private_dir;
+    return std::make_unique<MpirunSpawner>(m);
+  } else {
+    SrunOptions s;
+    s.srun = o.srun;
+    s.extra_args = o.spawner_args;
+    return std::make_unique<SrunSpawner>(s);
+  }
+}
+
+// --metrics-port for every rank, and --metrics-sd: Prometheus's file of
+// the ranks' endpoints.
+void add_metrics(const LaunchOptions& o, const std::string& spawner, const JobLayout& layout,
+                 const std::vector<std::string>& remote_hosts, const Logger& logger, RankSpec* spec) {
+  if (o.metrics_port != 0) {
+    if (o.metrics_port < 0 || o.metrics_port > 65535) {
+      throw_invalid_argument("--metrics-port " + std::to_string(o.metrics_port) +
+                             ": a base port in 1..65535 (rank r listens on base + its local rank)");
+    }
+    spec->env["HPCT_METRICS_PORT"] = std::to_string(o.metrics_port);
+  }
+  if (!o.metrics_sd.empty()) {
+    if (o.metrics_port == 0 || spawner == "srun") {
+      throw_invalid_argument("--metrics-sd needs --metrics-port, and ranks placed by hpctrain launch "
+                             "(not --spawner srun: Slurm places them)");
+    }
+    // Written whole under another name and renamed, so Prometheus never reads half a file.
+    const std::string tmp = o.metrics_sd + ".tmp";
+    {
+      std::ofstream f(tmp);
+      f << prometheus_targets(layout.ranks, o.metrics_port, remote_hosts.empty(), spec->job_id);
+      if (!f) throw_io("write " + tmp, errno ? errno : EIO);
+    }
+    std::filesystem::rename(tmp, o.metrics_sd);
+    logger.info("launch", "Prometheus targets of job " + spec->job_id + " in " + o.metrics_sd);
+  }
+}
+
+// The job's attempts: the first, then a restart after each failure (up to
+// --max-restarts) unless a signal stopped it. Returns the exit code.
+int run_attempts(Supervisor& supervisor, OutputMux& output, const LaunchOptions& o, int np) {
+  int exit_code = 0;
+  for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
+    AttemptResult r = supervisor.run(attempt);
+    if (r.ok) {
+      exit_code = 0;
+      break;
+    }
+    exit_code = r.exit_code == 0 ? 1 : r.exit_code;
+    std::string stopped = np > 1 ? "; stopped the other ranks in " +
+                                       std::to_string(r.stop_time.count()) + " ms"
+                                 : "";
+    output.launcher_line(r.summary + stopped);
+    if (!r.tail.empty()) {
+      output.launcher_line("last lines of " + r.tail_from + ":");
+      for (const auto& l : r.tail) output.launcher_line("  | " + l);
+    }
+    if (r.interrupted_by != 0) break;
+    say_restart_or_end(output, attempt, o.max_restarts, exit_code);
+  }
+  return exit_code;
+}
+
 }  // namespace
 
 int run_launch(const LaunchOptions& o, const Config& config, const Env& env, const Logger& logger) {
@@ -278,42 +411,9 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   }
 
   // Placement. Without hosts, this machine takes every rank.
-  std::vector<HostEntry> hosts = o.hosts;
-  int np = o.np;
-  if (hosts.empty()) {
-    if (np < 1) throw_invalid_argument("-np is required when no hosts are given");
-    hosts.push_back(HostEntry{own_hostname(), np, "this machine"});
-  }
-  if (np == 0) {
-    for (const auto& h : hosts) np += h.slots;
-  }
-  JobLayout layout;
-  layout.ranks = place_ranks(hosts, np);
-  if (o.servers < 0) throw_invalid_argument("--servers must be 0 or more");
-  if (o.servers == 0 && !o.server_hosts.empty()) {
-    throw_invalid_argument("--server-hosts needs --servers K");
-  }
-  if (o.servers > 0) {
-    if (spawner == "mpirun" || spawner == "srun") {
-      throw_invalid_argument("--servers runs with the local and ssh spawners only (mpirun and srun "
-                             "start one program for every rank); drop --spawner " + spawner);
-    }
-    auto servers = place_servers(layout.ranks, o.server_hosts, o.servers);
-    layout.ranks.insert(layout.ranks.end(), servers.begin(), servers.end());
-  }
-  const LocalIdentity self = LocalIdentity::current();
+  int np = 0;
   std::vector<std::string> remote_hosts;
-  {
-    std::map<std::string, bool> local_by_host;
-    for (const auto& r : layout.ranks) {
-      auto it = local_by_host.find(r.host);
-      if (it == local_by_host.end()) {
-        it = local_by_host.emplace(r.host, is_local_host(r.host, self)).first;
-        if (!it->second) remote_hosts.push_back(r.host);
-      }
-      layout.rank_is_local.push_back(it->second);
-    }
-  }
+  JobLayout layout = place_job(o, spawner, &np, &remote_hosts);
   if (spawner == "auto") spawner = remote_hosts.empty() ? "local" : "ssh";
   if (o.backend == "mpi" && (spawner == "local" || spawner == "ssh")) {
     throw_invalid_argument("--backend mpi needs an MPI runtime: use --spawner mpirun (or srun with MPI)");
@@ -343,28 +443,7 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
       if (!dir.empty()) std::filesystem::remove_all(dir, ec);
     }
   } remove_private_dir{private_dir};
-  if (spawner == "local") {
-    sp = std::make_unique<LocalSpawner>();
-  } else if (spawner == "ssh") {
-    sp = std::make_unique<SshSpawner>(o.ssh);
-  } else if (spawner == "mpirun") {
-    MpirunOptions m;
-    m.mpirun = o.mpirun;
-    m.flavor = detect_mpi_flavor(o.mpirun);
-    m.is_root = ::geteuid() == 0;
-    m.ssh = o.ssh;
-    m.ssh_options_given = o.ssh_options_given;
-    m.network_interface = o.network_interface;
-    m.extra_args = o.spawner_args;
-    private_dir = make_private_dir(env);
-    layout.private_dir = private_dir;
-    sp = std::make_unique<MpirunSpawner>(m);
-  } else {
-    SrunOptions s;
-    s.srun = o.srun;
-    s.extra_args = o.spawner_args;
-    sp = std::make_unique<SrunSpawner>(s);
-  }
+  sp = make_spawner(o, spawner, env, &layout, &private_dir);
   std::vector<ProcessPlan> plans = sp->plan(layout);
 
   UniqueFd signals = stop_signal_fd();
@@ -385,28 +464,7 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   spec.store_addr = store.address();
   spec.job_id = make_job_id();
   spec.grace_s = o.grace_s;
-  if (o.metrics_port != 0) {
-    if (o.metrics_port < 0 || o.metrics_port > 65535) {
-      throw_invalid_argument("--metrics-port " + std::to_string(o.metrics_port) +
-                             ": a base port in 1..65535 (rank r listens on base + its local rank)");
-    }
-    spec.env["HPCT_METRICS_PORT"] = std::to_string(o.metrics_port);
-  }
-  if (!o.metrics_sd.empty()) {
-    if (o.metrics_port == 0 || spawner == "srun") {
-      throw_invalid_argument("--metrics-sd needs --metrics-port, and ranks placed by hpctrain launch "
-                             "(not --spawner srun: Slurm places them)");
-    }
-    // Written whole under another name and renamed, so Prometheus never reads half a file.
-    const std::string tmp = o.metrics_sd + ".tmp";
-    {
-      std::ofstream f(tmp);
-      f << prometheus_targets(layout.ranks, o.metrics_port, remote_hosts.empty(), spec.job_id);
-      if (!f) throw_io("write " + tmp, errno ? errno : EIO);
-    }
-    std::filesystem::rename(tmp, o.metrics_sd);
-    logger.info("launch", "Prometheus targets of job " + spec.job_id + " in " + o.metrics_sd);
-  }
+  add_metrics(o, spawner, layout, remote_hosts, logger, &spec);
 
   std::vector<std::string> host_by_rank;
   for (const auto& r : layout.ranks) host_by_rank.push_back(spawner == "srun" ? "?" : r.host);
@@ -420,26 +478,7 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   so.signal_fd = signals.get();
   Supervisor supervisor(plans, spec, output, so, logger);
 
-  int exit_code = 0;
-  for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
-    AttemptResult r = supervisor.run(attempt);
-    if (r.ok) {
-      exit_code = 0;
-      break;
-    }
-    exit_code = r.exit_code == 0 ? 1 : r.exit_code;
-    std::string stopped = np > 1 ? "; stopped the other ranks in " +
-                                       std::to_string(r.stop_time.count()) + " ms"
-                                 : "";
-    output.launcher_line(r.summary + stopped);
-    if (!r.tail.empty()) {
-      output.launcher_line("last lines of " + r.tail_from + ":");
-      for (const auto& l : r.tail) output.launcher_line("  | " + l);
-    }
-    if (r.interrupted_by != 0) break;
-    say_restart_or_end(output, attempt, o.max_restarts, exit_code);
-  }
-  return exit_code;
+  return run_attempts(supervisor, output, o, np);
 }
 
 std::string prometheus_targets(const std::vector<RankPlacement>& ranks, int base_port, bool all_local,

@@ -42,11 +42,6 @@ struct Supervisor::RankState {
 
 namespace {
 
-std::string describe_status(int status) {
-  if (WIFSIGNALED(status)) return "was killed by signal " + std::to_string(WTERMSIG(status));
-  return "exited with code " + std::to_string(WEXITSTATUS(status));
-}
-
 void write_spec_file(const std::string& path, const std::string& line) {
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
   if (fd < 0) throw_io("cannot write the rank spec file " + path, errno);
@@ -66,20 +61,35 @@ Supervisor::Supervisor(std::vector<ProcessPlan> plans, RankSpec base_spec, Outpu
       options_(options),
       logger_(std::move(logger)) {}
 
-AttemptResult Supervisor::run(int restart) {
+// One run of the job: its processes and ranks, the first failure and the
+// stop it began (SIGTERM to every process, SIGKILL after the grace period,
+// giving up 5 s later).
+struct Supervisor::Attempt {
+  const std::vector<ProcessPlan>& plans_;
+  const RankSpec& base_spec_;
+  OutputMux& output_;
+  const SupervisorOptions& options_;
+  const int restart;
   // Parameter servers (launch --servers) are processes size..size+K-1.
   const int size = base_spec_.size + base_spec_.servers;
-  auto name = [this](int r) {
-    return r >= base_spec_.size ? "parameter server " + std::to_string(r - base_spec_.size)
-                                : "rank " + std::to_string(r);
-  };
-  std::vector<Proc> procs(plans_.size());
-  std::vector<RankState> ranks(static_cast<size_t>(size));
+  std::vector<Proc> procs = std::vector<Proc>(plans_.size());
+  std::vector<RankState> ranks = std::vector<RankState>(static_cast<size_t>(size));
   AttemptResult result;
   bool stopping = false;
   SteadyClock::time_point stop_started{}, kill_at{}, give_up_at{};
+  SteadyClock::time_point failure_at{};
+  bool spec_files_removed = false;
 
-  auto begin_stop = [&]() {
+  Attempt(const std::vector<ProcessPlan>& plans, const RankSpec& base_spec, OutputMux& output,
+          const SupervisorOptions& options, int restart_number)
+      : plans_(plans), base_spec_(base_spec), output_(output), options_(options), restart(restart_number) {}
+
+  std::string name(int r) const {
+    return r >= base_spec_.size ? "parameter server " + std::to_string(r - base_spec_.size)
+                                : "rank " + std::to_string(r);
+  }
+
+  void begin_stop() {
     if (stopping) return;
     stopping = true;
     stop_started = SteadyClock::now();
@@ -89,9 +99,10 @@ AttemptResult Supervisor::run(int restart) {
       p.child.stdin_fd.reset();
       if (p.plan.group && p.child.pid > 0 && !p.exited) ::kill(p.child.pid, SIGTERM);
     }
-  };
-  auto fail = [&](int rank, const std::string& what, int exit_code, const std::deque<std::string>& tail,
-                  const std::string& tail_from) {
+  }
+
+  void fail(int rank, const std::string& what, int exit_code, const std::deque<std::string>& tail,
+            const std::string& tail_from) {
     if (stopping) return;
     result.tail_from = tail_from;
     result.ok = false;
@@ -100,48 +111,47 @@ AttemptResult Supervisor::run(int restart) {
     result.exit_code = exit_code;
     result.tail.assign(tail.begin(), tail.end());
     begin_stop();
-  };
+  }
 
   // 1. Start every process and hand it the spec.
-  for (size_t i = 0; i < plans_.size(); ++i) {
-    Proc& p = procs[i];
-    p.plan = plans_[i];
-    for (int r : p.plan.ranks) ranks.at(static_cast<size_t>(r)).proc = i;
-    RankSpec spec = base_spec_;
-    spec.rank = p.plan.group ? -1 : p.plan.ranks.at(0);
-    spec.restart = restart;
-    std::string line = encode_spec(spec);
-    ChildOptions o;
-    o.argv = p.plan.argv;
-    o.death_signal = SIGTERM;
-    try {
-      if (!p.plan.spec_file.empty()) write_spec_file(p.plan.spec_file, line);
-      p.child = start_child(o);
-    } catch (const Error& e) {
-      p.exited = true;
-      p.out_open = p.err_open = false;
-      for (auto& q : procs) {
-        if (q.child.pid > 0) {
-          q.child.stdin_fd.reset();
-          ::kill(-q.child.pid, SIGKILL);
-          int st;
-          ::waitpid(q.child.pid, &st, 0);
+  void start_all() {
+    for (size_t i = 0; i < plans_.size(); ++i) {
+      Proc& p = procs[i];
+      p.plan = plans_[i];
+      for (int r : p.plan.ranks) ranks.at(static_cast<size_t>(r)).proc = i;
+      RankSpec spec = base_spec_;
+      spec.rank = p.plan.group ? -1 : p.plan.ranks.at(0);
+      spec.restart = restart;
+      std::string line = encode_spec(spec);
+      ChildOptions o;
+      o.argv = p.plan.argv;
+      o.death_signal = SIGTERM;
+      try {
+        if (!p.plan.spec_file.empty()) write_spec_file(p.plan.spec_file, line);
+        p.child = start_child(o);
+      } catch (const Error& e) {
+        p.exited = true;
+        p.out_open = p.err_open = false;
+        for (auto& q : procs) {
+          if (q.child.pid > 0) {
+            q.child.stdin_fd.reset();
+            ::kill(-q.child.pid, SIGKILL);
+            int st;
+            ::waitpid(q.child.pid, &st, 0);
+          }
         }
+        throw Error(e.code(), std::string("cannot start the ") +
+                                  (p.plan.group ? p.plan.host : "spawner for rank " + std::to_string(p.plan.ranks.at(0)) + " on host " + p.plan.host) +
+                                  ": " + e.what());
       }
-      throw Error(e.code(), std::string("cannot start the ") +
-                                (p.plan.group ? p.plan.host : "spawner for rank " + std::to_string(p.plan.ranks.at(0)) + " on host " + p.plan.host) +
-                                ": " + e.what());
-    }
-    if (p.plan.spec_file.empty() && !net::try_write_all(p.child.stdin_fd.get(), line + "\n")) {
-      // It died already; its end and its messages arrive through the loop.
-      p.child.stdin_fd.reset();
+      if (p.plan.spec_file.empty() && !net::try_write_all(p.child.stdin_fd.get(), line + "\n")) {
+        // It died already; its end and its messages arrive through the loop.
+        p.child.stdin_fd.reset();
+      }
     }
   }
-  const Deadline start_deadline(options_.start_timeout);
-  SteadyClock::time_point failure_at{};
-  bool spec_files_removed = false;
 
-  auto handle_line = [&](Proc& p, bool is_err, const std::string& line) {
+  void handle_line(Proc& p, bool is_err, const std::string& line) {
     auto rec = parse_record(line);
     if (!rec || rec->rank >= size ||
         std::find(p.plan.ranks.begin(), p.plan.ranks.end(), rec->rank) == p.plan.ranks.end()) {
@@ -173,9 +183,9 @@ AttemptResult Supervisor::run(int restart) {
         }
         break;
     }
-  };
+  }
 
-  auto drain = [&](Proc& p, bool is_err) {
+  void drain(Proc& p, bool is_err) {
     int fd = is_err ? p.child.stderr_fd.get() : p.child.stdout_fd.get();
     bool& open = is_err ? p.err_open : p.out_open;
     LineSplitter& split = is_err ? p.err_lines : p.out_lines;
@@ -192,10 +202,11 @@ AttemptResult Supervisor::run(int restart) {
       }
       split.feed(buf, static_cast<size_t>(n), on_line);
     }
-  };
+  }
 
-  // 2..5. Watch until everything has ended.
-  while (true) {
+  // 2..5. One pass of the watch: reads what arrived (lines, a signal, ended
+  // processes); returns true when everything has ended.
+  bool watch_once(const Deadline& start_deadline) {
     std::vector<pollfd> fds;
     for (auto& p : procs) {
       if (p.out_open) fds.push_back({p.child.stdout_fd.get(), POLLIN, 0});
@@ -225,26 +236,7 @@ AttemptResult Supervisor::run(int restart) {
       }
     }
 
-    if (!stopping) {
-      // A spawner process ended but some of its ranks never reported an end.
-      for (auto& p : procs) {
-        if (!p.finished()) continue;
-        for (int r : p.plan.ranks) {
-          const RankState& s = ranks[static_cast<size_t>(r)];
-          if (s.ended) continue;
-          std::string who = p.plan.via == "ssh"   ? "its ssh session"
-                            : p.plan.group          ? p.plan.via
-                                                    : "its wrapper process";
-          failure_at = SteadyClock::now();
-          fail(r, name(r) + " on host " + output_.host(r) +
-                      (s.started ? " was lost: " : " did not start: ") + who + " " +
-                      describe_status(p.status),
-               error_exit_code(ErrorCode::kPeerFailure), p.tail, who);
-          break;
-        }
-        if (stopping) break;
-      }
-    }
+    if (!stopping) find_lost_ranks();
     if (!spec_files_removed &&
         std::all_of(ranks.begin(), ranks.end(), [](const RankState& s) { return s.started; })) {
       // Every rank has read the spec: the secret leaves the file system.
@@ -278,10 +270,10 @@ AttemptResult Supervisor::run(int restart) {
         result.summary = "the job ended without every rank reporting success";
         result.exit_code = error_exit_code(ErrorCode::kPeerFailure);
       }
-      break;
+      return true;
     }
     if (stopping) {
-      if (all_finished) break;
+      if (all_finished) return true;
       auto now = SteadyClock::now();
       if (now >= kill_at) {
         for (auto& p : procs) {
@@ -290,19 +282,49 @@ AttemptResult Supervisor::run(int restart) {
       }
       if (now >= give_up_at) {
         output_.launcher_line("some spawner processes did not end after SIGKILL; giving up on them");
-        break;
+        return true;
       }
     }
+    return false;
   }
-  if (stopping) {
-    result.stop_time = std::chrono::duration_cast<Millis>(SteadyClock::now() - failure_at);
+
+  // A spawner process ended but some of its ranks never reported an end.
+  void find_lost_ranks() {
+    for (auto& p : procs) {
+      if (!p.finished()) continue;
+      for (int r : p.plan.ranks) {
+        const RankState& s = ranks[static_cast<size_t>(r)];
+        if (s.ended) continue;
+        std::string who = p.plan.via == "ssh"   ? "its ssh session"
+                          : p.plan.group          ? p.plan.via
+                                                  : "its wrapper process";
+        failure_at = SteadyClock::now();
+        fail(r, name(r) + " on host " + output_.host(r) +
+                    (s.started ? " was lost: " : " did not start: ") + who + " " +
+                    describe_status(p.status),
+             error_exit_code(ErrorCode::kPeerFailure), p.tail, who);
+        break;
+      }
+      if (stopping) break;
+    }
+  }
+};
+
+AttemptResult Supervisor::run(int restart) {
+  Attempt a(plans_, base_spec_, output_, options_, restart);
+  a.start_all();
+  const Deadline start_deadline(options_.start_timeout);
+  while (!a.watch_once(start_deadline)) {
+  }
+  if (a.stopping) {
+    a.result.stop_time = std::chrono::duration_cast<Millis>(SteadyClock::now() - a.failure_at);
   }
   // Nothing a spawner left in its process group outlives the attempt.
-  for (auto& p : procs) {
+  for (auto& p : a.procs) {
     if (p.child.pid > 0) ::kill(-p.child.pid, SIGKILL);
     if (!p.plan.spec_file.empty()) ::unlink(p.plan.spec_file.c_str());
   }
-  return result;
+  return a.result;
 }
 
 }  // namespace hpct::launch

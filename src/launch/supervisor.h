@@ -65,6 +65,7 @@ class Supervisor {
  private:
   struct Proc;
   struct RankState;
+  struct Attempt;  // one run's processes, ranks and stop state (supervisor.cc)
 
   std::vector<ProcessPlan> plans_;
   RankSpec base_spec_;

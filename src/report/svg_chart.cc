@@ -101,8 +101,18 @@ std::string escape_xml(const std::string& text) {
 
 std::string exact_number(double v) { return nlohmann::json(v).dump(); }
 
-std::string line_chart_svg(const LineChart& chart) {
-  double x_lo = INFINITY, x_hi = -INFINITY, y_lo = 0, y_hi = -INFINITY;
+namespace {
+
+// The range of the chart's finite points (y from 0 at least) and markers.
+void chart_range(const LineChart& chart, double* x_lo_out, double* x_hi_out, double* y_lo_out, double* y_hi_out) {
+  double& x_lo = *x_lo_out;
+  double& x_hi = *x_hi_out;
+  double& y_lo = *y_lo_out;
+  double& y_hi = *y_hi_out;
+  x_lo = INFINITY;
+  x_hi = -INFINITY;
+  y_lo = 0;
+  y_hi = -INFINITY;
   for (const auto& s : chart.series) {
     for (const auto& [x, y] : s.points) {
       if (!std::isfinite(x) || !std::isfinite(y)) continue;
@@ -120,6 +130,13 @@ std::string line_chart_svg(const LineChart& chart) {
       x_hi = std::max(x_hi, m.x);
     }
   }
+}
+
+}  // namespace
+
+std::string line_chart_svg(const LineChart& chart) {
+  double x_lo, x_hi, y_lo, y_hi;
+  chart_range(chart, &x_lo, &x_hi, &y_lo, &y_hi);
   y_hi = y_hi > y_lo ? y_hi * 1.05 : y_hi;
   const auto y_ticks = nice_ticks(&y_lo, &y_hi, 5);
   if (!(x_hi > x_lo)) {

@@ -319,13 +319,17 @@ int run_bench_dir(const DataArgs& a, const Config& config) {
   return run_dir_reader(a, config, nullptr);
 }
 
-int run_bench_data(const DataArgs& a) {
-  if (a.images < 1 || a.epoch_samples < 1 || a.size < 8 || a.max_threads < 1 || a.rounds < 1) {
-    throw_invalid_argument("bench data: --images, --size, --max-threads and --rounds must be positive");
-  }
-  namespace fs = std::filesystem;
-  auto [ip, lp] = data::fashion_mnist_files(data::kFashionMnistDir, "test");
-  data::IdxArray im = data::read_idx(ip), lb = data::read_idx(lp);
+// The seconds fn takes.
+template <typename Fn>
+double time_it(Fn&& fn) {
+  const auto t0 = SteadyClock::now();
+  fn();
+  return seconds_since(t0);
+}
+
+// --images JPEGs of --size pixels, from Fashion-MNIST's test images
+// (resized, with a little colour).
+std::vector<std::string> make_jpegs(const DataArgs& a, const data::IdxArray& im) {
   std::vector<std::string> jpegs;
   for (int i = 0; i < a.images; ++i) {
     data::Image g;
@@ -347,76 +351,17 @@ int run_bench_data(const DataArgs& a) {
     }
     jpegs.push_back(data::encode_jpeg(rgb, 90));
   }
-  std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-data-XXXXXX").string();
-  if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
-  struct Cleanup {
-    std::string dir;
-    ~Cleanup() {
-      std::error_code ec;
-      fs::remove_all(dir, ec);
-    }
-  } cleanup{tmpl};
-  data::ShardWriterOptions wo;
-  wo.pattern = tmpl + "/bench-%04d.tar";
-  wo.max_count = 256;
-  data::ShardWriter writer(wo);
-  for (int i = 0; i < a.epoch_samples; ++i) {
-    char key[32];
-    std::snprintf(key, sizeof key, "%06d", i);
-    const size_t k = static_cast<size_t>(i) % jpegs.size();
-    writer.write(key, {{"jpg", jpegs[k]}, {"cls", std::to_string(lb.values[k % lb.items()])}});
-  }
-  writer.close();
-  std::uint64_t jpeg_bytes = 0;
-  for (const auto& j : jpegs) jpeg_bytes += j.size();
+  return jpegs;
+}
 
-  // Decode per thread, ours next to the reference: one pass over the images
-  // each, alternating, for --seconds x --rounds; the figure is the median of
-  // the paired ratios (a pair shares whatever else the machine is doing),
-  // the rates are the medians of each side.
-  data::Image scratch;  // reused, as the loader reuses one per batch
-  auto time_it = [](auto&& fn) {
-    const auto t0 = SteadyClock::now();
-    fn();
-    return seconds_since(t0);
-  };
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v.empty() ? 0.0 : v[v.size() / 2];
-  };
-  auto ours_pass = [&] {
-    for (const auto& j : jpegs) data::decode_image_into(j, 0, &scratch);
-  };
-  auto ref_pass = [&] { data::reference_jpeg_decode(jpegs, 1); };
-  ours_pass();
-  ref_pass();
-  std::vector<double> ratios, ours_rates, ref_rates;
-  const auto t_all = SteadyClock::now();
-  while (seconds_since(t_all) < a.seconds * a.rounds) {
-    const double tr = time_it(ref_pass), to = time_it(ours_pass);
-    ratios.push_back(tr / to);
-    ours_rates.push_back(a.images / to);
-    ref_rates.push_back(a.images / tr);
-  }
-  nlohmann::json d = {{"bench", "data"},
-                      {"what", "jpeg_decode_per_thread"},
-                      {"images", a.images},
-                      {"size", a.size},
-                      {"mean_jpeg_bytes", jpeg_bytes / jpegs.size()},
-                      {"pairs", ratios.size()},
-                      {"images_per_s", median(ours_rates)},
-                      {"reference_images_per_s", median(ref_rates)},
-                      {"reference_call", "jpeg_read_scanlines"},
-                      {"ratio", median(ratios)}};
-  std::cout << d.dump() << std::endl;
-
-  // The Loader end to end (index, read, decode, batch as uint8 tensors):
-  // one epoch with each thread count in turn, repeated; speedup is the
-  // median of the paired ratios against 1 thread.
+// The Loader end to end (index, read, decode, batch as uint8 tensors):
+// one epoch with each thread count in turn, repeated; speedup is the
+// median of the paired ratios against 1 thread. One line per thread count.
+void bench_loader(const DataArgs& a, const std::vector<std::string>& shards) {
   std::vector<std::unique_ptr<data::Loader>> loaders;
   for (int t = 1; t <= a.max_threads; ++t) {
     data::LoaderOptions o;
-    o.shards = writer.shards();
+    o.shards = shards;
     o.batch_size = a.batch;
     o.threads = t;
     o.prefetch = 2 * t + 2;
@@ -446,10 +391,75 @@ int run_bench_data(const DataArgs& a) {
     nlohmann::json j = {{"bench", "data"},         {"what", "loader"},
                         {"threads", t},            {"images", a.epoch_samples},
                         {"size", a.size},          {"batch", a.batch},
-                        {"epochs", rates[t].size()}, {"images_per_s", median(rates[t])},
-                        {"speedup", median(speedups[t])}, {"cores", ::sysconf(_SC_NPROCESSORS_ONLN)}};
+                        {"epochs", rates[t].size()}, {"images_per_s", median_of(rates[t])},
+                        {"speedup", median_of(speedups[t])}, {"cores", ::sysconf(_SC_NPROCESSORS_ONLN)}};
     std::cout << j.dump() << std::endl;
   }
+}
+
+int run_bench_data(const DataArgs& a) {
+  if (a.images < 1 || a.epoch_samples < 1 || a.size < 8 || a.max_threads < 1 || a.rounds < 1) {
+    throw_invalid_argument("bench data: --images, --size, --max-threads and --rounds must be positive");
+  }
+  namespace fs = std::filesystem;
+  auto [ip, lp] = data::fashion_mnist_files(data::kFashionMnistDir, "test");
+  data::IdxArray im = data::read_idx(ip), lb = data::read_idx(lp);
+  const std::vector<std::string> jpegs = make_jpegs(a, im);
+  std::string tmpl = (fs::temp_directory_path() / "hpctrain-bench-data-XXXXXX").string();
+  if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
+  struct Cleanup {
+    std::string dir;
+    ~Cleanup() {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  } cleanup{tmpl};
+  data::ShardWriterOptions wo;
+  wo.pattern = tmpl + "/bench-%04d.tar";
+  wo.max_count = 256;
+  data::ShardWriter writer(wo);
+  for (int i = 0; i < a.epoch_samples; ++i) {
+    char key[32];
+    std::snprintf(key, sizeof key, "%06d", i);
+    const size_t k = static_cast<size_t>(i) % jpegs.size();
+    writer.write(key, {{"jpg", jpegs[k]}, {"cls", std::to_string(lb.values[k % lb.items()])}});
+  }
+  writer.close();
+  std::uint64_t jpeg_bytes = 0;
+  for (const auto& j : jpegs) jpeg_bytes += j.size();
+
+  // Decode per thread, ours next to the reference: one pass over the images
+  // each, alternating, for --seconds x --rounds; the figure is the median of
+  // the paired ratios (a pair shares whatever else the machine is doing),
+  // the rates are the medians of each side.
+  data::Image scratch;  // reused, as the loader reuses one per batch
+  auto ours_pass = [&] {
+    for (const auto& j : jpegs) data::decode_image_into(j, 0, &scratch);
+  };
+  auto ref_pass = [&] { data::reference_jpeg_decode(jpegs, 1); };
+  ours_pass();
+  ref_pass();
+  std::vector<double> ratios, ours_rates, ref_rates;
+  const auto t_all = SteadyClock::now();
+  while (seconds_since(t_all) < a.seconds * a.rounds) {
+    const double tr = time_it(ref_pass), to = time_it(ours_pass);
+    ratios.push_back(tr / to);
+    ours_rates.push_back(a.images / to);
+    ref_rates.push_back(a.images / tr);
+  }
+  nlohmann::json d = {{"bench", "data"},
+                      {"what", "jpeg_decode_per_thread"},
+                      {"images", a.images},
+                      {"size", a.size},
+                      {"mean_jpeg_bytes", jpeg_bytes / jpegs.size()},
+                      {"pairs", ratios.size()},
+                      {"images_per_s", median_of(ours_rates)},
+                      {"reference_images_per_s", median_of(ref_rates)},
+                      {"reference_call", "jpeg_read_scanlines"},
+                      {"ratio", median_of(ratios)}};
+  std::cout << d.dump() << std::endl;
+
+  bench_loader(a, writer.shards());
   return 0;
 }
 

@@ -177,39 +177,10 @@ std::string temp_dir() {
   return tmpl;
 }
 
-int run_calibrate(const CalibrateArgs& a) {
-  if (a.save.empty())
-    throw_invalid_argument("plan calibrate: --save FILE is required (where the calibration goes)");
-  const std::string dir = temp_dir();
-  const auto self_dir = std::filesystem::path(self_executable()).parent_path();
-  plan::Calibration cal;
-  cal.host.cores = a.cores > 0 ? a.cores : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
-  cal.host.threads_per_rank = a.threads;
-  cal.host.shared_cores = a.shared_cores;
-
-  // 1. The model alone on one rank (hpctrain-torch: libtorch stays out of
-  // here), or the profile of an earlier calibration.
-  if (!a.profile_from.empty()) {
-    cal.profile = plan::load_calibration(a.profile_from).profile;
-  } else {
-    const std::string profile_path = dir + "/profile.json";
-    std::fprintf(stderr, "plan calibrate: profiling %s alone (batch %d, %d thread)\n",
-                 a.model.c_str(), a.batch, a.threads);
-    run_to_file({(self_dir / kTorchExecutable).string(), "plan-profile", "--model", a.model,
-                 "--batch", std::to_string(a.batch), "--threads", std::to_string(a.threads),
-                 "--steps", std::to_string(a.profile_steps), "--out", profile_path},
-                {{"OMP_NUM_THREADS", std::to_string(a.threads)},
-                 {"OPENBLAS_NUM_THREADS", std::to_string(a.threads)}},
-                dir + "/profile.out", a.timeout_s);
-    {
-      json doc = plan::to_json(cal);
-      std::ifstream f(profile_path);
-      doc["profile"] = json::parse(f);
-      cal = plan::calibration_from_json(doc);
-    }
-  }
-
-  // 2. The links: saved bench comm output, and/or bench comm run now.
+// 2. The links: saved bench comm output, and/or bench comm run now (its
+// output files in dir).
+std::vector<json> comm_lines(const CalibrateArgs& a, const std::string& dir,
+                             const std::filesystem::path& self_dir) {
   std::vector<json> lines;
   for (const auto& f : a.comm_files) {
     auto more = read_json_lines(f);
@@ -266,6 +237,43 @@ int run_calibrate(const CalibrateArgs& a) {
       }
     }
   }
+  return lines;
+}
+
+int run_calibrate(const CalibrateArgs& a) {
+  if (a.save.empty())
+    throw_invalid_argument("plan calibrate: --save FILE is required (where the calibration goes)");
+  const std::string dir = temp_dir();
+  const auto self_dir = std::filesystem::path(self_executable()).parent_path();
+  plan::Calibration cal;
+  cal.host.cores = a.cores > 0 ? a.cores : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  cal.host.threads_per_rank = a.threads;
+  cal.host.shared_cores = a.shared_cores;
+
+  // 1. The model alone on one rank (hpctrain-torch: libtorch stays out of
+  // here), or the profile of an earlier calibration.
+  if (!a.profile_from.empty()) {
+    cal.profile = plan::load_calibration(a.profile_from).profile;
+  } else {
+    const std::string profile_path = dir + "/profile.json";
+    std::fprintf(stderr, "plan calibrate: profiling %s alone (batch %d, %d thread)\n",
+                 a.model.c_str(), a.batch, a.threads);
+    run_to_file({(self_dir / kTorchExecutable).string(), "plan-profile", "--model", a.model,
+                 "--batch", std::to_string(a.batch), "--threads", std::to_string(a.threads),
+                 "--steps", std::to_string(a.profile_steps), "--out", profile_path},
+                {{"OMP_NUM_THREADS", std::to_string(a.threads)},
+                 {"OPENBLAS_NUM_THREADS", std::to_string(a.threads)}},
+                dir + "/profile.out", a.timeout_s);
+    {
+      json doc = plan::to_json(cal);
+      std::ifstream f(profile_path);
+      doc["profile"] = json::parse(f);
+      cal = plan::calibration_from_json(doc);
+    }
+  }
+
+  // 2. The links: saved bench comm output, and/or bench comm run now.
+  const std::vector<json> lines = comm_lines(a, dir, self_dir);
   const auto fitted = plan::fit_bench_comm(lines, &cal.algorithms);
   if (!a.no_comm && fitted.empty()) {
     throw_invalid_argument(

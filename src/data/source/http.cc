@@ -274,6 +274,36 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
   curl_easy_cleanup(c);
 }
 
+// An answer's first bytes: does it start where we asked (pos), and is it
+// still the same object? The first answer gives the size (on_size); a server
+// that ignores Range sends from byte 0 again, *skip bytes to drop. Returns
+// why not, or "" when it is.
+std::string check_answer(const HttpResult& res, std::uint64_t pos, bool* size_known, std::uint64_t* total,
+                         std::uint64_t* skip, const std::function<void(std::uint64_t)>& on_size) {
+  std::uint64_t first = 0, size = 0;
+  auto cr = res.headers.find("content-range");
+  if (res.status == 206 && cr != res.headers.end() &&
+      parse_content_range(cr->second, &first, &size)) {
+    if (first != pos) {
+      return "the server answered from byte " + std::to_string(first) + ", not " + std::to_string(pos);
+    }
+  } else {
+    auto cl = res.headers.find("content-length");
+    if (cl == res.headers.end()) return "the answer has no Content-Length";
+    size = std::stoull(cl->second);
+    *skip = pos;
+  }
+  if (!*size_known) {
+    *size_known = true;
+    *total = size;
+    on_size(*total);
+  } else if (size != *total) {
+    return "the object changed while it was read (" + std::to_string(*total) + " bytes, now " +
+           std::to_string(size) + ")";
+  }
+  return "";
+}
+
 }  // namespace
 
 HttpResult http_perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body,
@@ -306,33 +336,8 @@ void fetch_object(const HttpRequest& base, const HttpOptions& o, std::uint64_t o
         // The answer's first bytes: does it start where we asked, and is it
         // still the same object?
         checked = true;
-        std::uint64_t first = 0, size = 0;
-        auto cr = res.headers.find("content-range");
-        if (res.status == 206 && cr != res.headers.end() &&
-            parse_content_range(cr->second, &first, &size)) {
-          if (first != pos) {
-            mismatch = "the server answered from byte " + std::to_string(first) + ", not " +
-                       std::to_string(pos);
-            return false;
-          }
-        } else {
-          auto cl = res.headers.find("content-length");
-          if (cl == res.headers.end()) {
-            mismatch = "the answer has no Content-Length";
-            return false;
-          }
-          size = std::stoull(cl->second);
-          skip = pos;
-        }
-        if (!size_known) {
-          size_known = true;
-          total = size;
-          on_size(total);
-        } else if (size != total) {
-          mismatch = "the object changed while it was read (" + std::to_string(total) +
-                     " bytes, now " + std::to_string(size) + ")";
-          return false;
-        }
+        mismatch = check_answer(res, pos, &size_known, &total, &skip, on_size);
+        if (!mismatch.empty()) return false;
       }
       if (skip > 0) {
         const size_t k = static_cast<size_t>(std::min<std::uint64_t>(skip, n));

@@ -24,6 +24,8 @@
 #include "core/error.h"
 #include "core/fd.h"
 #include "core/units.h"
+#include "data/source/s3_upload.h"
+#include "data/source/spool.h"
 #include "data/source/url.h"
 
 namespace hpct::data {
@@ -31,13 +33,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr size_t kPartBytes = 8 << 20;  // S3 wants >= 5 MiB per part but the last
-
-std::uint64_t now_us() {
-  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
-                                        std::chrono::steady_clock::now().time_since_epoch())
-                                        .count());
-}
 
 std::string hex64(std::uint64_t v) {
   char b[17];
@@ -58,120 +53,6 @@ std::string base_name(const std::string& url) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
-// Where a spool's bytes live. Memory (anonymous, huge pages advised) is the
-// fast case: measured 2026-11-26 on the 2-vCPU EPYC, 100 MB in 512 KiB
-// pieces took 11-16 ms to copy into fresh memory with huge pages, 32-40 ms
-// by pwrite into a file in /tmp (ext4: a page cache page, buffer heads and
-// a delayed allocation per 4 KiB), and 40-240 ms through a shared mapping
-// of that file (each first store faults, and the kernel zero-fills the page
-// and the readahead around it before the copy). A file holds shards beyond
-// the memory bound, and the cache's part files.
-enum class SpoolBacking {
-  kMemory,        // anonymous memory, written by memcpy
-  kNewFile,       // fd, sized here and written by pwrite
-  kFinishedFile,  // fd holds the whole object already (a cache hit)
-};
-
-// One remote shard on its way to the reader: bytes [0, available) are in
-// `map`, so a read of bytes already there is a memcpy, with no lock and no
-// system call (a tar walk reads two small pieces per member). A file spool
-// is written with pwrite and read through a read-only mapping of the same
-// page cache.
-struct Spool {
-  std::string url;     // as the user wrote it
-  std::string source;  // metrics key
-  HttpRequest request;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool queued = false;                      // guarded by mu
-  bool size_known = false;                  // guarded by mu
-  bool done = false;                        // guarded by mu
-  std::uint64_t size = 0;                   // written once under mu before size_known
-  std::atomic<std::uint64_t> available{0};  // bytes [0, available) are in map
-  std::atomic<int> waiters{0};              // readers waiting for bytes
-  // The least byte count a waiting reader wakes for (UINT64_MAX: none). A
-  // reader far into the shard asks for more than it needs, so the fetch
-  // thread wakes it once per stretch of bytes, not once per network read.
-  std::atomic<std::uint64_t> wake_at{UINT64_MAX};
-  std::exception_ptr error;     // guarded by mu
-  UniqueFd fd;                  // set before size_known (file spools)
-  char* map = nullptr;          // size bytes, set before size_known
-  bool in_memory = false;       // map is anonymous memory; set before size_known
-  std::uint64_t last_open = 0;  // guarded by the file system's mu (LRU; 0: never opened)
-  std::uint64_t written = 0;    // the fetch thread's
-
-  ~Spool() {
-    if (map != nullptr) ::munmap(map, size);
-  }
-  // The fetch thread, once the size is known: the bytes get their place.
-  void set_size(std::uint64_t n, SpoolBacking backing) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (n > 0) {
-      void* m = MAP_FAILED;
-      if (backing == SpoolBacking::kMemory) {
-        m = ::mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                   -1, 0);
-        // Huge pages (a hint; fine if refused) past the first 2 MiB: the
-        // first sample should not wait for a whole huge page to be cleared.
-        const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(m);
-        const std::uintptr_t from = (at + (4u << 20) - 1) & ~std::uintptr_t((2u << 20) - 1);
-        if (m != MAP_FAILED && from < at + n)
-          ::madvise(reinterpret_cast<void*>(from), at + n - from, MADV_HUGEPAGE);
-      } else {
-        if (backing == SpoolBacking::kNewFile && ::ftruncate(fd.get(), static_cast<off_t>(n)) != 0)
-          throw_io("size the spool of " + url, errno);
-        m = ::mmap(nullptr, n, PROT_READ, MAP_SHARED, fd.get(), 0);
-      }
-      if (m == MAP_FAILED) throw_io("map the spool of " + url, errno);
-      map = static_cast<char*>(m);
-      in_memory = backing == SpoolBacking::kMemory;
-    }
-    size = n;
-    size_known = true;
-    cv.notify_all();
-  }
-  // The fetch thread: the next bytes of the object.
-  void append(const char* data, size_t n) {
-    if (written + n > size)
-      throw_data_corrupt(url + ": the server sent more than the " + std::to_string(size) +
-                         " bytes it announced");
-    while (n > 0) {
-      // The shard's first bytes are published a piece at a time, so the
-      // first sample need not wait for a whole network read (up to 512 KiB)
-      // to be written.
-      const size_t piece = written < kEagerBytes ? std::min<size_t>(n, kEagerPiece) : n;
-      size_t k = piece;
-      if (in_memory) {
-        std::memcpy(map + written, data, piece);
-      } else {
-        const ssize_t w = ::pwrite(fd.get(), data, piece, static_cast<off_t>(written));
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) throw_io("write the spool of " + url, w < 0 ? errno : ENOSPC);
-        k = static_cast<size_t>(w);
-      }
-      data += k;
-      n -= k;
-      written += k;
-      publish();
-    }
-  }
-  static constexpr std::uint64_t kEagerBytes = 1 << 20;
-  static constexpr size_t kEagerPiece = 32 << 10;
-  void publish() {
-    available.store(written);
-    if (waiters.load() > 0 && written >= wake_at.load()) {
-      std::lock_guard<std::mutex> lock(mu);
-      wake_at.store(UINT64_MAX);
-      cv.notify_all();
-    }
-  }
-  void finish(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (e && !error) error = e;
-    done = true;
-    cv.notify_all();
-  }
-};
 
 }  // namespace
 
@@ -270,150 +151,7 @@ struct ShardFileSystem::Impl {
 
 namespace {
 
-class RemoteFile final : public RandomAccessFile {
- public:
-  RemoteFile(std::shared_ptr<Spool> s, SourceCounters* c, Millis bound)
-      : s_(std::move(s)), c_(c), bound_(bound) {}
-  size_t read_at(std::uint64_t offset, char* buf, size_t n) const override {
-    const std::uint64_t want = std::min<std::uint64_t>(s_->size, offset + n);
-    if (s_->available.load() < want) wait_for(offset, want);
-    if (offset >= want) return 0;
-    std::memcpy(buf, s_->map + offset, want - offset);
-    return want - offset;
-  }
-  std::uint64_t size() const override { return s_->size; }
-  const std::string& name() const override { return s_->url; }
 
- private:
-  // Waits for bytes up to `want` (a stall, counted) or the download's error.
-  // It asks to be woken a little past `want`: a quarter of the offset, at
-  // most 1 MiB, so the first samples come at once and a reader that keeps
-  // pace with the wire sleeps through most network reads.
-  void wait_for(std::uint64_t offset, std::uint64_t want) const {
-    const std::uint64_t slack = std::min<std::uint64_t>(offset / 4, 1ull << 20);
-    const std::uint64_t target = std::min<std::uint64_t>(s_->size, want + slack);
-    std::unique_lock<std::mutex> lock(s_->mu);
-    s_->waiters += 1;
-    const std::uint64_t t0 = now_us();
-    c_->stalls += 1;
-    const auto deadline = SteadyClock::now() + bound_;
-    bool arrived = true;
-    while (true) {
-      // Lowered before the bytes are checked: the fetch thread stores
-      // `available` before it reads wake_at, so either it sees this target
-      // (and notifies, under the lock this wait holds) or this check sees
-      // its bytes.
-      if (target < s_->wake_at.load()) s_->wake_at.store(target);
-      if (s_->available.load() >= want || s_->error) break;
-      if (s_->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
-          s_->available.load() < want && !s_->error) {
-        arrived = false;
-        break;
-      }
-    }
-    c_->stall_us += now_us() - t0;
-    s_->waiters -= 1;
-    if (!arrived) {
-      throw_timeout(s_->url + ": byte offset " + std::to_string(offset) +
-                    " did not arrive within " + std::to_string(bound_.count() / 1000) + " s");
-    }
-    if (s_->available.load() < want) {
-      try {
-        std::rethrow_exception(s_->error);
-      } catch (const Error& e) {
-        throw Error(e.code(), std::string(e.what()) + " (reading byte offset " +
-                                  std::to_string(offset) + ")");
-      }
-    }
-  }
-  std::shared_ptr<Spool> s_;
-  SourceCounters* c_;
-  Millis bound_;
-};
-
-// An S3 object written as a multipart upload, a part sent as each fills.
-class S3Writer final : public WritableFile {
- public:
-  S3Writer(std::string url, HttpRequest base, HttpOptions http, SourceCounters* c)
-      : url_(std::move(url)), base_(std::move(base)), http_(std::move(http)), c_(c) {
-    HttpRequest r = base_;
-    r.method = "POST";
-    r.url += "?uploads=";  // "uploads=": SigV4's canonical form, which curl 7.88 signs as written
-    const std::string body = http_call(r, http_, c_);
-    auto ids = xml_values(body, "UploadId");
-    if (ids.empty() || ids[0].empty()) {
-      throw Error(ErrorCode::kIo,
-                  url_ + ": the server started no multipart upload (no UploadId in its answer)");
-    }
-    upload_id_ = ids[0];
-  }
-  ~S3Writer() override {
-    if (committed_) return;
-    // Dropped uncommitted: abort, so no object appears and the parts go.
-    try {
-      HttpRequest r = base_;
-      r.method = "DELETE";
-      r.url += "?uploadId=" + uri_encode(upload_id_, false);
-      http_call(r, http_, c_);
-    } catch (const std::exception&) {
-      // The server drops abandoned uploads by its own lifecycle rules.
-    }
-  }
-  void append(std::string_view bytes) override {
-    buf_.append(bytes);
-    while (buf_.size() >= kPartBytes) {
-      send_part(buf_.substr(0, kPartBytes));
-      buf_.erase(0, kPartBytes);
-    }
-  }
-  void commit() override {
-    if (!buf_.empty() || etags_.empty()) send_part(buf_);
-    buf_.clear();
-    std::string xml = "<CompleteMultipartUpload>";
-    for (size_t i = 0; i < etags_.size(); ++i) {
-      xml += "<Part><PartNumber>" + std::to_string(i + 1) + "</PartNumber><ETag>" + etags_[i] +
-             "</ETag></Part>";
-    }
-    xml += "</CompleteMultipartUpload>";
-    HttpRequest r = base_;
-    r.method = "POST";
-    r.url += "?uploadId=" + uri_encode(upload_id_, false);
-    r.body = xml;
-    r.headers.push_back("Content-Type: application/xml");
-    const std::string answer = http_call(r, http_, c_);
-    if (answer.find("<Error>") != std::string::npos) {
-      throw Error(ErrorCode::kIo,
-                  url_ + ": completing the upload failed: " + answer.substr(0, 300));
-    }
-    committed_ = true;
-  }
-  const std::string& name() const override { return url_; }
-
- private:
-  void send_part(const std::string& data) {
-    HttpRequest r = base_;
-    r.method = "PUT";
-    r.url += "?partNumber=" + std::to_string(etags_.size() + 1) +
-             "&uploadId=" + uri_encode(upload_id_, false);
-    r.body = data;
-    r.headers.push_back("Content-Type: application/octet-stream");
-    std::map<std::string, std::string> headers;
-    http_call(r, http_, c_, &headers);
-    auto it = headers.find("etag");
-    if (it == headers.end())
-      throw Error(ErrorCode::kIo, url_ + ": the server returned no ETag for a part");
-    etags_.push_back(it->second);
-    c_->bytes += data.size();
-  }
-  std::string url_;
-  HttpRequest base_;
-  HttpOptions http_;
-  SourceCounters* c_;
-  std::string upload_id_;
-  std::string buf_;
-  std::vector<std::string> etags_;
-  bool committed_ = false;
-};
 
 }  // namespace
 
@@ -666,7 +404,7 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
                   " s");
   }
   if (!s->size_known) std::rethrow_exception(s->error);
-  return std::make_unique<RemoteFile>(s, c, m.read_bound());
+  return open_spool_reader(s, c, m.read_bound());
 }
 
 std::unique_ptr<WritableFile> ShardFileSystem::open_write(const std::string& path) {
@@ -678,7 +416,7 @@ std::unique_ptr<WritableFile> ShardFileSystem::open_write(const std::string& pat
   }
   Impl& m = *impl_;
   HttpRequest base = m.request_for(path);
-  return std::make_unique<S3Writer>(path, base, m.o.http, m.counters_for(source_of(path)));
+  return open_s3_upload(path, base, m.o.http, m.counters_for(source_of(path)));
 }
 
 bool ShardFileSystem::sidecars() const { return impl_->o.sidecars; }

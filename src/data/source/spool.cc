@@ -1,0 +1,83 @@
+#include "data/source/spool.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+namespace hpct::data {
+namespace {
+
+std::uint64_t now_us() {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                        std::chrono::steady_clock::now().time_since_epoch())
+                                        .count());
+}
+
+class RemoteFile final : public RandomAccessFile {
+ public:
+  RemoteFile(std::shared_ptr<Spool> s, SourceCounters* c, Millis bound)
+      : s_(std::move(s)), c_(c), bound_(bound) {}
+  size_t read_at(std::uint64_t offset, char* buf, size_t n) const override {
+    const std::uint64_t want = std::min<std::uint64_t>(s_->size, offset + n);
+    if (s_->available.load() < want) wait_for(offset, want);
+    if (offset >= want) return 0;
+    std::memcpy(buf, s_->map + offset, want - offset);
+    return want - offset;
+  }
+  std::uint64_t size() const override { return s_->size; }
+  const std::string& name() const override { return s_->url; }
+
+ private:
+  // Waits for bytes up to `want` (a stall, counted) or the download's error.
+  // It asks to be woken a little past `want`: a quarter of the offset, at
+  // most 1 MiB, so the first samples come at once and a reader that keeps
+  // pace with the wire sleeps through most network reads.
+  void wait_for(std::uint64_t offset, std::uint64_t want) const {
+    const std::uint64_t slack = std::min<std::uint64_t>(offset / 4, 1ull << 20);
+    const std::uint64_t target = std::min<std::uint64_t>(s_->size, want + slack);
+    std::unique_lock<std::mutex> lock(s_->mu);
+    s_->waiters += 1;
+    const std::uint64_t t0 = now_us();
+    c_->stalls += 1;
+    const auto deadline = SteadyClock::now() + bound_;
+    bool arrived = true;
+    while (true) {
+      // Lowered before the bytes are checked: the fetch thread stores
+      // `available` before it reads wake_at, so either it sees this target
+      // (and notifies, under the lock this wait holds) or this check sees
+      // its bytes.
+      if (target < s_->wake_at.load()) s_->wake_at.store(target);
+      if (s_->available.load() >= want || s_->error) break;
+      if (s_->cv.wait_until(lock, deadline) == std::cv_status::timeout &&
+          s_->available.load() < want && !s_->error) {
+        arrived = false;
+        break;
+      }
+    }
+    c_->stall_us += now_us() - t0;
+    s_->waiters -= 1;
+    if (!arrived) {
+      throw_timeout(s_->url + ": byte offset " + std::to_string(offset) +
+                    " did not arrive within " + std::to_string(bound_.count() / 1000) + " s");
+    }
+    if (s_->available.load() < want) {
+      try {
+        std::rethrow_exception(s_->error);
+      } catch (const Error& e) {
+        throw Error(e.code(), std::string(e.what()) + " (reading byte offset " +
+                                  std::to_string(offset) + ")");
+      }
+    }
+  }
+  std::shared_ptr<Spool> s_;
+  SourceCounters* c_;
+  Millis bound_;
+};
+
+}  // namespace
+
+std::unique_ptr<RandomAccessFile> open_spool_reader(std::shared_ptr<Spool> s, SourceCounters* c, Millis bound) {
+  return std::make_unique<RemoteFile>(std::move(s), c, bound);
+}
+
+}  // namespace hpct::data
