@@ -1,16 +1,21 @@
 # hpctrain: `make demo` sets up and runs the demo job, `make test` sets up and
-# runs the tests. Both install what they need first (scripts/install-deps.sh).
+# runs the tests. Both install what they need first (scripts/install-deps.sh;
+# the demo only its own part, --demo).
 BUILD ?= build
 JOBS ?= $(shell nproc)
 CMAKE_FLAGS ?=
 CTEST_FLAGS ?=
 
-.PHONY: all deps configure build test test-unit demo clean format package
+.PHONY: all deps deps-demo configure build test test-unit demo clean format package
 
 all: build
 
 deps:
 	@bash scripts/install-deps.sh
+
+# Only what the demo takes (a new user's first run): `make test` adds the rest.
+deps-demo:
+	@bash scripts/install-deps.sh --demo
 
 $(BUILD)/build.ninja: CMakeLists.txt
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release $(CMAKE_FLAGS)
@@ -35,7 +40,7 @@ package: build
 # train), not the tests or the Python module: 165 of the tree's 261 build
 # steps. Ninja keeps one progress line on a terminal.
 DEMO_TARGETS = hpctrain hpctrain-torch
-demo: configure
+demo: deps-demo $(BUILD)/build.ninja
 	NINJA_STATUS="[%f/%t %p, %es] " cmake --build $(BUILD) -j $(JOBS) --target $(DEMO_TARGETS)
 	bash scripts/demo.sh $(BUILD)
 

@@ -2,23 +2,44 @@
 # Installs, with apt-get, everything hpctrain needs to build, test and run its demo.
 # Idempotent: packages already present are not fetched again, and apt's lists are
 # refreshed only when something is missing. Must run as root on Debian 12.
+#
+#   scripts/install-deps.sh          everything: the build, the tests, the benchmarks' peers
+#   scripts/install-deps.sh --demo   only what configuring, building the two programs and
+#                                    running the demo take (`make demo`): no browser, servers,
+#                                    Slurm, Ansible or PyTorch peer; `make test` adds the rest
 set -euo pipefail
 
-packages=(
-  # build
+demo_only=0
+case "${1:-}" in
+  --demo) demo_only=1 ;;
+  "") ;;
+  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+esac
+
+# Configure (every REQUIRED find_package of CMakeLists.txt), build and the demo.
+demo_packages=(
   g++ cmake make ninja-build pkg-config git ccache
   # libtorch, on OpenBLAS (the reference BLAS is 5-20x slower here)
   libtorch-dev libopenblas0-pthread
   # communication
   libopenmpi-dev openmpi-bin libgloo-dev
-  # CLI, JSON, crypto, HTTP, images
-  libcli11-dev nlohmann-json3-dev libssl-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev libdeflate-dev
-  # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev python3
+  # CLI, JSON, crypto, HTTP, images, metrics endpoints (prometheus-cpp)
+  libcli11-dev nlohmann-json3-dev libssl-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
+  libdeflate-dev prometheus-cpp-dev
+  # the tests' framework is found at configure time (the same build folder serves make test)
+  libgtest-dev libgmock-dev python3
+  # the demo's data
+  dataset-fashion-mnist
+)
+
+packages=(
+  "${demo_packages[@]}"
+  # benchmarks
+  libbenchmark-dev
   # tf.Example through libprotobuf (formats/example_bench.cc)
   libprotobuf-dev protobuf-compiler
-  # Prometheus endpoints of the ranks (prometheus-cpp), and a real Prometheus and promtool for their test
-  prometheus-cpp-dev prometheus
+  # a real Prometheus and promtool for the metrics endpoints' test
+  prometheus
   # the browser that opens hpctrain report's page in its test (headless)
   chromium
   # hpctrain top read off a real terminal in its test
@@ -34,16 +55,17 @@ packages=(
   # shards in object storage (tests/objstore): nginx for HTTP(S), the AWS CLI and botocore
   # (the signature check in front of s3rver), boto3 for scripts
   nginx awscli python3-botocore python3-boto3 openssl
-  # real data
-  dataset-fashion-mnist
   # the peer baseline (PyTorch DDP) for benchmarks only
   python3-torch
   # the Python package hpctrain.torch (python/) and its tests
   pybind11-dev python3-dev python3-numpy
 )
+if [ "$demo_only" = 1 ]; then
+  packages=("${demo_packages[@]}")
+fi
 
 # Debian's npm, unless a nodejs from elsewhere brings its own (it then conflicts with Debian's npm).
-command -v npm >/dev/null || packages+=(npm)
+[ "$demo_only" = 1 ] || command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -73,9 +95,15 @@ s3rver_server() {
     echo "install-deps: npm could not install s3rver; the objstore tests will fail" >&2
 }
 
-if [ ${#missing[@]} -eq 0 ]; then
+# The npm caches serve the tests only.
+npm_caches() {
+  [ "$demo_only" = 1 ] && return 0
   hcl_parser
   s3rver_server
+}
+
+if [ ${#missing[@]} -eq 0 ]; then
+  npm_caches
   echo "install-deps: all ${#packages[@]} packages present"
   exit 0
 fi
@@ -90,6 +118,5 @@ echo "install-deps: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends "${missing[@]}"
-hcl_parser
-s3rver_server
+npm_caches
 echo "install-deps: done"

@@ -1,27 +1,27 @@
 #include "doctor/mpi_version.h"
 
-#include <regex>
+#include "core/regex.h"
 
 namespace hpct::doctor {
 namespace {
 
 // The first capture of `re` in text, or "".
-std::string first_match(const std::string& text, const std::regex& re) {
-  std::smatch m;
-  return std::regex_search(text, m, re) ? m[1].str() : std::string();
+std::string first_match(const std::string& text, const Regex& re) {
+  const auto m = re.search(text);
+  return m ? m->group(1) : std::string();
 }
 
 }  // namespace
 
 void parse_mpirun_version(const std::string& output, MpiFacts& out) {
-  static const std::regex kVersionWord(R"(Version:?\s+([0-9][0-9A-Za-z.\-]*))");
+  static const Regex kVersionWord(R"(Version:?\s+([0-9][0-9A-Za-z.\-]*))");
   if (output.find("Open MPI") != std::string::npos || output.find("OpenRTE") != std::string::npos) {
     out.implementation = "Open MPI";
     // "mpirun (Open MPI) 4.1.4"
-    out.version = first_match(output, std::regex(R"(\((?:Open MPI|OpenRTE)\)\s+([0-9][0-9A-Za-z.\-]*))"));
+    out.version = first_match(output, Regex(R"(\((?:Open MPI|OpenRTE)\)\s+([0-9][0-9A-Za-z.\-]*))"));
   } else if (output.find("Intel(R) MPI") != std::string::npos) {
     out.implementation = "Intel MPI";
-    out.version = first_match(output, std::regex(R"(Version\s+([0-9][0-9A-Za-z.\-]*))"));
+    out.version = first_match(output, Regex(R"(Version\s+([0-9][0-9A-Za-z.\-]*))"));
   } else if (output.find("MVAPICH") != std::string::npos) {
     out.implementation = "MVAPICH2";
     out.version = first_match(output, kVersionWord);

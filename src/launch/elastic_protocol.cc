@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "core/error.h"
+#include "core/regex.h"
 
 namespace hpct::launch::elastic {
 
@@ -89,23 +89,18 @@ FailureReport decode_report(const std::string& text) {
 
 std::vector<int> blamed_ranks(const std::string& message) {
   // The first statement of blame wins: later ones repeat what other ranks saw.
-  static const std::regex one(
-      R"(peer rank (\d+)|(?:^|[^\w])rank (\d+) \(pid|shut down by rank (\d+))");
-  static const std::regex many(R"((?:peer ranks|rank\(s\)) \[([0-9, ]+)\])");
-  std::smatch m1, m2;
-  const bool has_one = std::regex_search(message, m1, one);
-  const bool has_many = std::regex_search(message, m2, many);
+  static const Regex one(R"(peer rank (\d+)|(?:^|[^\w])rank (\d+) \(pid|shut down by rank (\d+))");
+  static const Regex many(R"((?:peer ranks|rank\(s\)) \[([0-9, ]+)\])");
+  static const Regex num(R"(\d+)");
+  const auto m1 = one.search(message);
+  const auto m2 = many.search(message);
   std::vector<int> out;
-  if (has_many && (!has_one || m2.position(0) < m1.position(0))) {
-    std::string list = m2[1].str();
-    std::regex num(R"(\d+)");
-    for (std::sregex_iterator it(list.begin(), list.end(), num), end; it != end; ++it) {
-      out.push_back(std::stoi(it->str()));
-    }
-  } else if (has_one) {
-    for (size_t g = 1; g < m1.size(); ++g) {
-      if (m1[g].matched) {
-        out.push_back(std::stoi(m1[g].str()));
+  if (m2 && (!m1 || m2->position < m1->position)) {
+    for (const auto& n : num.search_all(m2->group(1))) out.push_back(std::stoi(n.group(0)));
+  } else if (m1) {
+    for (size_t g = 1; g < m1->groups.size(); ++g) {
+      if (m1->groups[g]) {
+        out.push_back(std::stoi(*m1->groups[g]));
         break;
       }
     }

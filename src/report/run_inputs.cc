@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
+#include "core/regex.h"
 #include "core/error.h"
 
 namespace hpct::report {
@@ -64,7 +64,7 @@ void metrics_events(const nlohmann::json& j, const std::string& name, RunInputs*
 
 // One launcher.log line: "<unix seconds> text".
 void launcher_event(const std::string& line, const std::string& name, RunInputs* in) {
-  static const std::regex rank_failed(
+  static const Regex rank_failed(
       R"(^(rank|(parameter )?server) \d+ .*(exited with code [1-9]|killed by|did not start))");
   const auto space = line.find(' ');
   if (space == std::string::npos) return;
@@ -80,7 +80,7 @@ void launcher_event(const std::string& line, const std::string& name, RunInputs*
   if (t.rfind("restarting the job", 0) == 0) {
     e.kind = "restart";
   } else if (t.rfind("job failed", 0) == 0 || t.rfind("interrupted by", 0) == 0 ||
-             t.find(" is lost") != std::string::npos || std::regex_search(t, rank_failed)) {
+             t.find(" is lost") != std::string::npos || rank_failed.search(t).has_value()) {
     e.kind = "fault";
   } else if (t.rfind("elastic: generation ", 0) == 0 && t.find(": size ") != std::string::npos &&
              t.find(": size 0 ->") == std::string::npos) {
@@ -128,8 +128,8 @@ Kind kind_by_name(const fs::path& p) {
   if (file == "launcher.log") return Kind::kLauncherLog;
   if ((file == "stdout" || file == "stderr") && parent.rfind("rank.", 0) == 0)
     return Kind::kRankLog;
-  static const std::regex ckpt(R"(ckpt-\d+\.json)");
-  if (std::regex_match(file, ckpt)) return Kind::kCheckpoint;
+  static const Regex ckpt(R"(ckpt-\d+\.json)");
+  if (ckpt.matches(file)) return Kind::kCheckpoint;
   return Kind::kUnknown;
 }
 
@@ -186,13 +186,12 @@ bool read_one_file(const fs::path& p, bool strict, RunInputs* in) {
       if (by_name == Kind::kLauncherLog) {
         launcher_event(line, path, in);
       } else if (line.rfind("fault: ", 0) == 0) {
-        static const std::regex at_step(R"(at step (\d+))");
-        std::smatch m;
+        static const Regex at_step(R"(at step (\d+))");
         RunEvent e;
         e.kind = "fault";
         e.text = line.substr(7);
         e.source = path;
-        if (std::regex_search(line, m, at_step)) e.step = std::stod(m[1].str());
+        if (const auto m = at_step.search(line)) e.step = std::stod(m->group(1));
         in->events.push_back(e);
       }
     }

@@ -1,7 +1,7 @@
-// A remote shard on its way to the reader (the spool of remote_fs.h: memory,
-// or a local file) and
-// the reader that takes its bytes as they arrive, waiting, with a bound,
-// for those not there yet. Private to src/data/source/.
+// A remote shard on its way to the reader (the spool of remote_fs.h: in
+// memory, or in a local file) and the reader that takes its bytes as they
+// arrive, waiting, with a bound, for those not there yet. Private to
+// src/data/source/.
 #pragma once
 
 #include <sys/mman.h>
