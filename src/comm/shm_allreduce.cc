@@ -30,7 +30,6 @@ constexpr std::size_t kSlotAlign = 8192;       // slot halves stay page-aligned
 constexpr std::size_t kChunkAlign = 64;        // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
 constexpr auto kSpin = std::chrono::microseconds(50);
-constexpr auto kPauseSpin = std::chrono::microseconds(2);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 
 struct Header {
@@ -49,6 +48,14 @@ std::atomic<std::uint64_t>* counter(void* base, int rank) {
 std::atomic<std::uint32_t>* sleepers(void* base, int rank) {
   return reinterpret_cast<std::atomic<std::uint32_t>*>(
       reinterpret_cast<std::uint8_t*>(counter(base, rank)) + 64);
+}
+
+// The CPU `rank` ran on when it last arrived (-1: not known), beside its
+// sleepers count: a waiter spins only while the rank it waits for is
+// elsewhere, not on the core it holds.
+std::atomic<std::int32_t>* last_cpu(void* base, int rank) {
+  return reinterpret_cast<std::atomic<std::int32_t>*>(
+      reinterpret_cast<std::uint8_t*>(counter(base, rank)) + 68);
 }
 
 // Waiters sleep on a futex on the counter's low 32 bits (core/futex.h),
@@ -137,6 +144,7 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int size, std::size_t slot_by
   for (int q = 0; q < size; ++q) {
     new (counter(base, q)) std::atomic<std::uint64_t>(0);
     new (sleepers(base, q)) std::atomic<std::uint32_t>(0);
+    new (last_cpu(base, q)) std::atomic<std::int32_t>(-1);
   }
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
@@ -226,6 +234,8 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
   // seq_cst store, then the sleepers load: pairs with the waiter's
   // increment-then-reload below, so a waiter either sees this arrival or is
   // counted here and woken.
+  const int my_cpu = sched_getcpu();
+  last_cpu(base_, rank_)->store(my_cpu, std::memory_order_relaxed);
   counter(base_, rank_)->store(generation);
   if (sleepers(base_, rank_)->load() != 0) futex_wake_all(counter(base_, rank_));
   using Clock = std::chrono::steady_clock;
@@ -237,17 +247,19 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
     while (c->load(std::memory_order_acquire) < generation) {
       const auto now = Clock::now();
       if (now - start < kSpin) {
-        // Past the first microseconds, each poll gives the core away: when
-        // the ranks outnumber the free cores (a loaded machine, ranks sharing
-        // a core), the rank waited for may need this very core, and a 50 us
-        // pause loop held it from that rank twice per piece. sched_yield
-        // returns at once when nothing else wants the core.
-        if (now - start < kPauseSpin) {
+        // Spin (pause, holding the core) only while rank q was last seen on
+        // another CPU: then it is running there or will be soon. When it
+        // last ran on this very CPU it needs the core this rank holds, and
+        // the rank sleeps at once instead. Never sched_yield: under the
+        // kernel's EEVDF scheduler (Linux 6.6 on) a yield pushes this rank's
+        // deadline back by a whole slice, so a busy neighbour process keeps
+        // the core for milliseconds, once per wait; a futex sleeper that is
+        // woken keeps its lag and takes the core back at once.
+        const int q_cpu = last_cpu(base_, q)->load(std::memory_order_relaxed);
+        if (q_cpu < 0 || q_cpu != my_cpu) {
           cpu_relax();
-        } else {
-          sched_yield();
+          continue;
         }
-        continue;
       }
       if (now >= deadline.end()) {
         throw_timeout("timed out after " + std::to_string(deadline.budget().count()) +

@@ -33,15 +33,17 @@
 // that chunk's owner computed: results are identical on every rank. The
 // result is the same sum as reduce_elements() over ranks 0, 1, ... in order.
 //
-// Waiting: an arrival is a store of the rank's counter; a waiter polls for
-// up to 50 us (ranks in one allreduce are usually in step), yielding the core
-// on each poll after the first 2 us (on a loaded machine the peer may be
-// waiting for this very core: a pause loop there made 1 MiB take 1.2-1.5x
-// MPI_Allreduce's time instead of 0.55-0.9x, 2026-11-26), and then sleeps
-// on a futex on that counter, which the arriving rank wakes: a rank that
-// waits for a slower one holds no core (the core is free for the peer and
-// for the data loader's idle-priority decode threads) and still wakes within
-// microseconds of the arrival. Every wait is bounded by the caller's deadline (Timeout
+// Waiting: an arrival is a store of the rank's counter (and of the CPU it
+// ran on); a waiter spins with pause for up to 50 us (ranks in one allreduce
+// are usually in step) while the rank it waits for was last on another CPU,
+// and otherwise sleeps on a futex on that counter, which the arriving rank
+// wakes: a rank that waits for a slower one holds no core (the core is free
+// for the peer and for the data loader's idle-priority decode threads) and
+// still wakes within microseconds of the arrival. It never calls
+// sched_yield: on this kernel's EEVDF scheduler a yield hands the core to a
+// busy neighbour for a whole slice (milliseconds), once per wait, which made
+// 16 MiB take 0.8-1.5x MPI_Allreduce's time on a loaded machine (2026-11-26,
+// docs/comm.md). Every wait is bounded by the caller's deadline (Timeout
 // naming the rank and the step it waited for) and checks every 50 ms that
 // the ranks it waits for are alive (PeerFailure naming the rank and its pid).
 //
