@@ -20,9 +20,10 @@ import http.client
 import http.server
 import json
 import random
-import sys
 import threading
 import time
+
+from front_server import Server
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
@@ -107,16 +108,6 @@ class Proxy(http.server.BaseHTTPRequestHandler):
         conn.close()
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
-
-
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # A client that hangs up mid-answer (the fault proxy does on purpose)
-        # is not an error of this server.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
 
 
 def main():

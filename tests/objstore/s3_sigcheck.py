@@ -29,6 +29,8 @@ from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
 
+from front_server import Server
+
 AUTH_RE = re.compile(
     r"AWS4-HMAC-SHA256\s+Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request,\s*"
     r"SignedHeaders=([^,]+),\s*Signature=([0-9a-f]+)")
@@ -157,16 +159,6 @@ class Front(http.server.BaseHTTPRequestHandler):
         conn.close()
 
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
-
-
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # A client that hangs up mid-answer (the fault proxy does on purpose)
-        # is not an error of this server.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
 
 
 def main():
