@@ -9,37 +9,29 @@
 #include <map>
 #include <sstream>
 
+#include "cli_summary_run.h"
+#include "fashion_shards.h"
 #include "launch_test_util.h"
+#include "netns_hosts.h"
 
 namespace {
 
 using namespace launch_test;
 const std::string H = HPCT_BINARY;  // hpctrain
 
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> v;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    v.push_back(nlohmann::json::parse(line));
-  }
-  return v;
-}
+// Strict: a benchmark line that does not parse fails the test.
+std::vector<nlohmann::json> json_lines(const std::string& out) { return hpct::test::json_lines(out, true); }
 
 class BenchNetns : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = HPCT_BENCH_NETNS_DIR;
-    if (!slurp(dir_ + "/skip").empty()) GTEST_SKIP() << "network namespaces unavailable: " << slurp(dir_ + "/skip");
-    env_ = read_env_file(dir_ + "/env");
-    ASSERT_FALSE(env_["NETNS_HOSTS"].empty()) << "netns cluster not up (" << dir_ << "/env missing)";
-    std::istringstream in(env_["NETNS_HOSTS"]);
-    std::string h;
-    while (in >> h) hosts_.push_back(h);
-    ASSERT_EQ(hosts_.size(), 2u);
-    hosts_opt_ = " -H " + hosts_[0] + ":1," + hosts_[1] + ":1 -i " + env_["NETNS_KEY"] +
-                 " --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null ";
+    cluster_ = hpct::test::read_netns_hosts(HPCT_BENCH_NETNS_DIR, 2);
+    if (!cluster_.skip.empty()) GTEST_SKIP() << cluster_.skip;
+    ASSERT_TRUE(cluster_.error.empty()) << cluster_.error;
+    dir_ = cluster_.dir;
+    env_ = cluster_.env;
+    hosts_ = cluster_.hosts;
+    hosts_opt_ = cluster_.host_option({1, 1}) + cluster_.ssh_options();
   }
 
   // The allreduce lines and the round-trip lines of one run, checked as a
@@ -79,6 +71,7 @@ class BenchNetns : public ::testing::Test {
     EXPECT_EQ(sizes, 2) << out;
   }
 
+  hpct::test::NetnsHosts cluster_;
   std::string dir_, hosts_opt_;
   std::map<std::string, std::string> env_;
   std::vector<std::string> hosts_;
@@ -169,8 +162,7 @@ TEST_F(BenchNetns, ACrashingDdpHookAcrossHostsIsReportedFailedNotHung) {
 // each host, our own connections across), small ones flat over our own
 // connections; a short training job ends with the same parameters on all 4.
 TEST_F(BenchNetns, TwoRanksOnEachOfTwoHostsGoHierarchicalAndTrainIdentically) {
-  const std::string two_each = " -H " + hosts_[0] + ":2," + hosts_[1] + ":2 -i " + env_["NETNS_KEY"] +
-                               " --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null ";
+  const std::string two_each = cluster_.host_option({2, 2}) + cluster_.ssh_options();
   Outcome comm = run(H + " launch --prefix none" + two_each + "-- " + H + " bench comm --sizes 4K,1M --budget-s 0.1", 120);
   ASSERT_EQ(comm.exit_code, 0) << comm.out;
   std::map<double, std::string> algorithm;
@@ -182,12 +174,10 @@ TEST_F(BenchNetns, TwoRanksOnEachOfTwoHostsGoHierarchicalAndTrainIdentically) {
   EXPECT_EQ(algorithm[4096], "direct:recursive-doubling") << comm.out;
   EXPECT_EQ(algorithm[1 << 20], "hier:shm+direct+shm") << comm.out;
 
-  const std::string shards = dir_ + "/hier-shards";
-  Outcome pack = run(H + " data pack --from fashion-mnist --split test -q --max-count 1000 -o '" + shards +
-                         "/fm-%06d.tar'", 120);
-  ASSERT_EQ(pack.exit_code, 0) << pack.out;
-  Outcome train = run(H + " launch --prefix none" + two_each + "-- " + H + " train --model cnn --data '" + shards +
-                          "/fm-{000000..000003}.tar' --batch 16 --max-steps 20 --threads 1 --seed 3 --log-every 10 "
+  const auto shards = hpct::test::FashionShards::in_dir(dir_ + "/hier-shards", 1000);
+  ASSERT_TRUE(shards.ok()) << shards.output();
+  Outcome train = run(H + " launch --prefix none" + two_each + "-- " + H + " train --model cnn --data '" + shards.range(0, 3) +
+                          "' --batch 16 --max-steps 20 --threads 1 --seed 3 --log-every 10 "
                           "--progress lines 2>&1",
                       170);
   ASSERT_EQ(train.exit_code, 0) << train.out;

@@ -3,7 +3,9 @@
 // JSON line of the output (rank 0's summary, or a benchmark's result).
 #pragma once
 
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -34,6 +36,21 @@ inline CliRun run_with_summary(const std::string& cmd) {
 inline CliRun run_hpctrain(const std::string& args) {
   return run_with_summary(std::string("timeout 300 env OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 ") +
                           HPCT_BINARY + " " + args);
+}
+
+// Every line of `out` that starts with '{', parsed: benchmark lines, rank 0's
+// summary. A line that does not parse is left out, or, when strict, throws
+// (nlohmann::json::parse_error), which fails the test that asked.
+inline std::vector<nlohmann::json> json_lines(const std::string& out, bool strict = false) {
+  std::vector<nlohmann::json> v;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] != '{') continue;
+    auto j = strict ? nlohmann::json::parse(line) : nlohmann::json::parse(line, nullptr, false);
+    if (!j.is_discarded()) v.push_back(std::move(j));
+  }
+  return v;
 }
 
 }  // namespace hpct::test

@@ -15,11 +15,13 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
+#include "netns_hosts.h"
 #include "shell_run.h"
 
 namespace {
@@ -44,25 +46,16 @@ class DoctorNetns : public ::testing::Test {
   // every test undoes its own fault.
   static void SetUpTestSuite() {
     name_ = "d" + std::to_string(::getpid() % 10000000);
-    CmdResult up = sh(script() + " up 3 " + name_ + " --etc-hosts 2>&1");
-    std::istringstream lines(up.out);
-    std::string line;
-    while (std::getline(lines, line)) {
-      auto eq = line.find('=');
-      if (eq == std::string::npos) continue;
-      std::string v = line.substr(eq + 1);
-      if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
-      env_[line.substr(0, eq)] = v;
-    }
-    up_ = true;
-    if (env_.count("NETNS_SKIP")) {
-      skip_ = "no namespace cluster here: " + env_["NETNS_SKIP"];
+    cluster_ = std::make_unique<hpct::test::NetnsCluster>(script(), 3, name_, "--etc-hosts");
+    const hpct::test::NetnsHosts& c = cluster_->hosts();
+    env_ = c.env;
+    hosts_ = c.hosts;
+    if (!c.skip.empty()) {
+      skip_ = c.skip;
       return;
     }
-    std::istringstream hs(env_["NETNS_HOSTS"]);
-    for (std::string h; hs >> h;) hosts_.push_back(h);
-    if (up.exit_code != 0 || hosts_.size() != 3) {
-      broken_ = "scripts/netns-cluster.sh up failed: " + up.out;
+    if (!c.error.empty()) {
+      broken_ = c.error;
       return;
     }
     shared_ = "/tmp/hpct-doctor-shared-" + name_;
@@ -74,7 +67,7 @@ class DoctorNetns : public ::testing::Test {
   }
 
   static void TearDownTestSuite() {
-    if (up_) sh(script() + " down " + name_ + " 2>&1");
+    cluster_.reset();  // down, whatever the tests did
     std::error_code ec;
     if (!shared_.empty()) fs::remove_all(shared_, ec);
     if (!known_.empty()) fs::remove(known_, ec);
@@ -134,7 +127,7 @@ class DoctorNetns : public ::testing::Test {
   static std::string known_;
   static std::string skip_;
   static std::string broken_;
-  static bool up_;
+  static std::unique_ptr<hpct::test::NetnsCluster> cluster_;
   bool unchecked_keys_ = false;  // ssh as most test scripts run it: no host key checking
 };
 
@@ -145,7 +138,7 @@ std::string DoctorNetns::shared_;
 std::string DoctorNetns::known_;
 std::string DoctorNetns::skip_;
 std::string DoctorNetns::broken_;
-bool DoctorNetns::up_ = false;
+std::unique_ptr<hpct::test::NetnsCluster> DoctorNetns::cluster_;
 
 TEST_F(DoctorNetns, HealthyClusterIsReadyInUnderTenSecondsQuick) {
   CmdResult run;

@@ -21,7 +21,9 @@
 #include <sstream>
 #include <thread>
 
+#include "fashion_shards.h"
 #include "launch_test_util.h"
+#include "netns_hosts.h"
 
 namespace {
 
@@ -31,23 +33,15 @@ namespace fs = std::filesystem;
 class ElasticNetns : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = HPCT_NETNS_DIR;
-    if (!slurp(dir_ + "/skip").empty())
-      GTEST_SKIP() << "network namespaces unavailable: " << slurp(dir_ + "/skip");
-    env_ = read_env_file(dir_ + "/env");
-    ASSERT_FALSE(env_["NETNS_HOSTS"].empty())
-        << "netns cluster not up (" << dir_ << "/env missing)";
-    std::istringstream in(env_["NETNS_HOSTS"]);
-    std::string h;
-    while (in >> h) hosts_.push_back(h);
-    ASSERT_EQ(hosts_.size(), 3u);
+    cluster_ = hpct::test::read_netns_hosts(HPCT_NETNS_DIR, 3);
+    if (!cluster_.skip.empty()) GTEST_SKIP() << cluster_.skip;
+    ASSERT_TRUE(cluster_.error.empty()) << cluster_.error;
+    dir_ = cluster_.dir;
+    env_ = cluster_.env;
+    hosts_ = cluster_.hosts;
     work_ = dir_ + "/elastic";
-    fs::create_directories(work_);
-    Outcome r = run(std::string(HPCT_BINARY) +
-                        " data pack --from fashion-mnist --split test -q --max-count 2000 -o " +
-                        work_ + "/fm-%06d.tar",
-                    120);
-    ASSERT_EQ(r.exit_code, 0) << r.out;
+    const auto shards = hpct::test::FashionShards::in_dir(work_, 2000);
+    ASSERT_TRUE(shards.ok()) << shards.output();
   }
   void TearDown() override {
     // A failed test leaves no job behind: the launcher stops its workers.
@@ -74,6 +68,7 @@ class ElasticNetns : public ::testing::Test {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
   int pid_ = -1;
+  hpct::test::NetnsHosts cluster_;
   std::string dir_, work_;
   std::map<std::string, std::string> env_;
   std::vector<std::string> hosts_;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "launch_test_util.h"
+#include "netns_hosts.h"
 
 namespace {
 
@@ -18,22 +19,17 @@ const std::string L = H + " launch";
 class LaunchNetns : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = HPCT_NETNS_DIR;
-    if (!slurp(dir_ + "/skip").empty()) GTEST_SKIP() << "network namespaces unavailable: " << slurp(dir_ + "/skip");
-    env_ = read_env_file(dir_ + "/env");
-    ASSERT_FALSE(env_["NETNS_HOSTS"].empty()) << "netns cluster not up (" << dir_ << "/env missing)";
-    std::istringstream in(env_["NETNS_HOSTS"]);
-    std::string h;
-    while (in >> h) hosts_.push_back(h);
-    ASSERT_EQ(hosts_.size(), 3u);
-    ssh_ = " -i " + env_["NETNS_KEY"] +
-           " --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null ";
-    host_list_ = " -H " + hosts_[0] + ":2," + hosts_[1] + "," + hosts_[2] + " ";
-    const std::string& s = env_["NETNS_SUBNET"];
-    mpi_env_ = "OMPI_MCA_plm_rsh_agent=" + env_["NETNS_SSH"] + " OMPI_MCA_btl=tcp,self OMPI_MCA_btl_tcp_if_include=" +
-               s + " OMPI_MCA_oob_tcp_if_include=" + s + " OMPI_MCA_mpi_yield_when_idle=1 ";
+    cluster_ = hpct::test::read_netns_hosts(HPCT_NETNS_DIR, 3);
+    if (!cluster_.skip.empty()) GTEST_SKIP() << cluster_.skip;
+    ASSERT_TRUE(cluster_.error.empty()) << cluster_.error;
+    env_ = cluster_.env;
+    hosts_ = cluster_.hosts;
+    ssh_ = cluster_.ssh_options();
+    host_list_ = cluster_.host_option({2, 0, 0});
+    mpi_env_ = cluster_.mpi_env();
   }
-  std::string dir_, ssh_, host_list_, mpi_env_;
+  hpct::test::NetnsHosts cluster_;
+  std::string ssh_, host_list_, mpi_env_;
   std::map<std::string, std::string> env_;
   std::vector<std::string> hosts_;
 };

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "netns_hosts.h"
 #include "shell_run.h"
 
 namespace launch_test {
@@ -102,19 +103,9 @@ inline std::string wait_for(const std::string& file, const std::string& what, in
   return text;
 }
 
-// KEY=VALUE lines (values may be "quoted").
+// KEY=VALUE lines (values may be "quoted"), read from the file at path.
 inline std::map<std::string, std::string> read_env_file(const std::string& path) {
-  std::map<std::string, std::string> out;
-  std::ifstream f(path);
-  std::string line;
-  while (std::getline(f, line)) {
-    auto eq = line.find('=');
-    if (eq == std::string::npos) continue;
-    std::string v = line.substr(eq + 1);
-    if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
-    out[line.substr(0, eq)] = v;
-  }
-  return out;
+  return hpct::test::parse_netns_env(slurp(path));
 }
 
 }  // namespace launch_test

@@ -23,17 +23,7 @@ namespace fs = std::filesystem;
 using hpct::test::CliRun;
 CliRun run(const std::string& args) { return hpct::test::run_hpctrain(args); }
 
-std::vector<nlohmann::json> json_lines(const std::string& out) {
-  std::vector<nlohmann::json> v;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.empty() || line[0] != '{') continue;
-    auto j = nlohmann::json::parse(line, nullptr, false);
-    if (!j.is_discarded()) v.push_back(j);
-  }
-  return v;
-}
+using hpct::test::json_lines;
 
 class PlanCli : public ::testing::Test {
  protected:

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <regex>
 #include <sstream>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_summary_run.h"
+#include "fashion_shards.h"
 
 namespace {
 
@@ -46,14 +48,11 @@ std::string slurp(const fs::path& p) {
 class PsCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "hpct-ps-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    CliRun r = run("data pack --from fashion-mnist --split test -q --max-count 2500 -o '" + dir_ +
-                   "/fm-%06d.tar'");
-    ASSERT_EQ(r.exit_code, 0) << r.out;
+    shards_ = std::make_unique<hpct::test::FashionShards>(hpct::test::FashionShards::in_temp_dir("hpct-ps-test", 2500));
+    dir_ = shards_->dir();
+    ASSERT_TRUE(shards_->ok()) << shards_->output();
   }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static void TearDownTestSuite() { shards_.reset(); }
 
   // 2 workers (and `servers` servers), the cnn, 7500 training samples.
   static std::string train(int servers, const std::string& extra, int epochs = 1) {
@@ -120,8 +119,10 @@ class PsCli : public ::testing::Test {
     return result;
   }
 
+  static std::unique_ptr<hpct::test::FashionShards> shards_;  // 4 shards of 2500 (the test split)
   static std::string dir_;
 };
+std::unique_ptr<hpct::test::FashionShards> PsCli::shards_;
 std::string PsCli::dir_;
 
 TEST_F(PsCli, SyncPsEndsWhereAllreduceEndsWithinRounding) {

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "cli_summary_run.h"
+#include "fashion_shards.h"
 #include "rank_process.h"
 
 namespace {
@@ -178,9 +179,8 @@ TEST_F(ReportChromium, BadInputIsOneLineWithTheFix) {
 }
 
 TEST_F(ReportChromium, RestartedTrainingRunShowsItsMetricsAndEvents) {
-  CliRun pack = run("data pack --from fashion-mnist --split test -q --max-count 600 -o '" + dir_ +
-                    "/fm-%06d.tar'");
-  ASSERT_EQ(pack.exit_code, 0) << pack.out;
+  const auto shards = hpct::test::FashionShards::in_dir(dir_, 600);
+  ASSERT_TRUE(shards.ok()) << shards.output();
   const std::string rundir = dir_ + "/run";
   fs::create_directories(rundir);
   // Rank 1 is killed once the step-10 checkpoint exists; the launcher

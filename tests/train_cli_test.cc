@@ -16,12 +16,14 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_summary_run.h"
+#include "fashion_shards.h"
 #include "rank_process.h"
 
 namespace {
@@ -34,14 +36,11 @@ CliRun run(const std::string& args) { return hpct::test::run_hpctrain(args); }
 class TrainCli : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    std::string tmpl = (fs::temp_directory_path() / "hpct-train-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    CliRun r = run("data pack --from fashion-mnist --split test -q --max-count 2500 -o '" + dir_ +
-                   "/fm-%06d.tar'");
-    ASSERT_EQ(r.exit_code, 0) << r.out;
+    shards_ = std::make_unique<hpct::test::FashionShards>(hpct::test::FashionShards::in_temp_dir("hpct-train-test", 2500));
+    dir_ = shards_->dir();
+    ASSERT_TRUE(shards_->ok()) << shards_->output();
   }
-  static void TearDownTestSuite() { fs::remove_all(dir_); }
+  static void TearDownTestSuite() { shards_.reset(); }
 
   // 2 ranks, the cnn, 7500 training samples, 2500 for validation.
   static std::string train(const std::string& ckpt, const std::string& extra) {
@@ -51,8 +50,33 @@ class TrainCli : public ::testing::Test {
            " " + extra;
   }
 
+  // The job of train(ckpt, extra) under launch --max-restarts 1, with rank 1
+  // SIGKILLed (once, within 240 s) as soon as the step-10 checkpoint exists in
+  // ckpt: the launcher restarts it and it resumes by itself (--resume auto).
+  static CliRun run_killed_after_step_10(const std::string& ckpt, const std::string& extra) {
+    std::thread killer([&] {
+      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+      while (std::chrono::steady_clock::now() < deadline) {
+        if (fs::exists(dir_ + "/" + ckpt + "/ckpt-0000000010.json")) {
+          if (pid_t pid = hpct::test::find_train_rank(dir_ + "/" + ckpt, 1)) {
+            ::kill(pid, SIGKILL);
+            return;
+          }
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    });
+    std::string args = train(ckpt, extra);
+    args.replace(0, std::string("launch -np 2").size(), "launch -np 2 --max-restarts 1");
+    CliRun killed = run(args);
+    killer.join();
+    return killed;
+  }
+
+  static std::unique_ptr<hpct::test::FashionShards> shards_;  // 4 shards of 2500 (the test split)
   static std::string dir_;
 };
+std::unique_ptr<hpct::test::FashionShards> TrainCli::shards_;
 std::string TrainCli::dir_;
 
 TEST_F(TrainCli, TwoRanksEndIdenticalAndResumeIsBitExact) {
@@ -102,22 +126,7 @@ TEST_F(TrainCli, TwoRanksEndIdenticalAndResumeIsBitExact) {
 TEST_F(TrainCli, KilledRankResumesUnderLaunchAndEndsBitExact) {
   CliRun full = run(train("c-full", "--max-steps 40"));
   ASSERT_EQ(full.exit_code, 0) << full.out;
-  std::thread killer([&] {
-    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-    while (std::chrono::steady_clock::now() < deadline) {
-      if (fs::exists(dir_ + "/c/ckpt-0000000010.json")) {
-        if (pid_t pid = hpct::test::find_train_rank(dir_ + "/c", 1)) {
-          ::kill(pid, SIGKILL);
-          return;
-        }
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-  });
-  std::string args = train("c", "--max-steps 40 --checkpoint-every 10 --resume auto");
-  args.replace(0, std::string("launch -np 2").size(), "launch -np 2 --max-restarts 1");
-  CliRun killed = run(args);
-  killer.join();
+  CliRun killed = run_killed_after_step_10("c", "--max-steps 40 --checkpoint-every 10 --resume auto");
   ASSERT_EQ(killed.exit_code, 0) << killed.out;
   EXPECT_NE(killed.out.find("resumed from"), std::string::npos) << killed.out;
   EXPECT_GE(killed.summary["resumed_from_step"].get<int>(), 10) << killed.out;
@@ -138,22 +147,7 @@ TEST_F(TrainCli, LossyCompressionResumesBitExactAfterAKill) {
     EXPECT_EQ(full.summary["compression"], mode) << full.out;
     EXPECT_TRUE(full.summary["params_identical_across_ranks"].get<bool>()) << full.out;
     EXPECT_GT(full.summary["val_accuracy"].get<double>(), 0.3) << full.out;  // it learns (chance: 0.1)
-    std::thread killer([&] {
-      auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
-      while (std::chrono::steady_clock::now() < deadline) {
-        if (fs::exists(dir_ + "/" + tag + "/ckpt-0000000010.json")) {
-          if (pid_t pid = hpct::test::find_train_rank(dir_ + "/" + tag, 1)) {
-            ::kill(pid, SIGKILL);
-            return;
-          }
-        }
-        std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      }
-    });
-    std::string args = train(tag, lossy + " --checkpoint-every 10 --resume auto");
-    args.replace(0, std::string("launch -np 2").size(), "launch -np 2 --max-restarts 1");
-    CliRun killed = run(args);
-    killer.join();
+    CliRun killed = run_killed_after_step_10(tag, lossy + " --checkpoint-every 10 --resume auto");
     ASSERT_EQ(killed.exit_code, 0) << killed.out;
     EXPECT_NE(killed.out.find("resumed from"), std::string::npos) << killed.out;
     EXPECT_GE(killed.summary["resumed_from_step"].get<int>(), 10) << killed.out;

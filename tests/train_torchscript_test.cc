@@ -15,12 +15,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "cli_summary_run.h"
+#include "fashion_shards.h"
 
 namespace {
 
@@ -48,18 +50,13 @@ class TrainTorchScript : public ::testing::Test {
   static void SetUpTestSuite() {
     python_ = find_torch_python();
     if (python_.empty()) return;
-    std::string tmpl = (fs::temp_directory_path() / "hpct-ts-test-XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
-    CliRun r = run("data pack --from fashion-mnist --split test -q --max-count 2500 -o '" + dir_ +
-                   "/fm-%06d.tar'");
-    ASSERT_EQ(r.exit_code, 0) << r.out;
-    r = shell(python_ + " " + HPCT_EXPORT_SCRIPT + " -o " + dir_ + "/fm_cnn.pt --seed 3");
+    shards_ = std::make_unique<hpct::test::FashionShards>(hpct::test::FashionShards::in_temp_dir("hpct-ts-test", 2500));
+    dir_ = shards_->dir();
+    ASSERT_TRUE(shards_->ok()) << shards_->output();
+    CliRun r = shell(python_ + " " + HPCT_EXPORT_SCRIPT + " -o " + dir_ + "/fm_cnn.pt --seed 3");
     ASSERT_EQ(r.exit_code, 0) << r.out;
   }
-  static void TearDownTestSuite() {
-    if (!dir_.empty()) fs::remove_all(dir_);
-  }
+  static void TearDownTestSuite() { shards_.reset(); }
   void SetUp() override {
     if (python_.empty()) GTEST_SKIP() << "no python3 with torch (Debian's python3-torch) to export the model";
   }
@@ -71,8 +68,10 @@ class TrainTorchScript : public ::testing::Test {
   }
 
   static std::string python_;
+  static std::unique_ptr<hpct::test::FashionShards> shards_;  // 4 shards of 2500 (the test split)
   static std::string dir_;
 };
+std::unique_ptr<hpct::test::FashionShards> TrainTorchScript::shards_;
 std::string TrainTorchScript::python_;
 std::string TrainTorchScript::dir_;
 

@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 import hpctrain.torch as hvd
+from rank_checks import flat, identical_everywhere
 
 torch.set_num_threads(1)
 T0 = time.monotonic()
@@ -75,19 +76,6 @@ def train(model, opt, steps, first=0, passes=1):
             x, y = batch(step, part)
             loss_fn(model(x), y).backward()
         opt.step()
-
-
-def flat(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-
-def identical_everywhere(model, what):
-    mine = flat(model)
-    every = hvd.allgather(mine.reshape(1, -1))
-    for k in range(n):
-        if not torch.equal(every[k], mine):
-            raise AssertionError("%s: rank %d and rank %d differ (max %g)"
-                                 % (what, r, k, (every[k] - mine).abs().max().item()))
 
 
 def roundtrip(obj):

@@ -11,6 +11,7 @@ os.environ["HPCT_OVERLAP"] = sys.argv[1]
 import torch  # noqa: E402
 
 import hpctrain.torch as hvd  # noqa: E402
+from rank_checks import flat, identical_everywhere  # noqa: E402
 
 torch.set_num_threads(1)
 hvd.init()
@@ -34,19 +35,6 @@ class Net(torch.nn.Module):
 def batch(step, k, part=0):
     g = torch.Generator().manual_seed(10000 * step + 100 * k + part)
     return torch.randn(8, 20, generator=g), torch.randint(0, 5, (8,), generator=g)
-
-
-def flat(model):
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-
-def identical_everywhere(model, what):
-    mine = flat(model)
-    every = hvd.allgather(mine.reshape(1, -1))
-    for k in range(n):
-        if not torch.equal(every[k], mine):
-            diff = (every[k] - mine).abs().max().item()
-            raise AssertionError("%s: rank %d and rank %d differ (max %g)" % (what, r, k, diff))
 
 
 def run(opt_name, passes, steps=4):

@@ -15,6 +15,7 @@
 #include "data/formats/idx.h"
 #include "data/decode/image.h"
 #include "data/formats/shard_writer.h"
+#include "data/formats/tar.h"
 
 namespace hpct::data::testing {
 
@@ -87,6 +88,16 @@ inline std::vector<std::string> write_mnist_shards(const std::string& dir, size_
   }
   w.close();
   return w.shards();
+}
+
+// Every member of the tar file at path, in order, as TarScanner reads them.
+inline std::vector<TarMember> read_tar_members(const std::string& path) {
+  PosixFileSystem fs;
+  auto f = fs.open_read(path);
+  TarScanner s(*f);
+  std::vector<TarMember> out;
+  while (auto m = s.next()) out.push_back(*m);
+  return out;
 }
 
 }  // namespace hpct::data::testing

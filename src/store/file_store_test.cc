@@ -30,18 +30,12 @@ class FileStoreTest : public ::testing::Test {
   std::string dir_;
 };
 
-TEST_F(FileStoreTest, SetGetAddRemove) {
+// The contract every store keeps (set, get, add, wait, remove) is
+// store_contract_test.cc; here what only the file store does.
+
+// Its error for add() on a value that is no integer is hpct::Error.
+TEST_F(FileStoreTest, AddToATextValueIsAnHpctError) {
   FileStore s(dir_);
-  s.set("a", std::string("x\0y", 3));
-  EXPECT_EQ(s.get("a", Millis(100)), std::string("x\0y", 3));
-  s.set("a", "");
-  EXPECT_EQ(s.get("a", Millis(100)), "");
-  EXPECT_EQ(s.add("n", 2), 2);
-  EXPECT_EQ(s.add("n", -5), -3);
-  EXPECT_TRUE(s.check({"a", "n"}));
-  EXPECT_TRUE(s.remove("a"));
-  EXPECT_FALSE(s.remove("a"));
-  EXPECT_FALSE(s.check({"a"}));
   s.set("text", "hello");
   EXPECT_THROW(s.add("text", 1), Error);
 }
@@ -73,33 +67,6 @@ TEST_F(FileStoreTest, KeysWithSlashesAndBinaryBytes) {
   EXPECT_EQ(names.size(), keys.size());
   // Nothing escaped the directory.
   EXPECT_FALSE(FileStore(dir_ + "/..").check({"escape"}));
-}
-
-TEST_F(FileStoreTest, GetWaitsForAnotherThread) {
-  FileStore s(dir_);
-  std::thread t([&] {
-    std::this_thread::sleep_for(Millis(30));
-    FileStore(dir_).set("late", "v");
-  });
-  EXPECT_EQ(s.get("late", Millis(5000)), "v");
-  t.join();
-}
-
-TEST_F(FileStoreTest, WaitTimesOutNamingMissingKeys) {
-  FileStore s(dir_);
-  s.set("here", "1");
-  auto start = SteadyClock::now();
-  try {
-    s.wait({"here", "absent"}, Millis(80));
-    FAIL() << "no timeout";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::kTimeout);
-    EXPECT_NE(std::string(e.what()).find("missing: absent"), std::string::npos) << e.what();
-  }
-  auto took = SteadyClock::now() - start;
-  EXPECT_GE(took, Millis(80));
-  EXPECT_LT(took, Millis(2000));
-  EXPECT_THROW(s.get("absent", Millis(10)), Error);
 }
 
 TEST_F(FileStoreTest, NotADirectoryIsAnIoError) {

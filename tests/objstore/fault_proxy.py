@@ -15,14 +15,14 @@ keep their Host header, so signed S3 requests still verify behind it.
 Each fault is logged as one JSON line on stdout ({"fault": "cut", "path":
 ..., "at": byte}); the first line is "listening on PORT".
 """
-import argparse
 import http.client
 import http.server
 import json
 import random
-import sys
 import threading
 import time
+
+import front_server
 
 HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-connection"}
 
@@ -109,20 +109,8 @@ class Proxy(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
 
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # A client that hangs up mid-answer (the fault proxy does on purpose)
-        # is not an error of this server.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--listen", type=int, default=0)
-    ap.add_argument("--upstream", type=int, required=True)
+    ap = front_server.arguments()
     ap.add_argument("--fail", type=int, default=0)
     ap.add_argument("--fail-status", type=int, default=503)
     ap.add_argument("--cut", type=int, default=0)
@@ -131,9 +119,7 @@ def main():
     ap.add_argument("--seed", type=int, default=1)
     Proxy.opts = ap.parse_args()
     Proxy.rng = random.Random(Proxy.opts.seed)
-    server = Server(("127.0.0.1", Proxy.opts.listen), Proxy)
-    print("listening on %d" % server.server_address[1], flush=True)
-    server.serve_forever()
+    front_server.serve(Proxy.opts.listen, Proxy)
 
 
 if __name__ == "__main__":

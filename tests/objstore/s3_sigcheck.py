@@ -16,7 +16,6 @@ answer streamed back.
 Usage: s3_sigcheck.py --listen PORT --upstream PORT --keys AK:SECRET[,AK:SECRET] [--region R]
 Prints "listening on PORT" once ready (PORT 0: any free port).
 """
-import argparse
 import datetime
 import hashlib
 import hmac
@@ -28,6 +27,8 @@ import sys
 from botocore.auth import S3SigV4Auth
 from botocore.awsrequest import AWSRequest
 from botocore.credentials import Credentials
+
+import front_server
 
 AUTH_RE = re.compile(
     r"AWS4-HMAC-SHA256\s+Credential=([^/]+)/(\d{8})/([^/]+)/([^/]+)/aws4_request,\s*"
@@ -159,27 +160,13 @@ class Front(http.server.BaseHTTPRequestHandler):
     do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = handle_any
 
 
-class Server(http.server.ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request, client_address):
-        # A client that hangs up mid-answer (the fault proxy does on purpose)
-        # is not an error of this server.
-        if not isinstance(sys.exc_info()[1], ConnectionError):
-            super().handle_error(request, client_address)
-
-
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--listen", type=int, default=0)
-    ap.add_argument("--upstream", type=int, required=True)
+    ap = front_server.arguments()
     ap.add_argument("--keys", required=True)
     args = ap.parse_args()
     Front.keys = dict(kv.split(":", 1) for kv in args.keys.split(","))
     Front.upstream = args.upstream
-    server = Server(("127.0.0.1", args.listen), Front)
-    print("listening on %d" % server.server_address[1], flush=True)
-    server.serve_forever()
+    front_server.serve(args.listen, Front)
 
 
 if __name__ == "__main__":

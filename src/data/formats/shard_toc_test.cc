@@ -14,14 +14,7 @@ namespace {
 
 using testing::TempDir;
 
-std::vector<TarMember> walk_tar(const std::string& path) {
-  PosixFileSystem fs;
-  auto f = fs.open_read(path);
-  TarScanner s(*f);
-  std::vector<TarMember> out;
-  while (auto m = s.next()) out.push_back(*m);
-  return out;
-}
+std::vector<TarMember> walk_tar(const std::string& path) { return testing::read_tar_members(path); }
 
 std::string expect_corrupt(const std::string& text) {
   try {

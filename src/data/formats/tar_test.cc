@@ -25,14 +25,7 @@ std::string run(const std::string& cmd) {
   return out;
 }
 
-std::vector<TarMember> scan_all(const std::string& path) {
-  PosixFileSystem fs;
-  auto f = fs.open_read(path);
-  TarScanner s(*f);
-  std::vector<TarMember> out;
-  while (auto m = s.next()) out.push_back(*m);
-  return out;
-}
+std::vector<TarMember> scan_all(const std::string& path) { return testing::read_tar_members(path); }
 
 void write_tar(const std::string& path, const std::vector<std::pair<std::string, std::string>>& members) {
   PosixFileSystem fs;
