@@ -80,9 +80,17 @@ struct KeptRegion {
   char* p;
   std::uint64_t len;
 };
-std::mutex kept_mu;
-std::vector<KeptRegion> kept;  // guarded by kept_mu
-std::uint64_t kept_total = 0;  // guarded by kept_mu
+// Never destroyed: a spool may be dropped during the exit's static
+// destructors (a file system held by a static).
+struct Kept {
+  std::mutex mu;
+  std::vector<KeptRegion> regions;  // guarded by mu
+  std::uint64_t total = 0;          // guarded by mu
+};
+Kept& kept_state() {
+  static Kept* k = new Kept;
+  return *k;
+}
 
 constexpr std::uint64_t kHuge = 2u << 20;
 
@@ -93,8 +101,11 @@ char* SpoolMemory::take(std::uint64_t n, std::uint64_t in_use, std::uint64_t bou
   const std::uint64_t want = (n + kHuge - 1) / kHuge * kHuge;
   std::vector<KeptRegion> release;
   char* out = nullptr;
+  Kept& k = kept_state();
+  std::vector<KeptRegion>& kept = k.regions;
+  std::uint64_t& kept_total = k.total;
   {
-    std::lock_guard<std::mutex> lock(kept_mu);
+    std::lock_guard<std::mutex> lock(k.mu);
     auto best = kept.end();
     for (auto it = kept.begin(); it != kept.end(); ++it) {
       if (it->len >= want && it->len <= want + want / 4 + kHuge &&
@@ -132,11 +143,12 @@ char* SpoolMemory::take(std::uint64_t n, std::uint64_t in_use, std::uint64_t bou
 }
 
 void SpoolMemory::give(char* p, std::uint64_t len, std::uint64_t bound) {
+  Kept& k = kept_state();
   {
-    std::lock_guard<std::mutex> lock(kept_mu);
-    if (kept_total + len <= bound) {
-      kept.push_back({p, len});
-      kept_total += len;
+    std::lock_guard<std::mutex> lock(k.mu);
+    if (k.total + len <= bound) {
+      k.regions.push_back({p, len});
+      k.total += len;
       return;
     }
   }
@@ -144,8 +156,9 @@ void SpoolMemory::give(char* p, std::uint64_t len, std::uint64_t bound) {
 }
 
 std::uint64_t SpoolMemory::kept_bytes() {
-  std::lock_guard<std::mutex> lock(kept_mu);
-  return kept_total;
+  Kept& k = kept_state();
+  std::lock_guard<std::mutex> lock(k.mu);
+  return k.total;
 }
 
 std::unique_ptr<RandomAccessFile> open_spool_reader(std::shared_ptr<Spool> s, SourceCounters* c, Millis bound) {
