@@ -117,8 +117,16 @@ char* SpoolMemory::take(std::uint64_t n, std::uint64_t in_use, std::uint64_t bou
       *len = best->len;
       kept_total -= best->len;
       kept.erase(best);
-      return out;
     }
+  }
+  if (out != nullptr) {
+    // The pages past what this spool needs go back to the kernel, so a
+    // spool holds no more than its size rounded up to 2 MiB.
+    if (*len > want) ::madvise(out + want, *len - want, MADV_DONTNEED);
+    return out;
+  }
+  {
+    std::lock_guard<std::mutex> lock(k.mu);
     // Fresh memory: the kept regions give way first, least recently kept
     // first, so that spools and kept regions together stay within bound.
     // (in_use counts this spool already.)

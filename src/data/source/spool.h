@@ -46,7 +46,8 @@ enum class SpoolBacking {
 // first store, and perf showed that clearing as 31% of a streaming pass's
 // CPU on loopback (2026-11-26, 2-vCPU EPYC), more than the socket reads;
 // reused pages are already there. Process-wide (a file system made per pass
-// reuses the last one's pages). Regions are whole 2 MiB multiples.
+// reuses the last one's pages). Regions are whole 2 MiB multiples; a
+// spool holds at most its size rounded up to 2 MiB of them.
 class SpoolMemory {
  public:
   // A region of at least n bytes (*len: its size): a kept one that fits
