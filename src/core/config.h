@@ -74,6 +74,9 @@ namespace hpct {
     "a host's ranks (empty: no cache)")                                                          \
   X(std::string, data_cache_size, "HPCT_DATA_CACHE_SIZE", "10G",                                \
     "data: most bytes the shard cache holds; least recently used shards are dropped first")     \
+  X(std::string, data_spool_memory, "HPCT_DATA_SPOOL_MEMORY", "1G",                            \
+    "data: most bytes of remote shards a process holds in memory while they stream; further "  \
+    "shards spool to an unlinked file in the temporary directory")                              \
   X(bool, mpi_yield, "HPCT_MPI_YIELD", true,                                                    \
     "Let MPI yield the core while it waits (mpi_yield_when_idle); spinning starves 2-core ranks") \
   X(bool, shm, "HPCT_SHM", true,                                                               \

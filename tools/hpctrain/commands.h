@@ -41,13 +41,14 @@ void add_forwarded_command(CLI::App& parent, Cli& cli, const std::string& name,
 
 void add_config_command(CLI::App& app, Cli& cli);
 
-// --ca-file, --cache-dir and --cache-size, taken by every command that reads
-// shards; they set HPCT_DATA_CA_FILE, HPCT_DATA_CACHE_DIR and
-// HPCT_DATA_CACHE_SIZE (core/config.h) when given.
+// --ca-file, --cache-dir, --cache-size and --spool-memory, taken by every
+// command that reads shards; they set HPCT_DATA_CA_FILE, HPCT_DATA_CACHE_DIR,
+// HPCT_DATA_CACHE_SIZE and HPCT_DATA_SPOOL_MEMORY (core/config.h) when given.
 struct SourceFlags {
   std::string ca_file;
   std::string cache_dir;
   std::string cache_size;
+  std::string spool_memory;
 };
 void add_source_flags(CLI::App* command, SourceFlags* flags);
 void apply_source_flags(const SourceFlags& flags, Config* config);

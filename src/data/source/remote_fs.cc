@@ -78,7 +78,7 @@ struct ShardFileSystem::Impl {
   // memory that were read and that nobody holds (least recently opened
   // first) if need be.
   // False: no room; the caller spools to a file instead.
-  bool reserve_memory(std::uint64_t n) {
+  bool reserve_memory(std::uint64_t n, std::uint64_t* in_use) {
     std::lock_guard<std::mutex> lock(mu);
     if (memory_used + n > o.spool_memory) {
       std::vector<std::map<std::string, std::shared_ptr<Spool>>::iterator> idle;
@@ -102,6 +102,7 @@ struct ShardFileSystem::Impl {
     }
     if (memory_used + n > o.spool_memory) return false;
     memory_used += n;
+    *in_use = memory_used;
     return true;
   }
 
@@ -207,7 +208,10 @@ void ShardFileSystem::Impl::fetch(Spool& s) {
   SourceCounters* c = counters_for(s.source);
   if (!o.cache_dir.empty() && fetch_cached(s, c)) return;
   auto on_size = [&](std::uint64_t size) {
-    if (reserve_memory(size)) {
+    std::uint64_t in_use = 0;
+    if (reserve_memory(size, &in_use)) {
+      s.memory_bound = o.spool_memory;
+      s.memory_in_use = in_use;
       s.set_size(size, SpoolBacking::kMemory);
       return;
     }
@@ -368,7 +372,15 @@ ShardSourceOptions shard_source_options(const Config& config, const Logger& log)
     throw_io("--ca-file " + o.http.ca_file, errno);
   }
   o.cache_dir = config.data_cache_dir;
-  o.cache_bytes = parse_bytes(config.data_cache_size);
+  auto bytes = [](const std::string& name, const std::string& text) {
+    try {
+      return parse_bytes(text);
+    } catch (const Error& e) {
+      throw_invalid_argument(name + ": " + e.what());
+    }
+  };
+  o.cache_bytes = bytes("HPCT_DATA_CACHE_SIZE (--cache-size)", config.data_cache_size);
+  o.spool_memory = bytes("HPCT_DATA_SPOOL_MEMORY (--spool-memory)", config.data_spool_memory);
   o.logger = log;
   return o;
 }
@@ -398,8 +410,23 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   }
   m.start_threads();
   SourceCounters* c = m.counters_for(s->source);
+  // Waits for the size and the first bytes together (or the end): the
+  // reader reads the first header at once, and one wake-up instead of two
+  // is what the first sample waits for (Spool::set_size does not notify).
   std::unique_lock<std::mutex> lock(s->mu);
-  if (!s->cv.wait_for(lock, m.read_bound(), [&] { return s->size_known || s->error; })) {
+  s->waiters += 1;
+  const auto deadline = SteadyClock::now() + m.read_bound();
+  bool answered = true;
+  while (true) {
+    s->wake_at.store(1);  // as RemoteFile::wait_for: lowered before the check
+    if (s->error || s->done || (s->size_known && (s->size == 0 || s->available.load() > 0))) break;
+    if (s->cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+      answered = s->error || s->done || (s->size_known && (s->size == 0 || s->available.load() > 0));
+      break;
+    }
+  }
+  s->waiters -= 1;
+  if (!answered) {
     throw_timeout(path + ": no answer within " + std::to_string(m.read_bound().count() / 1000) +
                   " s");
   }

@@ -52,7 +52,8 @@ namespace hpct::data {
 struct ShardSourceOptions {
   HttpOptions http;
   int fetches = 4;        // downloads in flight
-  // Bytes of spools held in memory at once; further shards spool to /tmp.
+  // Bytes of spools held in memory at once (HPCT_DATA_SPOOL_MEMORY,
+  // --spool-memory); further shards spool to an unlinked file in /tmp.
   std::uint64_t spool_memory = 1ull << 30;
   bool sidecars = true;   // the index looks for "<shard>.idx" (formats/shard_toc.h)
   std::string cache_dir;  // empty: no cache
@@ -61,7 +62,7 @@ struct ShardSourceOptions {
 };
 
 // From HPCT_DATA_FETCHES, _FETCH_ATTEMPTS, _FETCH_TIMEOUT_S, _CA_FILE,
-// _CACHE_DIR and _CACHE_SIZE. InvalidArgument on a bad value.
+// _CACHE_DIR, _CACHE_SIZE and _SPOOL_MEMORY. InvalidArgument on a bad value.
 ShardSourceOptions shard_source_options(const Config& config, const Logger& log);
 
 class ShardFileSystem final : public FileSystem {

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "core/env.h"
+#include "data/source/spool.h"
 
 namespace hpct::data {
 namespace {
@@ -165,6 +167,60 @@ TEST(ShardFileSystem, SpoolsInMemoryStayWithinTheirBoundAndTheRestGoToFiles) {
   EXPECT_EQ(read_all(*b), bytes[2]);
   EXPECT_EQ(requests(), 6);  // "2" was dropped for "0" above; "3" is new
   fs::remove_all(dir);
+}
+
+TEST(SpoolMemory, ADroppedSpoolsPagesGoToTheNextThatFitsWithinTheBound) {
+  const std::uint64_t bound = 16 << 20;
+  std::uint64_t len = 0;
+  char* a = SpoolMemory::take(5 << 20, 5 << 20, bound, &len);
+  ASSERT_NE(a, nullptr);
+  EXPECT_EQ(len, 6u << 20);  // whole 2 MiB pieces
+  std::memset(a, 7, 5 << 20);
+  const std::uint64_t before = SpoolMemory::kept_bytes();
+  SpoolMemory::give(a, len, bound);
+  EXPECT_EQ(SpoolMemory::kept_bytes(), before + len);
+  // A spool of about the same size gets those very pages back.
+  std::uint64_t len2 = 0;
+  char* b = SpoolMemory::take((5 << 20) + 1000, (5 << 20) + 1000, bound, &len2);
+  EXPECT_EQ(b, a);
+  EXPECT_EQ(len2, len);
+  EXPECT_EQ(b[100], 7);  // not cleared again
+  // A much smaller one does not take them, and fresh memory within the
+  // bound leaves kept regions alone; past it, they are released.
+  SpoolMemory::give(b, len2, bound);
+  std::uint64_t len3 = 0;
+  char* c = SpoolMemory::take(1 << 20, 1 << 20, bound, &len3);
+  EXPECT_NE(c, b);
+  EXPECT_GE(SpoolMemory::kept_bytes(), len);  // b's region is still kept
+  std::uint64_t len4 = 0;
+  char* d = SpoolMemory::take(12 << 20, 13 << 20, bound, &len4);  // 13 MiB + 6 kept > 16
+  ASSERT_NE(d, nullptr);
+  EXPECT_NE(d, b);
+  EXPECT_LE(SpoolMemory::kept_bytes() + (13u << 20), bound);
+  // Given back beyond the bound, a region is unmapped, not kept.
+  SpoolMemory::give(d, len4, 1 << 20);
+  SpoolMemory::give(c, len3, bound);
+  EXPECT_LE(SpoolMemory::kept_bytes(), bound);
+}
+
+TEST(ShardSourceOptions, SpoolMemoryIsASettingAndAFlag) {
+  Logger log;
+  Config config;
+  EXPECT_EQ(shard_source_options(config, log).spool_memory, 1ull << 30);  // the default, 1G
+  config.set("HPCT_DATA_SPOOL_MEMORY", "256M", ConfigSource::kEnv);
+  EXPECT_EQ(shard_source_options(config, log).spool_memory, 256ull << 20);
+  config.set("HPCT_DATA_SPOOL_MEMORY", "0", ConfigSource::kFlag);  // every shard to a file
+  EXPECT_EQ(shard_source_options(config, log).spool_memory, 0u);
+  config.set("HPCT_DATA_SPOOL_MEMORY", "lots", ConfigSource::kFlag);
+  try {
+    shard_source_options(config, log);
+    FAIL() << "a spool bound of 'lots' was taken";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("HPCT_DATA_SPOOL_MEMORY (--spool-memory)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

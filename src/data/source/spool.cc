@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <mutex>
 #include <utility>
+#include <vector>
 
 namespace hpct::data {
 namespace {
@@ -74,7 +76,98 @@ class RemoteFile final : public RandomAccessFile {
   Millis bound_;
 };
 
+struct KeptRegion {
+  char* p;
+  std::uint64_t len;
+};
+// Never destroyed: a spool may be dropped during the exit's static
+// destructors (a file system held by a static).
+struct Kept {
+  std::mutex mu;
+  std::vector<KeptRegion> regions;  // guarded by mu
+  std::uint64_t total = 0;          // guarded by mu
+};
+Kept& kept_state() {
+  static Kept* k = new Kept;
+  return *k;
+}
+
+constexpr std::uint64_t kHuge = 2u << 20;
+
 }  // namespace
+
+char* SpoolMemory::take(std::uint64_t n, std::uint64_t in_use, std::uint64_t bound,
+                        std::uint64_t* len) {
+  const std::uint64_t want = (n + kHuge - 1) / kHuge * kHuge;
+  std::vector<KeptRegion> release;
+  char* out = nullptr;
+  Kept& k = kept_state();
+  std::vector<KeptRegion>& kept = k.regions;
+  std::uint64_t& kept_total = k.total;
+  {
+    std::lock_guard<std::mutex> lock(k.mu);
+    auto best = kept.end();
+    for (auto it = kept.begin(); it != kept.end(); ++it) {
+      if (it->len >= want && it->len <= want + want / 4 + kHuge &&
+          (best == kept.end() || it->len < best->len))
+        best = it;
+    }
+    if (best != kept.end()) {
+      out = best->p;
+      *len = best->len;
+      kept_total -= best->len;
+      kept.erase(best);
+    }
+  }
+  if (out != nullptr) {
+    // The pages past what this spool needs go back to the kernel, so a
+    // spool holds no more than its size rounded up to 2 MiB.
+    if (*len > want) ::madvise(out + want, *len - want, MADV_DONTNEED);
+    return out;
+  }
+  {
+    std::lock_guard<std::mutex> lock(k.mu);
+    // Fresh memory: the kept regions give way first, least recently kept
+    // first, so that spools and kept regions together stay within bound.
+    // (in_use counts this spool already.)
+    size_t drop = 0;
+    while (drop < kept.size() && kept_total + in_use > bound) {
+      kept_total -= kept[drop].len;
+      release.push_back(kept[drop++]);
+    }
+    kept.erase(kept.begin(), kept.begin() + static_cast<std::ptrdiff_t>(drop));
+  }
+  for (const auto& r : release) ::munmap(r.p, r.len);
+  void* m = ::mmap(nullptr, want, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED) return nullptr;
+  // Huge pages (a hint; fine if refused) past the first 2 MiB: the first
+  // sample should not wait for a whole huge page to be cleared.
+  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(m);
+  const std::uintptr_t from = (at + (4u << 20) - 1) & ~std::uintptr_t(kHuge - 1);
+  if (from < at + want) ::madvise(reinterpret_cast<void*>(from), at + want - from, MADV_HUGEPAGE);
+  *len = want;
+  return static_cast<char*>(m);
+}
+
+void SpoolMemory::give(char* p, std::uint64_t len, std::uint64_t bound) {
+  Kept& k = kept_state();
+  {
+    std::lock_guard<std::mutex> lock(k.mu);
+    if (k.total + len <= bound) {
+      k.regions.push_back({p, len});
+      k.total += len;
+      return;
+    }
+  }
+  ::munmap(p, len);
+}
+
+std::uint64_t SpoolMemory::kept_bytes() {
+  Kept& k = kept_state();
+  std::lock_guard<std::mutex> lock(k.mu);
+  return k.total;
+}
 
 std::unique_ptr<RandomAccessFile> open_spool_reader(std::shared_ptr<Spool> s, SourceCounters* c, Millis bound) {
   return std::make_unique<RemoteFile>(std::move(s), c, bound);
