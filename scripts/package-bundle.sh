@@ -110,6 +110,7 @@ awk '$1 == "Inst" && $2 != "hpctrain" {
 
 cache=${HPCT_BUNDLE_CACHE:-/var/cache/hpctrain/bundle-debs}
 mkdir -p "$cache"
+cache=$(cd "$cache" && pwd)
 exec 9> "$cache/.lock"
 flock -w 600 9 || die "another package-bundle.sh holds $cache/.lock for 10 minutes"
 fetch=()
