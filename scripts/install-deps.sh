@@ -48,6 +48,8 @@ packages=(
   openssh-server openssh-client iproute2 iptables slurm-wlm
   # bare test hosts (netns-cluster.sh --bare), the .deb and its bundle, the apt proxy
   debootstrap dpkg-dev apt-utils apt-cacher-ng
+  # the bundle's packages recompressed from xz to zstd (scripts/package-bundle.sh)
+  binutils xz-utils zstd
   # hpctrain cluster setup: the playbooks' engine and linter, sshfs for the shared directory
   ansible-core ansible-lint sshfs
   # offline checks of the deploy recipes (scripts/check-deploy.sh; HCL through npm's @cdktf/hcl2json)
