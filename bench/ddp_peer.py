@@ -112,6 +112,25 @@ def test_accuracy(model, rank, size):
     return t[0].item() / t[2].item(), t[1].item() / t[2].item()
 
 
+def timed_steps(model, opt, next_batch, warmup, steps, barrier, on_step=lambda: None):
+    """Runs warmup untimed steps, barrier(), then steps timed ones (on_step()
+    before each); returns this rank's seconds and the last loss."""
+    import time
+    import torch.nn.functional as F
+    loss = None
+    for s in range(warmup + steps):
+        on_step()
+        if s == warmup:
+            barrier()
+            start = time.perf_counter()
+        x, y = next_batch()
+        opt.zero_grad()
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        opt.step()
+    return time.perf_counter() - start, loss
+
+
 def copy_stderr(path):
     """From now on fd 2 (and that of every child) goes to stderr and to path."""
     tee = subprocess.Popen(["tee", "-a", path], stdin=subprocess.PIPE, stdout=sys.stderr.fileno())
@@ -140,10 +159,8 @@ class StallWatchdog:
 
 def ddp_rank(rank, args, port, out, master="127.0.0.1"):
     import datetime
-    import time
     import torch
     import torch.distributed as dist
-    import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel as DDP
     from torch.utils.data.distributed import DistributedSampler
 
@@ -187,18 +204,9 @@ def ddp_rank(rank, args, port, out, master="127.0.0.1"):
         t = torch.tensor(idx)
         return x_all[t], labels[t]
 
-    loss = None
-    for s in range(args.warmup + args.steps):
-        watchdog.progress()
-        if s == args.warmup:
-            dist.barrier()
-            start = time.perf_counter()
-        x, y = next_batch()
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-    elapsed = torch.tensor([time.perf_counter() - start])
+    seconds, loss = timed_steps(model, opt, next_batch, args.warmup, args.steps, dist.barrier,
+                                watchdog.progress)
+    elapsed = torch.tensor([seconds])
     dist.all_reduce(elapsed, op=dist.ReduceOp.MAX)
     watchdog.progress()
     accuracy = test_accuracy(model.module, rank, args.np) if args.evaluate else None

@@ -25,7 +25,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -37,8 +36,7 @@ MODES = ("ddp-gloo", "ddp-hpctrain", "hvd")
 
 def rank_main(args):
     import torch
-    import torch.nn.functional as F
-    from ddp_peer import DATA, make_model, read_idx
+    from ddp_peer import DATA, make_model, read_idx, timed_steps
     from torch.utils.data.distributed import DistributedSampler
 
     torch.set_num_threads(args.threads)
@@ -83,17 +81,8 @@ def rank_main(args):
         dist.all_reduce(t, op=dist.ReduceOp.MAX)
         return t.item()
 
-    loss = None
-    for s in range(args.warmup + args.steps):
-        if s == args.warmup:
-            slowest(0.0)  # a barrier
-            start = time.perf_counter()
-        x, y = next_batch()
-        opt.zero_grad()
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
-    elapsed = slowest(time.perf_counter() - start)
+    seconds, loss = timed_steps(model, opt, next_batch, args.warmup, args.steps, lambda: slowest(0.0))
+    elapsed = slowest(seconds)
     if rank == 0:
         print(json.dumps({"bench": "python_train", "mode": args.mode, "model": args.model, "np": size,
                           "batch_per_rank": args.batch, "steps": args.steps, "threads": args.threads,

@@ -11,9 +11,7 @@ under any of them). DDP's gradient buckets are then allreduced by hpctrain's
 engine. At the end it checks that the parameters are the same on every rank.
 """
 import argparse
-import gzip
 
-import numpy as np
 import torch
 import torch.distributed as dist
 import torch.nn as nn
@@ -21,22 +19,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import hpctrain.torch  # noqa: F401  <-- added: registers the "hpctrain" backend
-
-DATA = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(raw[3])]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * raw[3]).reshape(dims)
-
-
-def load(split):
-    x = torch.from_numpy(read_idx(f"{DATA}/{split}-images-idx3-ubyte.gz").copy())
-    y = torch.from_numpy(read_idx(f"{DATA}/{split}-labels-idx1-ubyte.gz").copy()).long()
-    return ((x.float() / 255.0 - 0.2860) / 0.3530).unsqueeze(1), y
-
+from fashion_mnist import batches, load  # this folder's data helpers
 
 def main():
     p = argparse.ArgumentParser()
@@ -56,13 +39,7 @@ def main():
                               nn.Flatten(), nn.Linear(64 * 7 * 7, 128), nn.ReLU(), nn.Linear(128, 10)))
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     for epoch in range(args.epochs):
-        sampler.set_epoch(epoch)
-        idx = torch.tensor(list(sampler))
-        steps = len(idx) // args.batch_size
-        if args.steps:
-            steps = min(steps, args.steps)
-        for step in range(steps):
-            b = idx[step * args.batch_size:(step + 1) * args.batch_size]
+        for step, steps, b in batches(sampler, epoch, args.batch_size, args.steps):
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x_train[b]), y_train[b])
             loss.backward()

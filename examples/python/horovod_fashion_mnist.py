@@ -11,30 +11,13 @@ accuracy with hvd.allgather, and checks at the end that the parameters are
 the same on every rank.
 """
 import argparse
-import gzip
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 import hpctrain.torch as hvd  # <-- the one changed line (was: import horovod.torch as hvd)
-
-DATA = "/usr/share/datasets/fashion-mnist"
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        raw = f.read()
-    dims = [int.from_bytes(raw[4 + 4 * i:8 + 4 * i], "big") for i in range(raw[3])]
-    return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * raw[3]).reshape(dims)
-
-
-def load(split):
-    x = torch.from_numpy(read_idx(f"{DATA}/{split}-images-idx3-ubyte.gz").copy())
-    y = torch.from_numpy(read_idx(f"{DATA}/{split}-labels-idx1-ubyte.gz").copy()).long()
-    return ((x.float() / 255.0 - 0.2860) / 0.3530).unsqueeze(1), y
-
+from fashion_mnist import batches, load  # this folder's data helpers
 
 class Net(nn.Module):
     def __init__(self):
@@ -76,13 +59,7 @@ def main():
 
     for epoch in range(args.epochs):
         model.train()
-        sampler.set_epoch(epoch)
-        idx = torch.tensor(list(sampler))
-        steps = len(idx) // args.batch_size
-        if args.steps:
-            steps = min(steps, args.steps)
-        for step in range(steps):
-            b = idx[step * args.batch_size:(step + 1) * args.batch_size]
+        for step, steps, b in batches(sampler, epoch, args.batch_size, args.steps):
             optimizer.zero_grad()
             loss = F.cross_entropy(model(x_train[b]), y_train[b])
             loss.backward()

@@ -22,6 +22,18 @@ void check_usable(const at::Tensor& t, const char* op, const char* name) {
   }
 }
 
+// The fields every tensor call fills alike: t's element count and type, the
+// tag and the timeout.
+template <typename Options>
+Options options_for(const at::Tensor& t, std::uint32_t tag, Millis timeout) {
+  Options o;
+  o.count = static_cast<size_t>(t.numel());
+  o.dtype = dtype_of(t);
+  o.tag = tag;
+  o.timeout = timeout;
+  return o;
+}
+
 std::string shape_of(const at::Tensor& t) {
   std::ostringstream os;
   os << t.sizes();
@@ -50,25 +62,17 @@ DataType dtype_of(const at::Tensor& t) {
 
 void allreduce(Communicator& comm, at::Tensor& t, ReduceOp op, Millis timeout, std::uint32_t tag) {
   check_usable(t, "allreduce", "tensor");
-  AllreduceOptions o;
+  auto o = options_for<AllreduceOptions>(t, tag, timeout);
   o.output = t.data_ptr();
-  o.count = static_cast<size_t>(t.numel());
-  o.dtype = dtype_of(t);
   o.op = op;
-  o.tag = tag;
-  o.timeout = timeout;
   allreduce(comm, o);
 }
 
 void broadcast(Communicator& comm, at::Tensor& t, int root, Millis timeout, std::uint32_t tag) {
   check_usable(t, "broadcast", "tensor");
-  BroadcastOptions o;
+  auto o = options_for<BroadcastOptions>(t, tag, timeout);
   o.buffer = t.data_ptr();
-  o.count = static_cast<size_t>(t.numel());
-  o.dtype = dtype_of(t);
   o.root = root;
-  o.tag = tag;
-  o.timeout = timeout;
   broadcast(comm, o);
 }
 
@@ -77,13 +81,9 @@ at::Tensor allgather(Communicator& comm, const at::Tensor& t, Millis timeout, st
   std::vector<int64_t> shape{comm.size()};
   for (auto d : t.sizes()) shape.push_back(d);
   at::Tensor out = at::empty(shape, t.options());
-  AllgatherOptions o;
+  auto o = options_for<AllgatherOptions>(t, tag, timeout);
   o.input = t.data_ptr();
   o.output = out.data_ptr();
-  o.count = static_cast<size_t>(t.numel());
-  o.dtype = dtype_of(t);
-  o.tag = tag;
-  o.timeout = timeout;
   allgather(comm, o);
   return out;
 }
@@ -136,38 +136,27 @@ void reduce_scatter(Communicator& comm, const at::Tensor& input, at::Tensor& out
                            std::to_string(comm.size()) + ") x output " + shape_of(output) +
                            " elements");
   }
-  ReduceScatterOptions o;
+  // The count is the output's; the dtype is the same on both (checked above).
+  auto o = options_for<ReduceScatterOptions>(output, tag, timeout);
   o.input = input.data_ptr();
   o.output = output.data_ptr();
-  o.count = static_cast<size_t>(output.numel());
-  o.dtype = dtype_of(input);
   o.op = op;
-  o.tag = tag;
-  o.timeout = timeout;
   reduce_scatter(comm, o);
 }
 
 void send(Communicator& comm, const at::Tensor& t, int peer, std::uint32_t tag, Millis timeout) {
   check_usable(t, "send", "tensor");
-  SendOptions o;
+  auto o = options_for<SendOptions>(t, tag, timeout);
   o.data = t.data_ptr();
-  o.count = static_cast<size_t>(t.numel());
-  o.dtype = dtype_of(t);
   o.peer = peer;
-  o.tag = tag;
-  o.timeout = timeout;
   send(comm, o);
 }
 
 void recv(Communicator& comm, at::Tensor& t, int peer, std::uint32_t tag, Millis timeout) {
   check_usable(t, "recv", "tensor");
-  RecvOptions o;
+  auto o = options_for<RecvOptions>(t, tag, timeout);
   o.data = t.data_ptr();
-  o.count = static_cast<size_t>(t.numel());
-  o.dtype = dtype_of(t);
   o.peer = peer;
-  o.tag = tag;
-  o.timeout = timeout;
   recv(comm, o);
 }
 

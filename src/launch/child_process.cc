@@ -186,4 +186,22 @@ bool reap(pid_t pid, int* status) {
   return false;
 }
 
+void WatchedChild::drain(bool is_err, const std::function<void(const std::string&)>& on_line) {
+  int fd = is_err ? child.stderr_fd.get() : child.stdout_fd.get();
+  bool& open = is_err ? err_open : out_open;
+  LineSplitter& split = is_err ? err_lines : out_lines;
+  char buf[65536];
+  for (int i = 0; i < 16 && open; ++i) {
+    ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return;
+    if (n == 0) {
+      open = false;
+      split.flush(on_line);
+      return;
+    }
+    split.feed(buf, static_cast<size_t>(n), on_line);
+  }
+}
+
 }  // namespace hpct::launch

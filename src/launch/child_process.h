@@ -11,11 +11,14 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "core/clock.h"
 #include "core/fd.h"
+#include "launch/rank_protocol.h"
 
 namespace hpct::launch {
 
@@ -34,6 +37,27 @@ struct Child {
   UniqueFd stdin_fd;    // write end (when piped)
   UniqueFd stdout_fd;   // read end
   UniqueFd stderr_fd;   // read end
+};
+
+// A started child whose stdout and stderr are read as lines until both
+// close: what the supervisors (supervisor.cc, elastic_supervisor.cc) keep of
+// each process they watch. Not thread-safe.
+struct WatchedChild {
+  Child child;
+  LineSplitter out_lines, err_lines;
+  bool out_open = true, err_open = true;
+  bool exited = false;
+  int status = 0;
+  SteadyClock::time_point exited_at{};
+  // Ended and its streams drained, or given 1 s for descendants to let go.
+  bool finished() const {
+    return exited && ((!out_open && !err_open) || SteadyClock::now() - exited_at > Millis(1000));
+  }
+  // Reads what one stream (stderr when is_err) holds now, at most 16 reads
+  // of 64 KiB, and calls on_line for each line; at its end, the unterminated
+  // tail too, and the stream is marked closed. Never blocks (the pipes are
+  // non-blocking).
+  void drain(bool is_err, const std::function<void(const std::string&)>& on_line);
 };
 
 // Io naming the program when it cannot be started (not found, not

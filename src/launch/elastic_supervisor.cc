@@ -100,22 +100,7 @@ void ElasticSupervisor::Impl::handle_line(Worker& w, bool is_err, const std::str
 }
 
 void ElasticSupervisor::Impl::drain(Worker& w, bool is_err) {
-  int fd = is_err ? w.child.stderr_fd.get() : w.child.stdout_fd.get();
-  bool& open = is_err ? w.err_open : w.out_open;
-  LineSplitter& split = is_err ? w.err_lines : w.out_lines;
-  auto on_line = [&](const std::string& l) { handle_line(w, is_err, l); };
-  char buf[65536];
-  for (int i = 0; i < 16 && open; ++i) {
-    ssize_t n = ::read(fd, buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return;
-    if (n == 0) {
-      open = false;
-      split.flush(on_line);
-      return;
-    }
-    split.feed(buf, static_cast<size_t>(n), on_line);
-  }
+  w.drain(is_err, [&](const std::string& l) { handle_line(w, is_err, l); });
 }
 
 void ElasticSupervisor::Impl::discover(SteadyClock::time_point now) {

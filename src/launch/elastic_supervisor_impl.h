@@ -36,15 +36,9 @@ inline std::string fmt_s(double s) {
 struct ElasticSupervisor::Impl {
   enum class Phase { kStarting, kReady, kMember, kLeaving, kDropping, kGone };
 
-  struct Worker {
+  struct Worker : WatchedChild {
     int id = 0;
     std::string host;
-    Child child;
-    LineSplitter out_lines, err_lines;
-    bool out_open = true, err_open = true;
-    bool exited = false;
-    int status = 0;
-    SteadyClock::time_point exited_at{};
     SteadyClock::time_point started_at{};
     SteadyClock::time_point kill_at{};
     Phase phase = Phase::kStarting;
@@ -53,9 +47,6 @@ struct ElasticSupervisor::Impl {
     bool done = false;  // it finished training
     std::int64_t joined_gen = -1;
     std::deque<std::string> tail;  // non-record lines (ssh's)
-    bool finished() const {
-      return exited && ((!out_open && !err_open) || SteadyClock::now() - exited_at > Millis(1000));
-    }
     bool alive() const { return phase != Phase::kDropping && phase != Phase::kGone; }
   };
 

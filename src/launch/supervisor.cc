@@ -18,19 +18,9 @@
 
 namespace hpct::launch {
 
-struct Supervisor::Proc {
+struct Supervisor::Proc : WatchedChild {
   ProcessPlan plan;
-  Child child;
-  LineSplitter out_lines, err_lines;
-  bool out_open = true, err_open = true;
-  bool exited = false;
-  int status = 0;
-  SteadyClock::time_point exited_at{};
   std::deque<std::string> tail;  // its own (non-record) lines, for messages
-  // Ended and its streams drained, or given 1 s for descendants to let go.
-  bool finished() const {
-    return exited && ((!out_open && !err_open) || SteadyClock::now() - exited_at > Millis(1000));
-  }
 };
 
 struct Supervisor::RankState {
@@ -186,22 +176,7 @@ struct Supervisor::Attempt {
   }
 
   void drain(Proc& p, bool is_err) {
-    int fd = is_err ? p.child.stderr_fd.get() : p.child.stdout_fd.get();
-    bool& open = is_err ? p.err_open : p.out_open;
-    LineSplitter& split = is_err ? p.err_lines : p.out_lines;
-    auto on_line = [&](const std::string& l) { handle_line(p, is_err, l); };
-    char buf[65536];
-    for (int i = 0; i < 16 && open; ++i) {
-      ssize_t n = ::read(fd, buf, sizeof buf);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) return;
-      if (n == 0) {
-        open = false;
-        split.flush(on_line);
-        return;
-      }
-      split.feed(buf, static_cast<size_t>(n), on_line);
-    }
+    p.drain(is_err, [&](const std::string& l) { handle_line(p, is_err, l); });
   }
 
   // 2..5. One pass of the watch: reads what arrived (lines, a signal, ended
