@@ -4,6 +4,7 @@
 
 #include "engine/engine.h"
 #include "torch/context.h"
+#include "torch/gradient_compressor.h"
 
 namespace hpct {
 namespace {
@@ -20,15 +21,7 @@ void broadcast_all(Context& ctx, const std::string& prefix,
     if (!send.is_same(t)) copies.emplace_back(t, send);
     hs.push_back(ctx.engine().broadcast_async(prefix + name, tensor_ref(send, prefix + name), root));
   }
-  std::exception_ptr first;
-  for (auto& h : hs) {
-    try {
-      h.wait();
-    } catch (...) {
-      if (!first) first = std::current_exception();
-    }
-  }
-  if (first) std::rethrow_exception(first);
+  wait_all(hs);
   for (auto& [target, copy] : copies) target.copy_(copy);
 }
 

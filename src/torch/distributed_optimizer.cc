@@ -193,12 +193,10 @@ struct DistributedOptimizer::Impl {
     for (auto i : order) hs.push_back(params[i].handle);
     lk.unlock();
     std::exception_ptr first;
-    for (auto& h : hs) {
-      try {
-        h.wait();
-      } catch (...) {
-        if (!first) first = std::current_exception();
-      }
+    try {
+      wait_all(hs);
+    } catch (...) {
+      first = std::current_exception();
     }
     lk.lock();
     std::vector<std::size_t> done_order = std::move(order);

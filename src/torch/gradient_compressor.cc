@@ -67,7 +67,10 @@ void GradientCompressor::reduce(engine::Engine& engine, std::vector<GradSlot>& g
         plain.push_back(submit_allreduce(engine, "grad/" + g.name, g.grad, op));
       }
     }
-    if (!lossy.empty()) reduce_compressed(engine, lossy, average);
+    if (!lossy.empty()) {
+      torch::NoGradGuard no_grad;
+      reduce_compressed(engine, lossy, average);
+    }
   } catch (...) {
     try {
       wait_all(plain);

@@ -100,7 +100,8 @@ class GradientCompressor {
 
  protected:
   // Reduces the tensors chosen for compression; the rest are already
-  // submitted plain (the engine fuses them with the first round).
+  // submitted plain (the engine fuses them with the first round). Called
+  // under torch::NoGradGuard.
   virtual void reduce_compressed(engine::Engine& engine, std::vector<GradSlot*>& slots, bool average) = 0;
   // The residual of a compressed tensor: zeros like it at first.
   torch::Tensor& residual(const GradSlot& g);

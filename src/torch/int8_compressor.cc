@@ -30,7 +30,6 @@ void Int8Compressor::reduce_compressed(engine::Engine& engine, std::vector<GradS
   std::vector<Work> work;
   work.reserve(slots.size());
   std::vector<engine::Handle> hs;
-  torch::NoGradGuard no_grad;
   for (GradSlot* g : slots) {
     Work w;
     w.name = g->name;

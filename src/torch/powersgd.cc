@@ -63,7 +63,6 @@ void PowerSgd::reduce_compressed(engine::Engine& engine, std::vector<GradSlot*>&
   std::vector<Work> work;
   work.reserve(slots.size());
   std::vector<engine::Handle> hs;
-  torch::NoGradGuard no_grad;
   for (GradSlot* g : slots) {
     const auto [n, m] = matrix_shape(g->grad);
     Work w;

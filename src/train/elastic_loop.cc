@@ -28,16 +28,7 @@ void ElasticLoop::train_world(Context& ctx) {
   dopts.compression_start_step = o.compression_start_step;
   dopts.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
   DistributedOptimizer opt(ctx, optimizer, model.named_parameters(), dopts);
-  std::unique_ptr<data::Loader> val;
-  if (!o.val.empty()) {
-    data::LoaderOptions vo = lo;
-    vo.shards = o.val;
-    vo.shuffle = false;
-    vo.drop_last = false;
-    vo.rank = ctx.rank();
-    vo.size = ctx.size();
-    val = std::make_unique<data::Loader>(vo);
-  }
+  std::unique_ptr<data::Loader> val = open_validation_loader(lo, o.val, ctx.rank(), ctx.size());
   bool stop = o.max_steps > 0 && state.step >= o.max_steps;
   while (state.epoch < o.epochs && !stop) {
     stop = run_epoch(ctx, opt, val.get(), metrics);

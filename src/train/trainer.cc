@@ -22,6 +22,7 @@
 #include "train/epoch_loop.h"
 #include "train/models.h"
 #include "train/train_setup.h"
+#include "train/validation.h"
 #include "train/training_state.h"
 #include "train/validation.h"
 
@@ -162,14 +163,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   lo.normalize = true;
   lo.logger = log;
   data::Loader loader(lo);
-  std::unique_ptr<data::Loader> val;
-  if (!o.val.empty()) {
-    data::LoaderOptions vo = lo;
-    vo.shards = o.val;
-    vo.shuffle = false;
-    vo.drop_last = false;
-    val = std::make_unique<data::Loader>(vo);
-  }
+  std::unique_ptr<data::Loader> val = open_validation_loader(lo, o.val, ctx.rank(), ctx.size());
   const std::int64_t steps_per_epoch = loader.batches_per_epoch();
   if (steps_per_epoch < 1) throw_invalid_argument("the training shards hold less than one batch per rank");
 

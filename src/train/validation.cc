@@ -8,6 +8,18 @@
 
 namespace hpct::train {
 
+std::unique_ptr<data::Loader> open_validation_loader(const data::LoaderOptions& train,
+                                                     const std::vector<std::string>& shards, int rank, int size) {
+  if (shards.empty()) return nullptr;
+  data::LoaderOptions vo = train;
+  vo.shards = shards;
+  vo.shuffle = false;
+  vo.drop_last = false;
+  vo.rank = rank;
+  vo.size = size;
+  return std::make_unique<data::Loader>(vo);
+}
+
 std::uint32_t model_checksum(Model& model) {
   std::uint32_t crc = 0;
   auto add = [&](const torch::Tensor& t) {

@@ -8,13 +8,21 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "data/loader.h"
 #include "hpctrain/hpctrain.h"
 #include "train/models.h"
 
 namespace hpct::train {
+
+// The validation loader beside a training loader: the same decoding on
+// `shards`, every sample once (no shuffle, the last partial batch kept),
+// rank's part of size ranks. Null when shards is empty (no --val).
+std::unique_ptr<data::Loader> open_validation_loader(const data::LoaderOptions& train,
+                                                     const std::vector<std::string>& shards, int rank, int size);
 
 // CRC-32C over every parameter and buffer, in module order.
 std::uint32_t model_checksum(Model& model);
