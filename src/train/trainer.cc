@@ -22,7 +22,6 @@
 #include "train/epoch_loop.h"
 #include "train/models.h"
 #include "train/train_setup.h"
-#include "train/validation.h"
 #include "train/training_state.h"
 #include "train/validation.h"
 
