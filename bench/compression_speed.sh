@@ -8,17 +8,13 @@
 # RATE=local: both ranks on this host (no namespace hosts). Extra settings
 # of our side go in the environment (e.g. HPCT_ALLOW_LOSSY=1 with MODES=auto).
 set -uo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-B=${BIN:-$here/build/tools/hpctrain}/hpctrain
-S=$here/scripts/netns-cluster.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 RATE=${RATE:-1gbit} MODEL=${MODEL:-mlp} REPEATS=${REPEATS:-3}
 MODES=${MODES:-powersgd:4 int8 none}
 HOOKS=${HOOKS-none fp16 powersgd:4}   # set and empty: no DDP runs
 if [[ $MODEL == mlp ]]; then STEPS=${STEPS:-20}; else STEPS=${STEPS:-40}; fi
-OUT=${OUT:-/tmp/hpct-compression-speed}
-mkdir -p "$OUT" && : > "$OUT/runs.jsonl"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 HPCT_COMPRESSION_START_STEP=5
-log() { echo "$(date -u +%H:%M:%S) load=$(cut -d' ' -f1-3 /proc/loadavg) $*" | tee -a "$OUT/log" >&2; }
+bench_out "${OUT:-/tmp/hpct-compression-speed}"
+export HPCT_COMPRESSION_START_STEP=5
 if [[ $RATE == local ]]; then
   HOSTS=()
 else
@@ -43,10 +39,7 @@ for rep in $(seq 1 "$REPEATS"); do
       grep '"pytorch-ddp"' | sed "s/^{/{\"repeat\":$rep,/" >> "$OUT/runs.jsonl"
   done
 done
-log done
-/usr/bin/python3 - "$OUT/runs.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+summarise <<'PY'
 by = {}
 for r in rows:
     bucket = r.get("bucket_mb", "default")

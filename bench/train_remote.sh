@@ -9,15 +9,10 @@
 # train_samples_per_s is printed, then the medians.
 #   RATE=1gbit REPEATS=3 bench/train_remote.sh
 set -uo pipefail
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-B=${BIN:-$here/build/tools/hpctrain}/hpctrain
-S=$here/scripts/netns-cluster.sh
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 RATE=${RATE:-1gbit} REPEATS=${REPEATS:-3} EPOCHS=${EPOCHS:-1}
-OUT=${OUT:-/tmp/hpct-train-remote}
+bench_out "${OUT:-/tmp/hpct-train-remote}"
 NAME=trr
-mkdir -p "$OUT" && : > "$OUT/runs.jsonl"
-export OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1
-log() { echo "$(date -u +%H:%M:%S) load=$(cut -d' ' -f1-3 /proc/loadavg) $*" | tee -a "$OUT/log" >&2; }
 if [[ ! -f $OUT/shards/train-000005.tar ]]; then
   rm -rf "$OUT/shards" && mkdir -p "$OUT/shards"
   "$B" data pack --from fashion-mnist --split train -q --max-count 10000 \
@@ -54,15 +49,12 @@ for rep in $(seq 1 "$REPEATS"); do
       sed "s/^{/{\"repeat\":$rep,\"source\":\"$kind\",/" >> "$OUT/runs.jsonl"
   done
 done
-log done
-/usr/bin/python3 - "$OUT/runs.jsonl" <<'PY'
-import json, statistics, sys
-rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-by = {}
+summarise <<'PY'
+per_repeat = {}
 for r in rows:
-    by.setdefault(r["repeat"], {})[r["source"]] = r
+    per_repeat.setdefault(r["repeat"], {})[r["source"]] = r
 ratios = []
-for rep, d in sorted(by.items()):
+for rep, d in sorted(per_repeat.items()):
     if "local" in d and "http" in d:
         ratio = d["http"]["train_samples_per_s"] / d["local"]["train_samples_per_s"]
         ratios.append(ratio)

@@ -15,11 +15,10 @@ import argparse
 import torch
 import torch.distributed as dist
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import hpctrain.torch  # noqa: F401  <-- added: registers the "hpctrain" backend
-from fashion_mnist import batches, load  # this folder's data helpers
+from fashion_mnist import batches, load, train_step  # this folder's data and step helpers
 
 def main():
     p = argparse.ArgumentParser()
@@ -40,10 +39,7 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     for epoch in range(args.epochs):
         for step, steps, b in batches(sampler, epoch, args.batch_size, args.steps):
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x_train[b]), y_train[b])
-            loss.backward()
-            optimizer.step()
+            loss = train_step(model, optimizer, x_train[b], y_train[b])
             if step % 50 == 0:
                 dist.all_reduce(loss := loss.detach().clone())
                 if rank == 0:

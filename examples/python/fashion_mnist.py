@@ -33,3 +33,14 @@ def batches(sampler, epoch, batch_size, max_steps=0):
         steps = min(steps, max_steps)
     for step in range(steps):
         yield step, steps, idx[step * batch_size:(step + 1) * batch_size]
+
+
+def train_step(model, optimizer, x, y):
+    """One step of plain training: forward, cross-entropy, backward, the
+    optimizer's step (the distributed wrapper syncs the gradients). Returns
+    the loss."""
+    optimizer.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    optimizer.step()
+    return loss

@@ -17,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import hpctrain.torch as hvd  # <-- the one changed line (was: import horovod.torch as hvd)
-from fashion_mnist import batches, load  # this folder's data helpers
+from fashion_mnist import batches, load, train_step  # this folder's data and step helpers
 
 class Net(nn.Module):
     def __init__(self):
@@ -60,10 +60,7 @@ def main():
     for epoch in range(args.epochs):
         model.train()
         for step, steps, b in batches(sampler, epoch, args.batch_size, args.steps):
-            optimizer.zero_grad()
-            loss = F.cross_entropy(model(x_train[b]), y_train[b])
-            loss.backward()
-            optimizer.step()
+            loss = train_step(model, optimizer, x_train[b], y_train[b])
             if step % 50 == 0:
                 avg = hvd.allreduce(loss.detach(), name="loss")
                 if hvd.rank() == 0:

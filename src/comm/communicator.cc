@@ -94,7 +94,15 @@ void broadcast(Communicator& comm, const BroadcastOptions& opts) {
 void allgather(Communicator& comm, const AllgatherOptions& opts) {
   need_buffer(comm, "allgather", opts.input, opts.count, "input");
   need_buffer(comm, "allgather", opts.output, opts.count, "output");
-  comm.do_allgather(with_timeout(comm, "allgather", opts));
+  // An allgatherv with equal counts: one path per backend for both.
+  AllgathervOptions v;
+  v.input = opts.input;
+  v.output = opts.output;
+  v.counts.assign(static_cast<size_t>(comm.size()), opts.count);
+  v.dtype = opts.dtype;
+  v.tag = opts.tag;
+  v.timeout = opts.timeout;
+  comm.do_allgatherv(with_timeout(comm, "allgather", v));
 }
 
 void allgatherv(Communicator& comm, const AllgathervOptions& opts) {
@@ -128,7 +136,23 @@ std::vector<std::int64_t> allgather_value(Communicator& comm, std::int64_t value
 }
 
 void barrier(Communicator& comm, const BarrierOptions& opts) {
-  comm.do_barrier(with_timeout(comm, "barrier", opts));
+  // A one-byte allreduce: every backend's allreduce already waits politely,
+  // within the timeout, and names the ranks it waited for.
+  const BarrierOptions o = with_timeout(comm, "barrier", opts);
+  std::uint8_t token = 0;
+  AllreduceOptions a;
+  a.input = &token;
+  a.output = &token;
+  a.count = 1;
+  a.dtype = DataType::kUInt8;
+  a.op = ReduceOp::kMax;
+  a.tag = o.tag;
+  a.timeout = o.timeout;
+  try {
+    comm.do_allreduce(a);
+  } catch (const Error& e) {
+    throw Error(e.code(), "barrier: " + std::string(e.what()));
+  }
 }
 
 void send(Communicator& comm, const SendOptions& opts) {

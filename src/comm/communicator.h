@@ -131,8 +131,8 @@ class Communicator {
   Communicator(const Communicator&) = delete;
   Communicator& operator=(const Communicator&) = delete;
 
-  virtual int rank() const = 0;
-  virtual int size() const = 0;
+  int rank() const { return rank_; }
+  int size() const { return size_; }
   virtual const char* backend_name() const = 0;  // "mpi", "gloo"
   // The algorithm the backend uses for this operation and message size, as
   // the benchmark reports it ("ring", "mpi-tuned", ...).
@@ -150,7 +150,10 @@ class Communicator {
   std::map<std::string, PathTotals> allreduce_paths() const;
 
  protected:
-  explicit Communicator(Millis default_timeout) : default_timeout_(default_timeout) {}
+  // rank and size: where they are known before connecting; a backend that
+  // learns them later sets rank_ and size_ before it returns the communicator.
+  explicit Communicator(Millis default_timeout, int rank = 0, int size = 1)
+      : rank_(rank), size_(size), default_timeout_(default_timeout) {}
 
   // Called with checked options and a resolved, non-zero timeout.
   virtual void do_allreduce(const AllreduceOptions& o) = 0;
@@ -158,12 +161,13 @@ class Communicator {
   // the default. Backends with a shared-memory allreduce override it.
   virtual bool do_allreduce_segments(const AllreduceSegmentsOptions& /*o*/) { return false; }
   virtual void do_broadcast(const BroadcastOptions& o) = 0;
-  virtual void do_allgather(const AllgatherOptions& o) = 0;
   virtual void do_allgatherv(const AllgathervOptions& o) = 0;
   virtual void do_reduce_scatter(const ReduceScatterOptions& o) = 0;
-  virtual void do_barrier(const BarrierOptions& o) = 0;
   virtual void do_send(const SendOptions& o) = 0;
   virtual void do_recv(const RecvOptions& o) = 0;
+
+  int rank_;
+  int size_;
 
  private:
   Millis default_timeout_;

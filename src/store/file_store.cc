@@ -40,25 +40,6 @@ std::string random_tag() {
   return to_hex(b, sizeof b);
 }
 
-// A printable form of a key for error messages (keys may hold any bytes).
-std::string printable(const std::string& key) {
-  std::string s;
-  for (unsigned char c : key) {
-    if (c >= 0x20 && c < 0x7f) {
-      s += static_cast<char>(c);
-    } else {
-      s += "\\x" + to_hex(&c, 1);
-    }
-  }
-  return s;
-}
-
-std::vector<std::string> printable(const std::vector<std::string>& keys) {
-  std::vector<std::string> out;
-  for (const auto& k : keys) out.push_back(printable(k));
-  return out;
-}
-
 // Sleeps for the next step of a 1 ms .. 50 ms backoff, never past deadline.
 void backoff_sleep(Millis* step, const Deadline& deadline) {
   std::this_thread::sleep_for(std::min(*step, deadline.remaining()));
@@ -105,10 +86,10 @@ void FileStore::write_atomically(const std::string& path, const std::string& val
                           std::to_string(tmp_counter_.fetch_add(1)) + "." +
                           std::to_string(::getpid());
   UniqueFd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
-  if (!fd.valid()) throw_io("file store: create " + tmp + " for key " + printable(key), errno);
+  if (!fd.valid()) throw_io("file store: create " + tmp + " for key " + printable_key(key), errno);
   try {
     net::write_all(fd.get(), value.data(), value.size(), net::kNoDeadline, -1,
-                   tmp + " for key " + printable(key));
+                   tmp + " for key " + printable_key(key));
     if (::close(fd.release()) != 0) throw_io("file store: close " + tmp, errno);
     if (::rename(tmp.c_str(), path.c_str()) != 0)
       throw_io("file store: rename " + tmp + " to " + path, errno);
@@ -123,7 +104,7 @@ bool FileStore::try_read(const std::string& path, const std::string& key,
   UniqueFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) {
     if (errno == ENOENT) return false;
-    throw_io("file store: open " + path + " for key " + printable(key), errno);
+    throw_io("file store: open " + path + " for key " + printable_key(key), errno);
   }
   std::string out;
   char buf[65536];
@@ -131,7 +112,7 @@ bool FileStore::try_read(const std::string& path, const std::string& key,
     ssize_t n = ::read(fd.get(), buf, sizeof buf);
     if (n < 0) {
       if (errno == EINTR) continue;
-      throw_io("file store: read " + path + " for key " + printable(key), errno);
+      throw_io("file store: read " + path + " for key " + printable_key(key), errno);
     }
     if (n == 0) break;
     out.append(buf, static_cast<size_t>(n));
@@ -152,7 +133,7 @@ std::string FileStore::get(const std::string& key, Millis timeout) {
   while (true) {
     if (try_read(path, key, &value)) return value;
     if (deadline.expired())
-      throw_timeout(describe_wait({printable(key)}, {printable(key)}, timeout) + " in " + dir_);
+      throw_timeout(describe_wait({key}, {key}, timeout) + where());
     backoff_sleep(&step, deadline);
   }
 }
@@ -168,7 +149,7 @@ std::int64_t FileStore::add(const std::string& key, std::int64_t delta) {
   while (::flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
     if (errno != EWOULDBLOCK && errno != EINTR) throw_io("file store: flock " + lock_path, errno);
     if (deadline.expired()) {
-      throw_timeout("file store: add(" + printable(key) + ") could not take the lock " + lock_path +
+      throw_timeout("file store: add(" + printable_key(key) + ") could not take the lock " + lock_path +
                     " within " + std::to_string(lock_timeout_.count()) +
                     " ms (another rank holds it)");
     }
@@ -178,55 +159,44 @@ std::int64_t FileStore::add(const std::string& key, std::int64_t delta) {
   const std::string path = path_for(key);
   std::string current;
   std::int64_t value = 0;
-  if (try_read(path, key, &current) && !current.empty()) {
-    size_t used = 0;
-    try {
-      value = std::stoll(current, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used != current.size()) {
-      throw_invalid_argument("file store: add(" + printable(key) +
-                             "): the value is not an integer");
-    }
+  if (try_read(path, key, &current) && !parse_counter(current, &value)) {
+    throw_invalid_argument("file store: add(" + printable_key(key) + "): the value is not an integer");
   }
   value += delta;
   write_atomically(path, std::to_string(value), key);
   return value;
 }
 
-std::vector<std::string> FileStore::missing(const std::vector<std::string>& keys) const {
+std::vector<std::string> FileStore::absent_now(const std::vector<std::string>& keys) const {
   std::vector<std::string> out;
   for (const auto& k : keys) {
     const std::string path = path_for(k);
     if (::access(path.c_str(), F_OK) != 0) {
       if (errno != ENOENT)
-        throw_io("file store: access " + path + " for key " + printable(k), errno);
+        throw_io("file store: access " + path + " for key " + printable_key(k), errno);
       out.push_back(k);
     }
   }
   return out;
 }
 
-void FileStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+std::vector<std::string> FileStore::missing(const std::vector<std::string>& keys, Millis timeout) {
   Deadline deadline(timeout);
   Millis step = kMinPoll;
   while (true) {
-    auto absent = missing(keys);
-    if (absent.empty()) return;
-    if (deadline.expired())
-      throw_timeout(describe_wait(printable(keys), printable(absent), timeout) + " in " + dir_);
+    auto absent = absent_now(keys);
+    if (absent.empty() || deadline.expired()) return absent;
     backoff_sleep(&step, deadline);
   }
 }
 
-bool FileStore::check(const std::vector<std::string>& keys) { return missing(keys).empty(); }
+std::string FileStore::where() const { return " in " + dir_; }
 
 bool FileStore::remove(const std::string& key) {
   const std::string path = path_for(key);
   if (::unlink(path.c_str()) == 0) return true;
   if (errno == ENOENT) return false;
-  throw_io("file store: unlink " + path + " for key " + printable(key), errno);
+  throw_io("file store: unlink " + path + " for key " + printable_key(key), errno);
 }
 
 }  // namespace hpct::store

@@ -41,11 +41,11 @@ class FileStore final : public Store {
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Millis timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
-  void wait(const std::vector<std::string>& keys, Millis timeout) override;
-  bool check(const std::vector<std::string>& keys) override;
+  std::vector<std::string> missing(const std::vector<std::string>& keys, Millis timeout) override;
   bool remove(const std::string& key) override;
 
   const std::string& dir() const { return dir_; }
+  std::string where() const override;  // " in DIR"
 
   // The file name (without the directory) key is stored under; exposed so
   // tests can check that every key maps to one safe name.
@@ -57,7 +57,7 @@ class FileStore final : public Store {
   void write_atomically(const std::string& path, const std::string& value, const std::string& key);
   // False when the file does not exist; Io for any other failure.
   bool try_read(const std::string& path, const std::string& key, std::string* value) const;
-  std::vector<std::string> missing(const std::vector<std::string>& keys) const;
+  std::vector<std::string> absent_now(const std::vector<std::string>& keys) const;
 
   const std::string dir_;
   const Millis lock_timeout_;

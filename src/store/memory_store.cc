@@ -28,7 +28,10 @@ std::int64_t MemoryStore::add(const std::string& key, std::int64_t delta) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::string& v = data_[key];
-    std::int64_t current = v.empty() ? 0 : std::stoll(v);
+    std::int64_t current = 0;
+    if (!parse_counter(v, &current)) {
+      throw_invalid_argument("add(" + printable_key(key) + "): the value at the store is not an integer");
+    }
     result = current + delta;
     v = std::to_string(result);
   }
@@ -44,23 +47,15 @@ std::vector<std::string> MemoryStore::missing_locked(const std::vector<std::stri
   return missing;
 }
 
-void MemoryStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+std::vector<std::string> MemoryStore::missing(const std::vector<std::string>& keys, Millis timeout) {
   std::unique_lock<std::mutex> lock(mu_);
   const auto deadline = SteadyClock::now() + timeout;
   while (true) {
-    auto missing = missing_locked(keys);
-    if (missing.empty()) return;
-    if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-      missing = missing_locked(keys);
-      if (missing.empty()) return;
-      throw_timeout(describe_wait(keys, missing, timeout));
+    auto absent = missing_locked(keys);
+    if (absent.empty() || changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+      return absent.empty() ? absent : missing_locked(keys);
     }
   }
-}
-
-bool MemoryStore::check(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(mu_);
-  return missing_locked(keys).empty();
 }
 
 bool MemoryStore::remove(const std::string& key) {

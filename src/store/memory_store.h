@@ -19,8 +19,7 @@ class MemoryStore final : public Store {
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Millis timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
-  void wait(const std::vector<std::string>& keys, Millis timeout) override;
-  bool check(const std::vector<std::string>& keys) override;
+  std::vector<std::string> missing(const std::vector<std::string>& keys, Millis timeout) override;
   bool remove(const std::string& key) override;
 
  private:

@@ -34,14 +34,23 @@ class Store {
   // new value; atomic across all clients.
   virtual std::int64_t add(const std::string& key, std::int64_t delta) = 0;
 
-  // Blocks until every key exists.
-  virtual void wait(const std::vector<std::string>& keys, Millis timeout) = 0;
-
-  // True when every key exists now; never blocks.
-  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // The keys still absent after waiting up to timeout for all of them to
+  // exist (Millis(0): a look, no wait); empty when every key exists. The one
+  // blocking primitive that wait() and check() share.
+  virtual std::vector<std::string> missing(const std::vector<std::string>& keys, Millis timeout) = 0;
 
   // Deletes key; true when it existed.
   virtual bool remove(const std::string& key) = 0;
+
+  // Blocks until every key exists; Timeout naming the keys still missing.
+  void wait(const std::vector<std::string>& keys, Millis timeout);
+
+  // True when every key exists now; never blocks.
+  bool check(const std::vector<std::string>& keys) { return missing(keys, Millis(0)).empty(); }
+
+  // Where the keys live, for messages (" in /shared/store", " at the store
+  // host:port"); empty for a store in this process.
+  virtual std::string where() const { return {}; }
 };
 
 // Puts every key of an inner store under "prefix/", so several communicators
@@ -52,9 +61,9 @@ class PrefixStore final : public Store {
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Millis timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
-  void wait(const std::vector<std::string>& keys, Millis timeout) override;
-  bool check(const std::vector<std::string>& keys) override;
+  std::vector<std::string> missing(const std::vector<std::string>& keys, Millis timeout) override;
   bool remove(const std::string& key) override;
+  std::string where() const override { return inner_->where(); }
 
  private:
   std::string full(const std::string& key) const { return prefix_ + "/" + key; }
@@ -63,7 +72,16 @@ class PrefixStore final : public Store {
   std::shared_ptr<Store> inner_;
 };
 
-// "timed out after 2000 ms waiting for store keys [a, b] (missing: b)".
+// The integer add() keeps at a key: empty is 0. False when value is not
+// a whole decimal int64.
+bool parse_counter(const std::string& value, std::int64_t* out);
+
+// A printable form of a key for messages (keys may hold any bytes): bytes
+// outside printable ASCII as \xNN.
+std::string printable_key(const std::string& key);
+
+// "timed out after 2000 ms waiting for store keys [a, b] (missing: b)", the
+// keys printable.
 std::string describe_wait(const std::vector<std::string>& keys,
                           const std::vector<std::string>& missing, Millis timeout);
 

@@ -104,9 +104,27 @@ TEST_P(StoreContract, SetGetAddRemove) {
   EXPECT_FALSE(s->remove("a"));
   EXPECT_FALSE(s->check({"a"}));
   s->set("text", "hello");
-  // Which error differs by store (file and tcp: hpct::Error; memory:
-  // std::invalid_argument from stoll); the file and tcp suites pin theirs.
-  EXPECT_ANY_THROW(s->add("text", 1));
+  try {
+    s->add("text", 1);
+    FAIL() << "add() on a text value did not throw";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("not an integer"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(s->get("text", Millis(100)), "hello");  // the value is kept
+}
+
+TEST_P(StoreContract, MissingListsTheAbsentKeysAfterItsWait) {
+  auto s = open();
+  s->set("b", "1");
+  EXPECT_EQ(s->missing({"a", "b", "c"}, Millis(0)), (std::vector<std::string>{"a", "c"}));
+  std::thread t([&] {
+    std::this_thread::sleep_for(Millis(30));
+    open()->set("a", "v");
+  });
+  EXPECT_EQ(s->missing({"a", "b", "c"}, Millis(300)), std::vector<std::string>{"c"});
+  t.join();
+  EXPECT_TRUE(s->missing({"a", "b"}, Millis(0)).empty());
 }
 
 TEST_P(StoreContract, GetWaitsForAnotherClient) {
@@ -144,6 +162,13 @@ TEST_P(StoreContract, PrefixStoreKeysAreNamespaced) {
   EXPECT_EQ(a.get("k", Millis(10)), "1");
   EXPECT_EQ(b.get("k", Millis(10)), "2");
   EXPECT_EQ(open()->get("job2/k", Millis(1000)), "2");
+  EXPECT_EQ(a.missing({"k", "gone"}, Millis(0)), std::vector<std::string>{"gone"});
+  try {
+    a.wait({"gone"}, Millis(20));
+    FAIL() << "no timeout";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("missing: gone)"), std::string::npos) << e.what();
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -307,24 +307,22 @@ Message TcpStoreServer::State::handle(const Message& request, int fd, const std:
       data_changed.notify_all();
       return reply;
     }
-    case Op::kGet:
-    case Op::kWait: {
+    case Op::kMissing:  // the keys still absent after the wait, as an ok reply
+      reply.keys = wait_for(request.keys, Millis(request.number), fd, peer);
+      return reply;
+    case Op::kGet: {
       auto missing = wait_for(request.keys, Millis(request.number), fd, peer);
-      if (!missing.empty()) {
-        reply.kind = static_cast<std::uint8_t>(Status::kTimeout);
-        reply.keys = std::move(missing);
-        return reply;
-      }
-      if (op == Op::kGet) {
+      if (missing.empty()) {
         std::lock_guard<std::mutex> lock(data_mu);
         auto it = data.find(request.keys[0]);
-        if (it == data.end()) {  // removed between the wait and now: the wait it was
-          reply.kind = static_cast<std::uint8_t>(Status::kTimeout);
-          reply.keys = request.keys;
-        } else {
+        if (it != data.end()) {
           reply.value = it->second;
+          return reply;
         }
+        missing = request.keys;  // removed between the wait and now: the wait it was
       }
+      reply.kind = static_cast<std::uint8_t>(Status::kTimeout);
+      reply.keys = std::move(missing);
       return reply;
     }
     case Op::kAdd: {
@@ -332,32 +330,16 @@ Message TcpStoreServer::State::handle(const Message& request, int fd, const std:
         std::lock_guard<std::mutex> lock(data_mu);
         std::string& v = data[request.keys[0]];
         std::int64_t current = 0;
-        if (!v.empty()) {
-          size_t used = 0;
-          try {
-            current = std::stoll(v, &used);
-          } catch (const std::exception&) {
-            used = 0;
-          }
-          if (used != v.size()) {
-            reply.kind = static_cast<std::uint8_t>(Status::kError);
-            reply.number = static_cast<std::int64_t>(ErrorCode::kInvalidArgument);
-            reply.value = "add(" + request.keys[0] + "): the value at the store is not an integer";
-            return reply;
-          }
+        if (!parse_counter(v, &current)) {
+          reply.kind = static_cast<std::uint8_t>(Status::kError);
+          reply.number = static_cast<std::int64_t>(ErrorCode::kInvalidArgument);
+          reply.value = "add(" + printable_key(request.keys[0]) + "): the value at the store is not an integer";
+          return reply;
         }
         reply.number = current + request.number;
         v = std::to_string(reply.number);
       }
       data_changed.notify_all();
-      return reply;
-    }
-    case Op::kCheck: {
-      std::lock_guard<std::mutex> lock(data_mu);
-      reply.number = 1;
-      for (const auto& k : request.keys) {
-        if (data.find(k) == data.end()) reply.number = 0;
-      }
       return reply;
     }
     case Op::kRemove: {
@@ -441,7 +423,7 @@ Message TcpStore::call(const Message& request, Millis wait_budget, const std::st
     // The connection is dropped (conn goes out of scope): its sequence
     // numbers may be out of step with the server's.
     if (e.code() == ErrorCode::kTimeout && (request.kind == static_cast<std::uint8_t>(Op::kGet) ||
-                                            request.kind == static_cast<std::uint8_t>(Op::kWait))) {
+                                            request.kind == static_cast<std::uint8_t>(Op::kMissing))) {
       throw_timeout(describe_wait(request.keys, request.keys, wait_budget) +
                     ": no reply from the store at " + endpoint_);
     }
@@ -455,8 +437,7 @@ Message TcpStore::call(const Message& request, Millis wait_budget, const std::st
     case Status::kOk:
       return reply;
     case Status::kTimeout:
-      throw_timeout(describe_wait(request.keys, reply.keys, wait_budget) + " at the store " +
-                    endpoint_);
+      throw_timeout(describe_wait(request.keys, reply.keys, wait_budget) + where());
     case Status::kError:
       if (reply.number < 0 || reply.number > static_cast<std::int64_t>(ErrorCode::kAuth)) {
         throw_data_corrupt(op + ": the store at " + endpoint_ +
@@ -493,14 +474,12 @@ std::int64_t TcpStore::add(const std::string& key, std::int64_t delta) {
   return call(make(Op::kAdd, {key}, {}, delta), Millis(0), "add(" + key + ")").number;
 }
 
-void TcpStore::wait(const std::vector<std::string>& keys, Millis timeout) {
+std::vector<std::string> TcpStore::missing(const std::vector<std::string>& keys, Millis timeout) {
   timeout = clamp_wait(timeout);
-  call(make(Op::kWait, keys, {}, timeout.count()), timeout, "wait");
+  return call(make(Op::kMissing, keys, {}, timeout.count()), timeout, "wait").keys;
 }
 
-bool TcpStore::check(const std::vector<std::string>& keys) {
-  return call(make(Op::kCheck, keys), Millis(0), "check").number != 0;
-}
+std::string TcpStore::where() const { return " at the store " + endpoint_; }
 
 bool TcpStore::remove(const std::string& key) {
   return call(make(Op::kRemove, {key}), Millis(0), "remove(" + key + ")").number != 0;

@@ -52,7 +52,8 @@ namespace hpct::store {
 // The payload codec, exposed so tests can speak the protocol over raw sockets.
 namespace tcp_wire {
 
-enum class Op : std::uint8_t { kSet = 1, kGet = 2, kAdd = 3, kWait = 4, kCheck = 5, kRemove = 6 };
+// kMissing waits up to `number` ms for keys and replies the ones still absent.
+enum class Op : std::uint8_t { kSet = 1, kGet = 2, kAdd = 3, kMissing = 4, kRemove = 5 };
 enum class Status : std::uint8_t { kOk = 100, kTimeout = 101, kError = 102 };
 
 // A request (kind is an Op) or a reply (kind is a Status). Keys: the request's
@@ -153,12 +154,12 @@ class TcpStore final : public Store {
   void set(const std::string& key, const std::string& value) override;
   std::string get(const std::string& key, Millis timeout) override;
   std::int64_t add(const std::string& key, std::int64_t delta) override;
-  void wait(const std::vector<std::string>& keys, Millis timeout) override;
-  bool check(const std::vector<std::string>& keys) override;
+  std::vector<std::string> missing(const std::vector<std::string>& keys, Millis timeout) override;
   bool remove(const std::string& key) override;
 
   // "host:port", as error messages name the server.
   const std::string& endpoint() const { return endpoint_; }
+  std::string where() const override;  // " at the store host:port"
 
  private:
   struct Connection;

@@ -464,7 +464,7 @@ TEST(TcpStore, ClientGoneDuringWaitFreesItsThread) {
   {
     RawSession s(server.port());
     tcp_wire::Message m;
-    m.kind = static_cast<std::uint8_t>(tcp_wire::Op::kWait);
+    m.kind = static_cast<std::uint8_t>(tcp_wire::Op::kMissing);
     m.keys = {"never"};
     m.number = 60000;
     send_raw(s.fd.get(),

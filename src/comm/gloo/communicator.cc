@@ -1,8 +1,6 @@
 #include "comm/gloo/communicator.h"
 
-#include <gloo/allgather.h>
 #include <gloo/allgatherv.h>
-#include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -63,9 +61,7 @@ void ignore_sigpipe_if_default() {
 }  // namespace
 
 GlooCommunicator::GlooCommunicator(const GlooOptions& options)
-    : Communicator(options.timeout),
-      rank_(options.rank),
-      size_(options.size),
+    : Communicator(options.timeout, options.rank, options.size),
       store_(options.store),
       options_(options),
       host_(local_host_name()),
@@ -254,8 +250,8 @@ std::string GlooCommunicator::algorithm(OpKind op, size_t bytes) const {
       return "ring";
     case OpKind::kReduceScatter:
       return "ring";
-    case OpKind::kBarrier:
-      return "dissemination";
+    case OpKind::kBarrier:  // comm::barrier: a one-byte allreduce
+      return algorithm(OpKind::kAllreduce, 1);
   }
   return "unknown";
 }
@@ -380,25 +376,6 @@ void GlooCommunicator::do_broadcast(const BroadcastOptions& o) {
       });
 }
 
-void GlooCommunicator::do_allgather(const AllgatherOptions& o) {
-  run(describe_op("allgather", o.count, o.dtype), o.timeout, -1, [&] {
-    if (o.count == 0) return;
-    if (size_ == 1) {
-      if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
-      return;
-    }
-    gloo::AllgatherOptions g(context_);
-    with_element_type(o.dtype, [&](auto t) {
-      using T = decltype(t);
-      g.setInput(static_cast<T*>(const_cast<void*>(o.input)), o.count);
-      g.setOutput(static_cast<T*>(o.output), o.count * size_);
-    });
-    g.setTag(o.tag);
-    g.setTimeout(o.timeout);
-    gloo::allgather(g);
-  });
-}
-
 void GlooCommunicator::do_allgatherv(const AllgathervOptions& o) {
   size_t total = 0;
   for (size_t c : o.counts) total += c;
@@ -421,16 +398,6 @@ void GlooCommunicator::do_allgatherv(const AllgathervOptions& o) {
     g.setTag(o.tag);
     g.setTimeout(o.timeout);
     gloo::allgatherv(g);
-  });
-}
-
-void GlooCommunicator::do_barrier(const BarrierOptions& o) {
-  run("barrier", o.timeout, -1, [&] {
-    if (size_ == 1) return;
-    gloo::BarrierOptions g(context_);
-    g.setTag(o.tag);
-    g.setTimeout(o.timeout);
-    gloo::barrier(g);
   });
 }
 

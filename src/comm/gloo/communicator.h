@@ -26,9 +26,9 @@
 // Operations: allreduce (Gloo ring, our reduce_elements as the reduction so
 // every dtype reduces the same way on every backend; avg = sum then one
 // division; small ones, and all with 2 ranks, over hpctrain's own
-// connections instead, comm/direct_mesh.h), broadcast (Gloo's binomial tree), allgather and
-// allgatherv (Gloo ring), reduce_scatter (our ring over Gloo unbound buffers), barrier (Gloo's
-// dissemination barrier), send/recv (unbound buffers). Each passes its timeout to every Gloo wait.
+// connections instead, comm/direct_mesh.h), broadcast (Gloo's binomial tree), allgatherv
+// (Gloo ring; allgather is an allgatherv with equal counts), reduce_scatter (our ring over Gloo
+// unbound buffers), send/recv (unbound buffers); barrier is a one-byte allreduce (comm::barrier). Each passes its timeout to every Gloo wait.
 // Count 0 returns at once without touching the network (every rank passes the same count); a world
 // of one rank never creates a Gloo context at all.
 //
@@ -114,8 +114,6 @@ class GlooCommunicator final : public Communicator {
 
   ~GlooCommunicator() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   const char* backend_name() const override { return "gloo"; }
   std::string algorithm(OpKind op, size_t bytes) const override;
 
@@ -132,10 +130,8 @@ class GlooCommunicator final : public Communicator {
   void do_allreduce(const AllreduceOptions& o) override;
   bool do_allreduce_segments(const AllreduceSegmentsOptions& o) override;
   void do_broadcast(const BroadcastOptions& o) override;
-  void do_allgather(const AllgatherOptions& o) override;
   void do_allgatherv(const AllgathervOptions& o) override;
   void do_reduce_scatter(const ReduceScatterOptions& o) override;
-  void do_barrier(const BarrierOptions& o) override;
   void do_send(const SendOptions& o) override;
   void do_recv(const RecvOptions& o) override;
 
@@ -170,8 +166,6 @@ class GlooCommunicator final : public Communicator {
   void connect_direct(const std::string& who);
   void direct_allreduce(const AllreduceOptions& o);
 
-  const int rank_;
-  const int size_;
   std::shared_ptr<store::Store> store_;
   GlooOptions options_;
   std::string host_;

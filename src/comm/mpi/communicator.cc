@@ -113,14 +113,14 @@ std::string MpiCommunicator::algorithm(OpKind op, size_t bytes) const {
       return uses_shm(bytes) ? "shm:reduce-scatter+allgather" : "mpi:MPI_Allreduce";
     case OpKind::kBroadcast:
       return "mpi:MPI_Bcast";
-    case OpKind::kAllgather:
-      return "mpi:MPI_Allgather";
+    case OpKind::kAllgather:  // comm::allgather: an allgatherv with equal counts
+      return "mpi:MPI_Allgatherv";
     case OpKind::kAllgatherv:
       return "mpi:MPI_Allgatherv";
     case OpKind::kReduceScatter:
       return "mpi:MPI_Reduce_scatter_block";
-    case OpKind::kBarrier:
-      return "mpi:MPI_Barrier";
+    case OpKind::kBarrier:  // comm::barrier: a one-byte allreduce
+      return algorithm(OpKind::kAllreduce, 1);
   }
   return "mpi";
 }
@@ -249,27 +249,6 @@ void MpiCommunicator::do_broadcast(const BroadcastOptions& o) {
       });
 }
 
-void MpiCommunicator::do_allgather(const AllgatherOptions& o) {
-  const int n = to_int("allgather", "count", o.count);
-  to_int("allgather", "count * size (the output)", o.count * static_cast<size_t>(size_));
-  run(
-      "allgather", o.timeout,
-      [&] {
-        return "MPI_Allgather of " + std::to_string(o.count) + " " + dtype_name(o.dtype) +
-               " per rank";
-      },
-      [in = o.input, out = o.output, n, t = mpi_type(o.dtype), comm = worker_->comm,
-       polite = o.count * size_ * dtype_size(o.dtype) <= kPoliteBytes] {
-        if (polite) {
-          MPI_Request request;
-          check_mpi(MPI_Iallgather(in, n, t, out, n, t, comm, &request), "MPI_Iallgather");
-          wait_politely(request, "MPI_Iallgather");
-          return;
-        }
-        check_mpi(MPI_Allgather(in, n, t, out, n, t, comm), "MPI_Allgather");
-      });
-}
-
 void MpiCommunicator::do_allgatherv(const AllgathervOptions& o) {
   std::vector<int> counts(o.counts.size()), displs(o.counts.size());
   size_t total = 0;
@@ -315,16 +294,6 @@ void MpiCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) {
        mop = mpi_op(*worker_, o.dtype, o.op), comm = worker_->comm, size = size_] {
         check_mpi(MPI_Reduce_scatter_block(in, out, n, t, mop, comm), "MPI_Reduce_scatter_block");
         if (op == ReduceOp::kAvg) finish_average(out, static_cast<size_t>(n), dtype, size);
-      });
-}
-
-void MpiCommunicator::do_barrier(const BarrierOptions& o) {
-  run(
-      "barrier", o.timeout, [] { return std::string("MPI_Barrier"); },
-      [comm = worker_->comm] {
-        MPI_Request request;
-        check_mpi(MPI_Ibarrier(comm, &request), "MPI_Ibarrier");
-        wait_politely(request, "MPI_Ibarrier");
       });
 }
 

@@ -119,8 +119,6 @@ class MpiCommunicator final : public Communicator {
   // detached instead (see the file comment). Never throws.
   ~MpiCommunicator() override;
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
   const char* backend_name() const override { return "mpi"; }
   // "mpi:MPI_Allreduce", ...: the MPI library picks the actual algorithm per
   // message size and cannot be asked which one it chose. Allreduces that go
@@ -140,10 +138,8 @@ class MpiCommunicator final : public Communicator {
   void do_allreduce(const AllreduceOptions& o) override;
   bool do_allreduce_segments(const AllreduceSegmentsOptions& o) override;
   void do_broadcast(const BroadcastOptions& o) override;
-  void do_allgather(const AllgatherOptions& o) override;
   void do_allgatherv(const AllgathervOptions& o) override;
   void do_reduce_scatter(const ReduceScatterOptions& o) override;
-  void do_barrier(const BarrierOptions& o) override;
   void do_send(const SendOptions& o) override;
   void do_recv(const RecvOptions& o) override;
 
@@ -169,8 +165,6 @@ class MpiCommunicator final : public Communicator {
   Logger logger_;
   std::shared_ptr<Worker> worker_;
   FailureLatch latch_;
-  int rank_ = 0;
-  int size_ = 1;
   int tag_ub_ = 32767;  // MPI_TAG_UB of this MPI; the standard guarantees 32767
   bool started_mpi_ = false;
   bool shm_failed_ = false;  // a shared-memory allreduce timed out or lost a peer
