@@ -70,6 +70,25 @@ struct ShardFileSystem::Impl {
   std::vector<std::thread> threads;  // made once, by start_threads
   std::once_flag threads_started;
   std::atomic<bool> stopping{false};
+  // The first answer goes first: until one download has received its
+  // first kFirstAnswerBytes (or ended, or kFirstAnswerWait has passed),
+  // fetch threads other than the first wait before they start one. So the
+  // shard a reader opens first does not share the server, the link and
+  // the cores with the shards announced after it while its first samples
+  // are on the way (strace of `bench data --source` on loopback,
+  // 2026-11-26: both requests went out together, and the second shard's
+  // transfer ran while the first sample waited). Later shards start a
+  // fraction of a millisecond later on loopback, one round trip and 256 KiB
+  // later on a slow link. Guarded by mu; notified on cv.
+  bool first_answer = false;
+  static constexpr Millis kFirstAnswerWait{200};
+  static constexpr std::uint64_t kFirstAnswerBytes = 256 << 10;
+  void first_answer_came() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (first_answer) return;
+    first_answer = true;
+    cv.notify_all();
+  }
   std::atomic<std::uint64_t> part_seq{0};
   std::uint64_t memory_used = 0;  // guarded by mu: bytes of spools in memory
   std::uint64_t open_clock = 0;   // guarded by mu: orders spools by last open
@@ -133,7 +152,7 @@ struct ShardFileSystem::Impl {
   }
   // The spool of a URL, made (and queued unless `front`) on first sight.
   std::shared_ptr<Spool> spool_for(const std::string& url, bool front);
-  void fetcher();
+  void fetcher(int index);
   void fetch(Spool& s);
   bool fetch_cached(Spool& s, SourceCounters* c);
   void evict(const std::string& keep);
@@ -141,7 +160,7 @@ struct ShardFileSystem::Impl {
   // not after its siblings are made (the first sample waits for it).
   void start_threads() {
     std::call_once(threads_started, [this] {
-      for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this] { fetcher(); });
+      for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this, i] { fetcher(i); });
     });
   }
   Millis read_bound() const {
@@ -174,7 +193,9 @@ std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, 
     } else {
       queue.push_back(s);
     }
-    cv.notify_one();
+    // All: a fetch thread held back for the first answer must not take the
+    // wake-up meant for the one that may start now.
+    cv.notify_all();
   } else if (front && !s->size_known) {
     // Needed now: move it ahead of shards merely announced.
     auto it = std::find(queue.begin(), queue.end(), s);
@@ -186,13 +207,21 @@ std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, 
   return s;
 }
 
-void ShardFileSystem::Impl::fetcher() {
+void ShardFileSystem::Impl::fetcher(int index) {
   while (true) {
     std::shared_ptr<Spool> s;
     {
       std::unique_lock<std::mutex> lock(mu);
       cv.wait(lock, [&] { return stopping.load() || !queue.empty(); });
       if (stopping) return;
+      if (index > 0 && !first_answer) {
+        // The first download's answer goes first (first_answer); then take
+        // whatever is at the front of the queue by then.
+        cv.wait_for(lock, kFirstAnswerWait, [&] { return stopping.load() || first_answer; });
+        first_answer = true;  // waited long enough: no one waits again
+        if (stopping) return;
+        if (queue.empty()) continue;
+      }
       s = queue.front();
       queue.pop_front();
     }
@@ -201,6 +230,7 @@ void ShardFileSystem::Impl::fetcher() {
     } catch (...) {
       s->finish(std::current_exception());
     }
+    first_answer_came();
   }
 }
 
@@ -224,10 +254,15 @@ void ShardFileSystem::Impl::fetch(Spool& s) {
     }
     s.set_size(size, SpoolBacking::kNewFile);
   };
+  bool answered = false;
   fetch_object(
       s.request, o.http, 0, c, on_size,
       [&](const char* data, size_t n) {
         s.append(data, n);
+        if (!answered && s.written >= std::min<std::uint64_t>(s.size, kFirstAnswerBytes)) {
+          answered = true;
+          first_answer_came();
+        }
         return !stopping.load();
       },
       &stopping);
@@ -282,6 +317,7 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
     s.fd = std::move(fd);
   }
   bool too_big = false;
+  bool answered = false;
   try {
     fetch_object(
         s.request, o.http, 0, c,
@@ -291,6 +327,10 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
         },
         [&](const char* data, size_t n) {
           s.append(data, n);
+          if (!answered && s.written >= std::min<std::uint64_t>(s.size, kFirstAnswerBytes)) {
+            answered = true;
+            first_answer_came();
+          }
           return !stopping.load();
         },
         &stopping);
