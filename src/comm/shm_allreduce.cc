@@ -304,6 +304,12 @@ class OneBuffer {
   const std::uint8_t* view(std::size_t at, std::size_t /*n*/, std::uint8_t* /*scratch*/) const {
     return src_ + at * es_;
   }
+  // Where to put n results: the output itself; commit() then has no copy.
+  std::uint8_t* target(std::size_t at, std::size_t /*n*/, std::uint8_t* /*scratch*/) const {
+    return dst_ + at * es_;
+  }
+  void commit(std::size_t /*at*/, std::size_t /*n*/, const std::uint8_t* /*from*/,
+              const std::uint8_t* /*scratch*/) const {}
 
  private:
   const std::uint8_t* src_;
@@ -338,6 +344,19 @@ class Segments {
     }
     read(at, n, scratch);
     return scratch;
+  }
+  // Where to put n results: inside one segment when they fit there, else
+  // scratch, which commit() then copies out.
+  std::uint8_t* target(std::size_t at, std::size_t n, std::uint8_t* scratch) const {
+    const std::size_t i = index_of(at);
+    if (at - starts_[i] + n <= segs_[i].count) {
+      return static_cast<std::uint8_t*>(segs_[i].data) + (at - starts_[i]) * es_;
+    }
+    return scratch;
+  }
+  void commit(std::size_t at, std::size_t n, const std::uint8_t* from,
+              const std::uint8_t* scratch) const {
+    if (from == scratch) write(at, n, from);
   }
 
  private:
@@ -388,6 +407,29 @@ void ShmAllreduce::allreduce(const std::vector<BufferSegment>& segments, DataTyp
 }
 
 template <typename Io>
+void ShmAllreduce::run_pair(Io& io, std::size_t count, DataType dtype, ReduceOp op,
+                            const Deadline& deadline) {
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t block = kBlockBytes / es;
+  scratch_.resize(kBlockBytes);
+  const std::uint64_t piece = pieces_++;
+  io.read(0, count, slot_half(rank_, piece));
+  arrive_and_wait(++generation_, deadline, "contribute its share", count, dtype);
+  const std::uint8_t* x0 = slot_half(0, piece);
+  const std::uint8_t* x1 = slot_half(1, piece);
+  for (std::size_t b = 0; b < count; b += block) {
+    const std::size_t m = std::min(block, count - b);
+    std::uint8_t* acc = io.target(b, m, scratch_.data());
+    if (op == ReduceOp::kAvg) {
+      sum_and_average(acc, x0 + b * es, x1 + b * es, m, dtype, 2);  // the division folded in
+    } else {
+      reduce_elements(acc, x0 + b * es, x1 + b * es, m, dtype, op);
+    }
+    io.commit(b, m, acc, scratch_.data());
+  }
+}
+
+template <typename Io>
 void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
                        const Deadline& deadline) {
   const std::size_t es = dtype_size(dtype);
@@ -401,6 +443,10 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
   const std::size_t block = kBlockBytes / es;
   scratch_.resize(kBlockBytes);
   const auto n_ranks = static_cast<std::size_t>(size_);
+
+  // Two ranks and one piece: run_pair's single arrival. Over several pieces
+  // the extra reads of the whole piece cost more than the arrival saves.
+  if (size_ == 2 && count <= max_piece) return run_pair(io, count, dtype, op, deadline);
 
   for (std::size_t base = 0; base < count; base += piece_elems) {
     const std::size_t n = std::min(piece_elems, count - base);

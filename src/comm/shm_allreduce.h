@@ -32,6 +32,16 @@
 // piece k, so two arrivals per piece suffice. Every rank ends with the bits
 // that chunk's owner computed: results are identical on every rank. The
 // result is the same sum as reduce_elements() over ranks 0, 1, ... in order.
+// Two ranks with a buffer of at most half a slot take a shorter path
+// (run_pair): each copies the whole buffer into its slot half, arrives, and
+// folds both halves, rank 0's first, straight into its output (kAvg divided
+// in the same pass): one arrival instead of two and no copy-out pass, for
+// the same bytes between the cores and one more local read of the buffer.
+// Both ranks compute the same operations on the same bits, so they end
+// identical. Over several pieces the extra read costs more than the arrival
+// saves (docs/benchmarks.md, 2026-11-26), so larger buffers keep the two
+// arrivals. Its half alternates with the other pieces', so the reuse rule
+// above holds across both paths.
 //
 // Waiting: an arrival is a store of the rank's counter (and of the CPU it
 // ran on); a waiter spins with pause for up to 50 us (ranks in one allreduce
@@ -114,6 +124,9 @@ class ShmAllreduce {
   // rank has reached it. `what` names the step in errors.
   void arrive_and_wait(std::uint64_t generation, const Deadline& deadline, const char* what,
                        std::size_t count, DataType dtype);
+  // Two ranks: each folds the whole piece (shm_allreduce.cc).
+  template <typename Io>
+  void run_pair(Io& io, std::size_t count, DataType dtype, ReduceOp op, const Deadline& deadline);
   // Throws PeerFailure if rank q's process is gone.
   void check_alive(int q, const char* what) const;
   // The algorithm, over where the elements live (shm_allreduce.cc).
