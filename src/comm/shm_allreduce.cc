@@ -229,15 +229,24 @@ void ShmAllreduce::check_alive(int q, const char* what) const {
   }
 }
 
-void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& deadline,
-                                   const char* what, std::size_t count, DataType dtype) {
+void ShmAllreduce::arrive(std::uint64_t generation) {
   // seq_cst store, then the sleepers load: pairs with the waiter's
-  // increment-then-reload below, so a waiter either sees this arrival or is
-  // counted here and woken.
-  const int my_cpu = sched_getcpu();
-  last_cpu(base_, rank_)->store(my_cpu, std::memory_order_relaxed);
+  // increment-then-reload in wait_for(), so a waiter either sees this
+  // arrival or is counted there and woken.
+  last_cpu(base_, rank_)->store(sched_getcpu(), std::memory_order_relaxed);
   counter(base_, rank_)->store(generation);
   if (sleepers(base_, rank_)->load() != 0) futex_wake_all(counter(base_, rank_));
+}
+
+void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& deadline,
+                                   const char* what, std::size_t count, DataType dtype) {
+  arrive(generation);
+  wait_for(generation, deadline, what, count, dtype);
+}
+
+void ShmAllreduce::wait_for(std::uint64_t generation, const Deadline& deadline, const char* what,
+                            std::size_t count, DataType dtype) {
+  const int my_cpu = sched_getcpu();
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto next_liveness = start + kLivenessPeriod;
@@ -412,21 +421,37 @@ void ShmAllreduce::run_pair(Io& io, std::size_t count, DataType dtype, ReduceOp 
   const std::size_t es = dtype_size(dtype);
   const std::size_t block = kBlockBytes / es;
   scratch_.resize(kBlockBytes);
-  const std::uint64_t piece = pieces_++;
-  io.read(0, count, slot_half(rank_, piece));
+  // Up to half a slot the halves alternate between pieces, as in run(), and
+  // the next piece's copy may overlap the peer's fold. A buffer that needs
+  // the whole slot rewrites the half the peer may still fold from: it first
+  // waits for the peer's "done" after a pair piece (normally published
+  // already) or meets it after a reduce-scatter + allgather piece, whose
+  // last copy-out has no arrival. A piece after a whole-slot one waits too.
+  const bool whole = count > slot_bytes_ / 2 / es;
+  if (whole || last_full_) {
+    if (last_pair_) {
+      wait_for(generation_, deadline, "finish the previous allreduce", count, dtype);
+    } else {
+      arrive_and_wait(++generation_, deadline, "finish the previous allreduce", count, dtype);
+    }
+  }
+  const std::uint64_t piece = whole ? (pieces_ += 2, 0) : pieces_++;
+  std::uint8_t* const x[2] = {slot_half(0, piece), slot_half(1, piece)};
+  io.read(0, count, x[rank_]);
   arrive_and_wait(++generation_, deadline, "contribute its share", count, dtype);
-  const std::uint8_t* x0 = slot_half(0, piece);
-  const std::uint8_t* x1 = slot_half(1, piece);
   for (std::size_t b = 0; b < count; b += block) {
     const std::size_t m = std::min(block, count - b);
     std::uint8_t* acc = io.target(b, m, scratch_.data());
     if (op == ReduceOp::kAvg) {
-      sum_and_average(acc, x0 + b * es, x1 + b * es, m, dtype, 2);  // the division folded in
+      sum_and_average(acc, x[0] + b * es, x[1] + b * es, m, dtype, 2);  // the division folded in
     } else {
-      reduce_elements(acc, x0 + b * es, x1 + b * es, m, dtype, op);
+      reduce_elements(acc, x[0] + b * es, x[1] + b * es, m, dtype, op);
     }
     io.commit(b, m, acc, scratch_.data());
   }
+  arrive(++generation_);  // done reading both slots
+  last_full_ = whole;
+  last_pair_ = true;
 }
 
 template <typename Io>
@@ -444,9 +469,16 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
   scratch_.resize(kBlockBytes);
   const auto n_ranks = static_cast<std::size_t>(size_);
 
-  // Two ranks and one piece: run_pair's single arrival. Over several pieces
-  // the extra reads of the whole piece cost more than the arrival saves.
-  if (size_ == 2 && count <= max_piece) return run_pair(io, count, dtype, op, deadline);
+  // Two ranks and at most a slot: run_pair, one rendezvous. Over several
+  // pieces the extra read of the whole buffer costs more than it saves.
+  if (size_ == 2 && count <= slot_bytes_ / es) return run_pair(io, count, dtype, op, deadline);
+  if (last_full_) {
+    // The peer may still fold from the slots of the last pair allreduce;
+    // its "done" arrival is normally long published.
+    wait_for(generation_, deadline, "finish the previous allreduce", count, dtype);
+    last_full_ = false;
+  }
+  last_pair_ = false;
 
   for (std::size_t base = 0; base < count; base += piece_elems) {
     const std::size_t n = std::min(piece_elems, count - base);

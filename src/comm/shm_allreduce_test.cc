@@ -209,13 +209,14 @@ TEST(ShmAllreduce, SegmentsGiveTheSameBitsAsTheirConcatenation) {
   }
 }
 
-// Two ranks fold the whole piece each (one arrival per piece), three and
-// more reduce-scatter and allgather: with 64 KiB slots a piece is 32 KiB,
-// so these counts cross the 16 KiB reduction blocks, the pieces and both
-// slot halves, in every dtype width, in place, out of place and as
-// segments that split blocks and pieces.
+// Two ranks fold the whole buffer each when it fits a slot (64 KiB here),
+// else, like three and four ranks, reduce-scatter and allgather in 32 KiB
+// pieces: these counts cross the 16 KiB reduction blocks, the pieces, the
+// slot (16384 float32 fits, 16385 does not) and switch between the two
+// paths on the same segment, in every dtype width, in place, out of place
+// and as segments that split blocks and pieces.
 TEST(ShmAllreduce, CountsAcrossBlocksAndPiecesMatchTheSerialFoldForOneToFourRanks) {
-  const std::size_t counts[] = {4095, 4096, 4097, 8192 + 5, 3 * 8192 + 1};
+  const std::size_t counts[] = {4095, 4096, 4097, 16384, 16385, 3 * 8192 + 1};
   const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                              DataType::kInt8};
   for (int size = 1; size <= 4; ++size) {
