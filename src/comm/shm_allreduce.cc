@@ -229,24 +229,15 @@ void ShmAllreduce::check_alive(int q, const char* what) const {
   }
 }
 
-void ShmAllreduce::arrive(std::uint64_t generation) {
-  // seq_cst store, then the sleepers load: pairs with the waiter's
-  // increment-then-reload in wait_for(), so a waiter either sees this
-  // arrival or is counted there and woken.
-  last_cpu(base_, rank_)->store(sched_getcpu(), std::memory_order_relaxed);
-  counter(base_, rank_)->store(generation);
-  if (sleepers(base_, rank_)->load() != 0) futex_wake_all(counter(base_, rank_));
-}
-
 void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& deadline,
                                    const char* what, std::size_t count, DataType dtype) {
-  arrive(generation);
-  wait_for(generation, deadline, what, count, dtype);
-}
-
-void ShmAllreduce::wait_for(std::uint64_t generation, const Deadline& deadline, const char* what,
-                            std::size_t count, DataType dtype) {
+  // seq_cst store, then the sleepers load: pairs with the waiter's
+  // increment-then-reload below, so a waiter either sees this arrival or is
+  // counted here and woken.
   const int my_cpu = sched_getcpu();
+  last_cpu(base_, rank_)->store(my_cpu, std::memory_order_relaxed);
+  counter(base_, rank_)->store(generation);
+  if (sleepers(base_, rank_)->load() != 0) futex_wake_all(counter(base_, rank_));
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
   auto next_liveness = start + kLivenessPeriod;
@@ -313,12 +304,6 @@ class OneBuffer {
   const std::uint8_t* view(std::size_t at, std::size_t /*n*/, std::uint8_t* /*scratch*/) const {
     return src_ + at * es_;
   }
-  // Where to put n results: the output itself; commit() then has no copy.
-  std::uint8_t* target(std::size_t at, std::size_t /*n*/, std::uint8_t* /*scratch*/) const {
-    return dst_ + at * es_;
-  }
-  void commit(std::size_t /*at*/, std::size_t /*n*/, const std::uint8_t* /*from*/,
-              const std::uint8_t* /*scratch*/) const {}
 
  private:
   const std::uint8_t* src_;
@@ -353,19 +338,6 @@ class Segments {
     }
     read(at, n, scratch);
     return scratch;
-  }
-  // Where to put n results: inside one segment when they fit there, else
-  // scratch, which commit() then copies out.
-  std::uint8_t* target(std::size_t at, std::size_t n, std::uint8_t* scratch) const {
-    const std::size_t i = index_of(at);
-    if (at - starts_[i] + n <= segs_[i].count) {
-      return static_cast<std::uint8_t*>(segs_[i].data) + (at - starts_[i]) * es_;
-    }
-    return scratch;
-  }
-  void commit(std::size_t at, std::size_t n, const std::uint8_t* from,
-              const std::uint8_t* scratch) const {
-    if (from == scratch) write(at, n, from);
   }
 
  private:
@@ -416,45 +388,6 @@ void ShmAllreduce::allreduce(const std::vector<BufferSegment>& segments, DataTyp
 }
 
 template <typename Io>
-void ShmAllreduce::run_pair(Io& io, std::size_t count, DataType dtype, ReduceOp op,
-                            const Deadline& deadline) {
-  const std::size_t es = dtype_size(dtype);
-  const std::size_t block = kBlockBytes / es;
-  scratch_.resize(kBlockBytes);
-  // Up to half a slot the halves alternate between pieces, as in run(), and
-  // the next piece's copy may overlap the peer's fold. A buffer that needs
-  // the whole slot rewrites the half the peer may still fold from: it first
-  // waits for the peer's "done" after a pair piece (normally published
-  // already) or meets it after a reduce-scatter + allgather piece, whose
-  // last copy-out has no arrival. A piece after a whole-slot one waits too.
-  const bool whole = count > slot_bytes_ / 2 / es;
-  if (whole || last_full_) {
-    if (last_pair_) {
-      wait_for(generation_, deadline, "finish the previous allreduce", count, dtype);
-    } else {
-      arrive_and_wait(++generation_, deadline, "finish the previous allreduce", count, dtype);
-    }
-  }
-  const std::uint64_t piece = whole ? (pieces_ += 2, 0) : pieces_++;
-  std::uint8_t* const x[2] = {slot_half(0, piece), slot_half(1, piece)};
-  io.read(0, count, x[rank_]);
-  arrive_and_wait(++generation_, deadline, "contribute its share", count, dtype);
-  for (std::size_t b = 0; b < count; b += block) {
-    const std::size_t m = std::min(block, count - b);
-    std::uint8_t* acc = io.target(b, m, scratch_.data());
-    if (op == ReduceOp::kAvg) {
-      sum_and_average(acc, x[0] + b * es, x[1] + b * es, m, dtype, 2);  // the division folded in
-    } else {
-      reduce_elements(acc, x[0] + b * es, x[1] + b * es, m, dtype, op);
-    }
-    io.commit(b, m, acc, scratch_.data());
-  }
-  arrive(++generation_);  // done reading both slots
-  last_full_ = whole;
-  last_pair_ = true;
-}
-
-template <typename Io>
 void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
                        const Deadline& deadline) {
   const std::size_t es = dtype_size(dtype);
@@ -468,17 +401,6 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
   const std::size_t block = kBlockBytes / es;
   scratch_.resize(kBlockBytes);
   const auto n_ranks = static_cast<std::size_t>(size_);
-
-  // Two ranks and at most a slot: run_pair, one rendezvous. Over several
-  // pieces the extra read of the whole buffer costs more than it saves.
-  if (size_ == 2 && count <= slot_bytes_ / es) return run_pair(io, count, dtype, op, deadline);
-  if (last_full_) {
-    // The peer may still fold from the slots of the last pair allreduce;
-    // its "done" arrival is normally long published.
-    wait_for(generation_, deadline, "finish the previous allreduce", count, dtype);
-    last_full_ = false;
-  }
-  last_pair_ = false;
 
   for (std::size_t base = 0; base < count; base += piece_elems) {
     const std::size_t n = std::min(piece_elems, count - base);

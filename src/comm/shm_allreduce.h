@@ -32,20 +32,6 @@
 // piece k, so two arrivals per piece suffice. Every rank ends with the bits
 // that chunk's owner computed: results are identical on every rank. The
 // result is the same sum as reduce_elements() over ranks 0, 1, ... in order.
-// Two ranks with a buffer of at most a slot take a shorter path
-// (run_pair): each copies the whole buffer into its slot (a half, as a
-// piece above, when it fits one), arrives, and folds both, rank 0's first,
-// straight into its output (kAvg divided in the same pass), then arrives
-// again without waiting ("done"): one rendezvous instead of two and no
-// copy-out pass, for the same bytes between the cores. Both ranks compute
-// the same operations on the same bits, so they end identical. A buffer
-// that needs the whole slot first waits for the peer's "done" of the
-// previous pair piece (normally long published), or meets the peer after a
-// reduce-scatter + allgather piece, whose last copy-out has no arrival; so
-// does any piece after a whole-slot one. Over several pieces the extra read
-// of the whole buffer costs more than the rendezvous saves
-// (docs/benchmarks.md, 2026-11-26), so larger buffers keep reduce-scatter +
-// allgather.
 //
 // Waiting: an arrival is a store of the rank's counter (and of the CPU it
 // ran on); a waiter spins with pause for up to 50 us (ranks in one allreduce
@@ -128,14 +114,6 @@ class ShmAllreduce {
   // rank has reached it. `what` names the step in errors.
   void arrive_and_wait(std::uint64_t generation, const Deadline& deadline, const char* what,
                        std::size_t count, DataType dtype);
-  // The two halves of arrive_and_wait: publish this rank's `generation`, and
-  // wait (bounded, with the liveness checks) until every other rank has.
-  void arrive(std::uint64_t generation);
-  void wait_for(std::uint64_t generation, const Deadline& deadline, const char* what,
-                std::size_t count, DataType dtype);
-  // Two ranks, at most a slot: each folds the whole buffer (shm_allreduce.cc).
-  template <typename Io>
-  void run_pair(Io& io, std::size_t count, DataType dtype, ReduceOp op, const Deadline& deadline);
   // Throws PeerFailure if rank q's process is gone.
   void check_alive(int q, const char* what) const;
   // The algorithm, over where the elements live (shm_allreduce.cc).
@@ -152,8 +130,6 @@ class ShmAllreduce {
   std::vector<pid_t> pids_;  // 0: not checked
   std::uint64_t generation_ = 0;
   std::uint64_t pieces_ = 0;           // pieces done, across operations (slot half alternation)
-  bool last_full_ = false;             // the last piece was run_pair's, over whole slots
-  bool last_pair_ = false;             // the last piece was run_pair's (it arrives when done)
   std::vector<std::uint8_t> scratch_;  // a block of own input that spans segments
 };
 

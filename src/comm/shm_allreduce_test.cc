@@ -209,12 +209,10 @@ TEST(ShmAllreduce, SegmentsGiveTheSameBitsAsTheirConcatenation) {
   }
 }
 
-// Two ranks fold the whole buffer each when it fits a slot (64 KiB here),
-// else, like three and four ranks, reduce-scatter and allgather in 32 KiB
-// pieces: these counts cross the 16 KiB reduction blocks, the pieces, the
-// slot (16384 float32 fits, 16385 does not) and switch between the two
-// paths on the same segment, in every dtype width, in place, out of place
-// and as segments that split blocks and pieces.
+// With 64 KiB slots a piece is 32 KiB: these counts cross the 16 KiB
+// reduction blocks, the pieces and the slot (16384 float32 fill it, 16385
+// do not), in every dtype width, in place, out of place and as segments
+// that split blocks and pieces, for one to four ranks.
 TEST(ShmAllreduce, CountsAcrossBlocksAndPiecesMatchTheSerialFoldForOneToFourRanks) {
   const std::size_t counts[] = {4095, 4096, 4097, 16384, 16385, 3 * 8192 + 1};
   const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
