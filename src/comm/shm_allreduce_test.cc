@@ -209,6 +209,62 @@ TEST(ShmAllreduce, SegmentsGiveTheSameBitsAsTheirConcatenation) {
   }
 }
 
+// With 64 KiB slots a piece is 32 KiB: these counts cross the 16 KiB
+// reduction blocks, the pieces and the slot (16384 float32 fill it, 16385
+// do not), in every dtype width, in place, out of place and as segments
+// that split blocks and pieces, for one to four ranks.
+TEST(ShmAllreduce, CountsAcrossBlocksAndPiecesMatchTheSerialFoldForOneToFourRanks) {
+  const std::size_t counts[] = {4095, 4096, 4097, 16384, 16385, 3 * 8192 + 1};
+  const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
+                             DataType::kInt8};
+  for (int size = 1; size <= 4; ++size) {
+    auto ranks = open_all(size, 64 << 10);
+    std::vector<std::string> failures(static_cast<size_t>(size));
+    std::vector<std::thread> threads;
+    for (int r = 0; r < size; ++r) {
+      threads.emplace_back([&, r] {
+        auto& me = *ranks[static_cast<size_t>(r)];
+        for (std::size_t count : counts) {
+          for (DataType d : dtypes) {
+            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+              const auto want = reference(size, count, d, op);
+              const auto in = input_of(r, count, d);
+              const std::size_t es = dtype_size(d);
+              std::vector<std::uint8_t> in_place = in;
+              std::vector<std::uint8_t> separate(in.size(), 0xEE);
+              // Segments: a sliver, an odd run across a block, the rest.
+              std::vector<std::uint8_t> segmented = in;
+              const std::size_t cut1 = 3, cut2 = std::min(count, cut1 + 4099);
+              std::vector<BufferSegment> segs = {
+                  {segmented.data(), cut1},
+                  {segmented.data() + cut1 * es, cut2 - cut1},
+                  {segmented.data() + cut2 * es, count - cut2}};
+              try {
+                me.allreduce(nullptr, in_place.data(), count, d, op, Deadline(Millis(20000)));
+                me.allreduce(in.data(), separate.data(), count, d, op, Deadline(Millis(20000)));
+                me.allreduce(segs, d, op, Deadline(Millis(20000)));
+              } catch (const std::exception& e) {
+                failures[static_cast<size_t>(r)] = e.what();
+                return;
+              }
+              const std::string what = std::to_string(count) + " " + dtype_name(d) + " " +
+                                       reduce_op_name(op);
+              if (in_place != want) failures[static_cast<size_t>(r)] = "in place: " + what;
+              if (separate != want) failures[static_cast<size_t>(r)] = "out of place: " + what;
+              if (segmented != want) failures[static_cast<size_t>(r)] = "segments: " + what;
+              if (!failures[static_cast<size_t>(r)].empty()) return;  // the others time out
+            }
+          }
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < size; ++r) {
+      EXPECT_EQ(failures[static_cast<size_t>(r)], "") << "size " << size << " rank " << r;
+    }
+  }
+}
+
 TEST(ShmAllreduce, AbsentPeerTimesOutNamingItWithinTheBound) {
   auto ranks = open_all(2, 16 << 10);
   std::vector<float> x(1000, 1.0f);
