@@ -66,6 +66,7 @@ struct CalibrateArgs {
   int profile_steps = 10;
   std::vector<std::string> comm_files;  // saved bench comm JSON lines
   std::string profile_from;             // an earlier calibration file: take its profile
+  std::string train_from;  // bench train output: its 1-rank line sets the step's parts
   bool no_comm = false;                 // profile only
   int local_np = 2;                     // ranks of the shared-memory run (0: none)
   std::string sizes = "4K,64K,1M,4M,16M";
@@ -270,6 +271,14 @@ int run_calibrate(const CalibrateArgs& a) {
       doc["profile"] = json::parse(f);
       cal = plan::calibration_from_json(doc);
     }
+  }
+
+  // The step's parts as the trainer's own loop measured them on one rank
+  // (plan/calibration.h, with_measured_step); the gradients' bytes and
+  // order stay the profile's.
+  if (!a.train_from.empty()) {
+    cal.profile = plan::with_measured_step(
+        cal.profile, plan::one_rank_bench_train_line(read_json_lines(a.train_from), a.train_from));
   }
 
   // 2. The links: saved bench comm output, and/or bench comm run now.
@@ -555,6 +564,9 @@ void add_plan_command(CLI::App& app, Cli& cli) {
                   "instead of running it");
   cal->add_option("--profile", k->profile_from,
                   "Take the model profile from this earlier calibration file instead of profiling");
+  cal->add_option("--train", k->train_from,
+                  "Take data, compute and optimizer time from this bench train output's 1-rank "
+                  "line (--np 1 or 1,N): the trainer's own loop");
   cal->add_flag("--no-comm", k->no_comm,
                 "Profile only (give the links to plan with --link/--latency)");
   cal->add_option("--local-np", k->local_np, "Ranks of the shared-memory run on one host (0: none)")
