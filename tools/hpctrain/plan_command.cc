@@ -3,9 +3,11 @@
 // (src/plan/cost_model.h); and `hpctrain plan calibrate`, which measures
 // what the model needs (a 1-rank profile of the model, run by hpctrain-torch
 // plan-profile, and `hpctrain bench comm` on this host and across the given
-// hosts) and saves it as a calibration file.
+// hosts) and saves it as a calibration file; --train FILE takes the step's
+// parts from a 1-rank `bench train` run instead (the trainer's own loop).
 //
 //   hpctrain plan calibrate --model mlp [-H h1:1,h2:1 -i KEY] --save cal.json
+//   hpctrain plan calibrate --profile cal.json --train train.jsonl --comm c.jsonl --save cal2.json
 //   hpctrain plan --calibration cal.json --hosts 1,2,4,8,1024 --ranks-per-host 1,2
 //       --paths flat,hier,ps:2 --compression none,fp16 [--json] [--plot FILE.svg]
 //   hpctrain plan --model-bytes 80M --compute-per-sample 2ms --link 25gbit --latency 20us ...
