@@ -150,7 +150,8 @@ TEST_F(PlanCli, TrainTakesTheStepFromBenchTrainsOneRankRun) {
   ASSERT_FALSE(lines.empty()) << t.out;
   const double measured = lines[0]["samples_per_s"].get<double>();
   const std::string cal2 = dir_ + "/cal-train.json";
-  CliRun c = run("plan calibrate --profile " + cal_ + " --train " + train + " --no-comm --save " + cal2);
+  CliRun c =
+      run("plan calibrate --profile " + cal_ + " --train " + train + " --no-comm --save " + cal2);
   ASSERT_EQ(c.exit_code, 0) << c.out;
   // (--no-comm: the links are given; one host does not use them.)
   CliRun p = run("plan --calibration " + cal2 +
@@ -166,7 +167,8 @@ TEST_F(PlanCli, TrainTakesTheStepFromBenchTrainsOneRankRun) {
   const std::string two = dir_ + "/two.jsonl";
   {
     std::ofstream f(two);
-    f << R"({"bench":"train","np":2,"split_ms_mean":{"data":1,"compute":40,"optimizer":1}})" << "\n";
+    f << R"({"bench":"train","np":2,"split_ms_mean":{"data":1,"compute":40,"optimizer":1}})"
+      << "\n";
   }
   c = run("plan calibrate --profile " + cal_ + " --train " + two + " --no-comm --save " + cal2);
   EXPECT_NE(c.exit_code, 0);

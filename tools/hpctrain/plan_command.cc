@@ -68,7 +68,7 @@ struct CalibrateArgs {
   int profile_steps = 10;
   std::vector<std::string> comm_files;  // saved bench comm JSON lines
   std::string profile_from;             // an earlier calibration file: take its profile
-  std::string train_from;  // bench train output: its 1-rank line sets the step's parts
+  std::string train_from;               // bench train output: its 1-rank line sets the step's parts
   bool no_comm = false;                 // profile only
   int local_np = 2;                     // ranks of the shared-memory run (0: none)
   std::string sizes = "4K,64K,1M,4M,16M";
