@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The validation of hpctrain plan (docs/plan.md), in one batch on 3
 # namespace hosts: per link rate (RATES), bench comm (the links'
-# calibration), then per model and shape a 1-rank profile (plan calibrate
-# --no-comm) right before and right after the measured bench train run.
+# calibration), then per model a 1-rank profile (plan calibrate --no-comm:
+# the gradients' bytes and when backward makes them), and per shape one
+# bench train run of --np 1,N: the 1-rank job (on the first host) and the
+# N-rank job take turns of --phase-steps steps, so the 1-rank calibration
+# and the measured job see the same minute of a shared machine.
 # Then: bench/plan_validation.py OUT prints predicted against measured.
+# Runs at normal priority (it is a benchmark); every line of OUT/log has the
+# load average.
 set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 BIN=${BIN:-$here/build/tools/hpctrain}
@@ -24,18 +29,17 @@ for rate in ${RATES:-10gbit 1gbit}; do
   timeout 300 $B bench comm --np 2 -H $h1:2 $SSH --sizes 4K,64K,1M,4M,16M,64M --budget-s 0.3 > $OUT/comm.$rate.1x2 2>$OUT/comm.$rate.1x2.err
   for model in ${MODELS:-mlp cnn}; do
     if [[ $model == mlp ]]; then steps=16; else steps=40; fi
-    for cfg in ${CFGS:-1x1 1x2 2x1 3x1 2x2 3x2}; do
+    log "profile $rate $model"
+    timeout 300 $B plan calibrate --model $model --no-comm --profile-steps 15 --save $OUT/profile.$rate.$model.json > /dev/null 2>&1
+    for cfg in ${CFGS:-1x2 2x1 2x2 3x1 3x2}; do
       [[ $rate == 1gbit && ${cfg%x*} == 1 ]] && continue   # one host: no link
       H=${cfg%x*}; L=${cfg#*x}; hs=""
       for i in $(seq 1 $H); do hv=h$i; hs+="${!hv}:$L,"; done
       np=$((H * L))
-      log "profile $rate $model $cfg"
-      timeout 300 $B plan calibrate --model $model --no-comm --profile-steps 15 --save $OUT/profile.$rate.$model.$cfg.json > /dev/null 2>&1
-      log "train $rate $model $cfg"
-      timeout 900 $B bench train --model $model --np $np --steps $steps --phase-steps $((steps / 2)) --warmup 3 \
+      log "train $rate $model $cfg (np 1,$np in turns)"
+      timeout 900 $B bench train --model $model --np 1,$np --steps $steps --phase-steps $((steps / 2)) --warmup 3 \
         -H ${hs%,} $SSH > $OUT/train.$rate.$model.$cfg 2>$OUT/train.$rate.$model.$cfg.err
-      log "  rc=$? $(grep -o '"samples_per_s":[0-9.]*' $OUT/train.$rate.$model.$cfg | head -1)"
-      timeout 300 $B plan calibrate --model $model --no-comm --profile-steps 15 --save $OUT/profile-after.$rate.$model.$cfg.json > /dev/null 2>&1
+      log "  rc=$? $(grep -o '"np":[0-9]*\|"samples_per_s":[0-9.]*' $OUT/train.$rate.$model.$cfg | paste -sd' ')"
     done
   done
   $S down pv

@@ -134,6 +134,48 @@ TEST_F(PlanCli, PredictionsGrowWithHostsKeepEfficiencyAtMostOneAndBoundTheScalin
   EXPECT_NE(text.find("<polyline"), std::string::npos);
 }
 
+TEST_F(PlanCli, TrainTakesTheStepFromBenchTrainsOneRankRun) {
+  // A real 1-rank bench train run of the cnn on this machine, then the
+  // calibration's step from it: a 1-rank prediction is that run's speed
+  // (the same mean step, less its few microseconds of sync).
+  ASSERT_EQ(calibrate().exit_code, 0) << calibrate().out;
+  const std::string train = dir_ + "/train.jsonl";
+  CliRun t = run("bench train --model cnn --np 1 --steps 12 --phase-steps 12 --warmup 2");
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  {
+    std::ofstream f(train);
+    f << t.out;
+  }
+  const auto lines = json_lines(t.out);
+  ASSERT_FALSE(lines.empty()) << t.out;
+  const double measured = lines[0]["samples_per_s"].get<double>();
+  const std::string cal2 = dir_ + "/cal-train.json";
+  CliRun c =
+      run("plan calibrate --profile " + cal_ + " --train " + train + " --no-comm --save " + cal2);
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+  // (--no-comm: the links are given; one host does not use them.)
+  CliRun p = run("plan --calibration " + cal2 +
+                 " --link 10gbit --latency 20us --hosts 1 --paths flat --compression none --json");
+  ASSERT_EQ(p.exit_code, 0) << p.out;
+  double predicted = 0;
+  for (const auto& l : json_lines(p.out)) {
+    if (l.value("plan", "") == "prediction") predicted = l["samples_per_s"].get<double>();
+  }
+  EXPECT_NEAR(predicted / measured, 1.0, 0.01) << p.out << "\n" << t.out;
+
+  // A file without a 1-rank line is refused, naming it and the fix.
+  const std::string two = dir_ + "/two.jsonl";
+  {
+    std::ofstream f(two);
+    f << R"({"bench":"train","np":2,"split_ms_mean":{"data":1,"compute":40,"optimizer":1}})"
+      << "\n";
+  }
+  c = run("plan calibrate --profile " + cal_ + " --train " + two + " --no-comm --save " + cal2);
+  EXPECT_NE(c.exit_code, 0);
+  EXPECT_NE(c.out.find(two + " holds no 1-rank"), std::string::npos) << c.out;
+  EXPECT_NE(c.out.find("--np 1"), std::string::npos) << c.out;
+}
+
 TEST_F(PlanCli, GivenValuesNeedNoCalibrationAndTheTableNamesTheBound) {
   CliRun r =
       run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us"

@@ -190,6 +190,56 @@ Calibration load_calibration(const std::string& path) {
   }
 }
 
+Profile with_measured_step(Profile p, const json& line) {
+  const std::string where = "the bench train line";
+  if (!line.is_object() || line.value("bench", "") != "train" || !line.contains("np") ||
+      !line["np"].is_number() || line["np"].get<int>() != 1) {
+    throw_invalid_argument(where +
+                           " is not a 1-rank `hpctrain bench train` result (\"bench\": \"train\", "
+                           "\"np\": 1); run bench train --np 1 (or --np 1,N)");
+  }
+  const json& split = object(line, "split_ms_mean", where);
+  const double data = number(split, "data", where + "'s split_ms_mean") * 1e-3;
+  const double compute = number(split, "compute", where + "'s split_ms_mean") * 1e-3;
+  const double optimizer = number(split, "optimizer", where + "'s split_ms_mean") * 1e-3;
+  if (!(compute > 0) || data < 0 || optimizer < 0) {
+    throw_invalid_argument(where + ": split_ms_mean needs compute > 0 and data, optimizer >= 0");
+  }
+  if (line.contains("batch_per_rank") && line["batch_per_rank"].is_number()) {
+    const int batch = line["batch_per_rank"].get<int>();
+    if (batch != p.batch) {
+      throw_invalid_argument(where + " trained a batch of " + std::to_string(batch) +
+                             " per rank, the profile " + std::to_string(p.batch) +
+                             "; use the same --batch for both");
+    }
+  }
+  const double profiled = p.forward_s + p.backward_s;
+  const double f = profiled > 0 ? compute / profiled : 0;
+  if (profiled > 0) {
+    p.forward_s *= f;
+    p.backward_s *= f;
+    for (auto& g : p.gradients) g.ready_s *= f;
+  } else {
+    p.forward_s = compute / 3;  // as given values split it: backward is two thirds
+    p.backward_s = compute - p.forward_s;
+  }
+  p.data_s = data;
+  p.optimizer_s = optimizer;
+  return p;
+}
+
+const json& one_rank_bench_train_line(const std::vector<json>& lines, const std::string& where) {
+  for (const auto& l : lines) {
+    if (l.is_object() && l.value("bench", "") == "train" && l.contains("np") &&
+        l["np"].is_number() && l["np"].get<int>() == 1) {
+      return l;
+    }
+  }
+  throw_invalid_argument(where +
+                         " holds no 1-rank `hpctrain bench train` line; run bench train with "
+                         "--np 1 (or --np 1,N: the 1-rank job in turns with the N-rank one)");
+}
+
 AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts_in) {
   std::vector<std::pair<double, double>> pts;
   for (const auto& p : pts_in) {

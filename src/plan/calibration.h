@@ -45,6 +45,21 @@ struct Profile {
   double gradient_bytes() const;
 };
 
+// The profile's step parts replaced by what `hpctrain bench train` measured
+// for one rank (its JSON line with "np": 1): data, optimizer, and forward +
+// backward ("compute"), the means per timed step of its split_ms_mean. That
+// is the trainer's own loop (DistributedOptimizer, its hooks and engine,
+// the sampler), and a mean is what samples/s is made of. Forward and
+// backward keep the profile's ratio and the gradients' ready times scale with
+// backward, so the overlap keeps the profile's shape. InvalidArgument naming
+// the problem when the line is not a 1-rank bench train line with a split.
+Profile with_measured_step(Profile p, const nlohmann::json& bench_train_line);
+
+// The 1-rank line among `hpctrain bench train` output lines (--np 1 or a list
+// such as 1,4); InvalidArgument saying how to get one when there is none.
+const nlohmann::json& one_rank_bench_train_line(const std::vector<nlohmann::json>& lines,
+                                                const std::string& where);
+
 // t(S) = alpha + S * beta for one message step of the algorithm.
 struct AlphaBeta {
   double alpha_s = 0;

@@ -137,3 +137,67 @@ TEST(PlanUnits, RatesAndTimesParseAndBadOnesAreNamed) {
 
 }  // namespace
 }  // namespace hpct::plan
+
+namespace hpct::plan {
+namespace {
+
+// A 1-rank bench train line (the fields with_measured_step reads), as
+// `hpctrain bench train --np 1,4` prints it.
+nlohmann::json one_rank_line(int np, double data_ms, double compute_ms, double optimizer_ms) {
+  return {
+      {"bench", "train"},
+      {"np", np},
+      {"batch_per_rank", 64},
+      {"samples_per_s", 64 / ((data_ms + compute_ms + optimizer_ms) * 1e-3)},
+      {"split_ms_mean",
+       {{"data", data_ms}, {"compute", compute_ms}, {"sync", 0.02}, {"optimizer", optimizer_ms}}}};
+}
+
+TEST(PlanCalibration, MeasuredStepReplacesTheProfilesPartsKeepingItsShape) {
+  // Profiled: forward 10 ms, backward 20 ms, gradients ready at 5 and 20 ms.
+  Profile p{"mlp",
+            64,
+            0.010,
+            0.020,
+            0.004,
+            0.001,
+            {{"fc2.weight", 4e6, 0.005}, {"fc1.weight", 8e6, 0.020}}};
+  // The trainer's loop measured forward + backward 45 ms: 1.5x the profile.
+  const Profile m = with_measured_step(p, one_rank_line(1, 0.5, 45, 3));
+  EXPECT_NEAR(m.forward_s, 0.015, 1e-12);
+  EXPECT_NEAR(m.backward_s, 0.030, 1e-12);
+  EXPECT_NEAR(m.gradients[0].ready_s, 0.0075, 1e-12);
+  EXPECT_NEAR(m.gradients[1].ready_s, 0.030, 1e-12);  // still the end of backward
+  EXPECT_NEAR(m.data_s, 0.0005, 1e-12);
+  EXPECT_NEAR(m.optimizer_s, 0.003, 1e-12);
+  EXPECT_NEAR(m.step_s(), 0.0485, 1e-12);
+  EXPECT_EQ(m.gradients[1].bytes, 8e6);
+  EXPECT_EQ(m.gradients[0].name, "fc2.weight");
+
+  // The 1-rank line is found among the lines of --np 1,4.
+  const std::vector<nlohmann::json> lines = {one_rank_line(4, 1, 80, 4),
+                                             one_rank_line(1, 0.5, 45, 3)};
+  EXPECT_EQ(one_rank_bench_train_line(lines, "t.jsonl")["split_ms_mean"]["compute"].get<double>(),
+            45);
+}
+
+TEST(PlanCalibration, MeasuredStepRefusesWhatIsNotOneRanksBenchTrainLine) {
+  Profile p{"mlp", 64, 0.010, 0.020, 0.004, 0.001, {{"w", 4e6, 0.005}}};
+  EXPECT_NE(error_of([&] { with_measured_step(p, one_rank_line(4, 1, 80, 4)); }).find("np\": 1"),
+            std::string::npos);
+  auto no_split = one_rank_line(1, 1, 40, 3);
+  no_split.erase("split_ms_mean");
+  EXPECT_NE(error_of([&] { with_measured_step(p, no_split); }).find("split_ms_mean"),
+            std::string::npos);
+  auto other_batch = one_rank_line(1, 1, 40, 3);
+  other_batch["batch_per_rank"] = 32;
+  EXPECT_NE(error_of([&] { with_measured_step(p, other_batch); }).find("same --batch"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              one_rank_bench_train_line({one_rank_line(2, 1, 40, 3)}, "t.jsonl");
+            }).find("t.jsonl holds no 1-rank"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace hpct::plan

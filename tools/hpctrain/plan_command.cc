@@ -3,9 +3,11 @@
 // (src/plan/cost_model.h); and `hpctrain plan calibrate`, which measures
 // what the model needs (a 1-rank profile of the model, run by hpctrain-torch
 // plan-profile, and `hpctrain bench comm` on this host and across the given
-// hosts) and saves it as a calibration file.
+// hosts) and saves it as a calibration file; --train FILE takes the step's
+// parts from a 1-rank `bench train` run instead (the trainer's own loop).
 //
 //   hpctrain plan calibrate --model mlp [-H h1:1,h2:1 -i KEY] --save cal.json
+//   hpctrain plan calibrate --profile cal.json --train train.jsonl --comm c.jsonl --save cal2.json
 //   hpctrain plan --calibration cal.json --hosts 1,2,4,8,1024 --ranks-per-host 1,2
 //       --paths flat,hier,ps:2 --compression none,fp16 [--json] [--plot FILE.svg]
 //   hpctrain plan --model-bytes 80M --compute-per-sample 2ms --link 25gbit --latency 20us ...
@@ -66,6 +68,7 @@ struct CalibrateArgs {
   int profile_steps = 10;
   std::vector<std::string> comm_files;  // saved bench comm JSON lines
   std::string profile_from;             // an earlier calibration file: take its profile
+  std::string train_from;               // bench train output: its 1-rank line sets the step's parts
   bool no_comm = false;                 // profile only
   int local_np = 2;                     // ranks of the shared-memory run (0: none)
   std::string sizes = "4K,64K,1M,4M,16M";
@@ -270,6 +273,14 @@ int run_calibrate(const CalibrateArgs& a) {
       doc["profile"] = json::parse(f);
       cal = plan::calibration_from_json(doc);
     }
+  }
+
+  // The step's parts as the trainer's own loop measured them on one rank
+  // (plan/calibration.h, with_measured_step); the gradients' bytes and
+  // order stay the profile's.
+  if (!a.train_from.empty()) {
+    cal.profile = plan::with_measured_step(
+        cal.profile, plan::one_rank_bench_train_line(read_json_lines(a.train_from), a.train_from));
   }
 
   // 2. The links: saved bench comm output, and/or bench comm run now.
@@ -555,6 +566,9 @@ void add_plan_command(CLI::App& app, Cli& cli) {
                   "instead of running it");
   cal->add_option("--profile", k->profile_from,
                   "Take the model profile from this earlier calibration file instead of profiling");
+  cal->add_option("--train", k->train_from,
+                  "Take data, compute and optimizer time from this bench train output's 1-rank "
+                  "line (--np 1 or 1,N): the trainer's own loop");
   cal->add_flag("--no-comm", k->no_comm,
                 "Profile only (give the links to plan with --link/--latency)");
   cal->add_option("--local-np", k->local_np, "Ranks of the shared-memory run on one host (0: none)")
