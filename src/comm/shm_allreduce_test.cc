@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 #include <thread>
@@ -100,38 +101,22 @@ std::vector<Case> all_cases() {
   return cases;
 }
 
-TEST(ShmAllreduce, EveryDtypeOpSizeAndRankCountMatchesTheSerialFold) {
-  const auto cases = all_cases();
+// For 1 to 4 ranks over slots of slot_bytes, runs body(rank, its
+// ShmAllreduce) on a thread per rank and expects every rank to return ""
+// (or what went wrong: a rank stops at its first failure, and the others
+// then time out, so their failure is this one).
+void expect_every_rank_count_ok(std::size_t slot_bytes,
+                                const std::function<std::string(int, ShmAllreduce&)>& body) {
   for (int size = 1; size <= 4; ++size) {
-    auto ranks = open_all(size, 16 << 10);
+    auto ranks = open_all(size, slot_bytes);
     std::vector<std::string> failures(static_cast<size_t>(size));
     std::vector<std::thread> threads;
     for (int r = 0; r < size; ++r) {
       threads.emplace_back([&, r] {
-        for (const Case& c : cases) {
-          const auto in = input_of(r, c.count, c.dtype);
-          std::vector<std::uint8_t> out = in;
-          std::vector<std::uint8_t> separate(in.size(), 0xEE);
-          try {
-            if (c.in_place) {
-              ranks[static_cast<size_t>(r)]->allreduce(nullptr, out.data(), c.count, c.dtype,
-                                                       c.op, Deadline(Millis(20000)));
-            } else {
-              ranks[static_cast<size_t>(r)]->allreduce(in.data(), separate.data(), c.count,
-                                                       c.dtype, c.op, Deadline(Millis(20000)));
-              out = separate;
-            }
-          } catch (const std::exception& e) {
-            failures[static_cast<size_t>(r)] = e.what();
-            return;
-          }
-          if (out != reference(size, c.count, c.dtype, c.op)) {
-            failures[static_cast<size_t>(r)] =
-                std::string("wrong result for ") + std::to_string(c.count) + " " +
-                dtype_name(c.dtype) + " " + reduce_op_name(c.op) +
-                (c.in_place ? " in place" : " out of place");
-            return;  // the others then time out: their failure is this one
-          }
+        try {
+          failures[static_cast<size_t>(r)] = body(r, *ranks[static_cast<size_t>(r)]);
+        } catch (const std::exception& e) {
+          failures[static_cast<size_t>(r)] = e.what();
         }
       });
     }
@@ -140,6 +125,29 @@ TEST(ShmAllreduce, EveryDtypeOpSizeAndRankCountMatchesTheSerialFold) {
       EXPECT_EQ(failures[static_cast<size_t>(r)], "") << "size " << size << " rank " << r;
     }
   }
+}
+
+TEST(ShmAllreduce, EveryDtypeOpSizeAndRankCountMatchesTheSerialFold) {
+  const auto cases = all_cases();
+  expect_every_rank_count_ok(16 << 10, [&](int r, ShmAllreduce& me) -> std::string {
+    const int size = me.size();
+    for (const Case& c : cases) {
+      const auto in = input_of(r, c.count, c.dtype);
+      std::vector<std::uint8_t> out = in;
+      std::vector<std::uint8_t> separate(in.size(), 0xEE);
+      if (c.in_place) {
+        me.allreduce(nullptr, out.data(), c.count, c.dtype, c.op, Deadline(Millis(20000)));
+      } else {
+        me.allreduce(in.data(), separate.data(), c.count, c.dtype, c.op, Deadline(Millis(20000)));
+        out = separate;
+      }
+      if (out != reference(size, c.count, c.dtype, c.op)) {
+        return std::string("wrong result for ") + std::to_string(c.count) + " " + dtype_name(c.dtype) +
+               " " + reduce_op_name(c.op) + (c.in_place ? " in place" : " out of place");
+      }
+    }
+    return "";
+  });
 }
 
 TEST(ShmAllreduce, LargeBufferAcrossManyPiecesWithDefaultSlots) {
@@ -217,52 +225,33 @@ TEST(ShmAllreduce, CountsAcrossBlocksAndPiecesMatchTheSerialFoldForOneToFourRank
   const std::size_t counts[] = {4095, 4096, 4097, 16384, 16385, 3 * 8192 + 1};
   const DataType dtypes[] = {DataType::kFloat32, DataType::kFloat64, DataType::kFloat16,
                              DataType::kInt8};
-  for (int size = 1; size <= 4; ++size) {
-    auto ranks = open_all(size, 64 << 10);
-    std::vector<std::string> failures(static_cast<size_t>(size));
-    std::vector<std::thread> threads;
-    for (int r = 0; r < size; ++r) {
-      threads.emplace_back([&, r] {
-        auto& me = *ranks[static_cast<size_t>(r)];
-        for (std::size_t count : counts) {
-          for (DataType d : dtypes) {
-            for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
-              const auto want = reference(size, count, d, op);
-              const auto in = input_of(r, count, d);
-              const std::size_t es = dtype_size(d);
-              std::vector<std::uint8_t> in_place = in;
-              std::vector<std::uint8_t> separate(in.size(), 0xEE);
-              // Segments: a sliver, an odd run across a block, the rest.
-              std::vector<std::uint8_t> segmented = in;
-              const std::size_t cut1 = 3, cut2 = std::min(count, cut1 + 4099);
-              std::vector<BufferSegment> segs = {
-                  {segmented.data(), cut1},
-                  {segmented.data() + cut1 * es, cut2 - cut1},
-                  {segmented.data() + cut2 * es, count - cut2}};
-              try {
-                me.allreduce(nullptr, in_place.data(), count, d, op, Deadline(Millis(20000)));
-                me.allreduce(in.data(), separate.data(), count, d, op, Deadline(Millis(20000)));
-                me.allreduce(segs, d, op, Deadline(Millis(20000)));
-              } catch (const std::exception& e) {
-                failures[static_cast<size_t>(r)] = e.what();
-                return;
-              }
-              const std::string what = std::to_string(count) + " " + dtype_name(d) + " " +
-                                       reduce_op_name(op);
-              if (in_place != want) failures[static_cast<size_t>(r)] = "in place: " + what;
-              if (separate != want) failures[static_cast<size_t>(r)] = "out of place: " + what;
-              if (segmented != want) failures[static_cast<size_t>(r)] = "segments: " + what;
-              if (!failures[static_cast<size_t>(r)].empty()) return;  // the others time out
-            }
-          }
+  expect_every_rank_count_ok(64 << 10, [&](int r, ShmAllreduce& me) -> std::string {
+    for (std::size_t count : counts) {
+      for (DataType d : dtypes) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+          const auto want = reference(me.size(), count, d, op);
+          const auto in = input_of(r, count, d);
+          const std::size_t es = dtype_size(d);
+          std::vector<std::uint8_t> in_place = in;
+          std::vector<std::uint8_t> separate(in.size(), 0xEE);
+          // Segments: a sliver, an odd run across a block, the rest.
+          std::vector<std::uint8_t> segmented = in;
+          const std::size_t cut1 = 3, cut2 = std::min(count, cut1 + 4099);
+          std::vector<BufferSegment> segs = {{segmented.data(), cut1},
+                                             {segmented.data() + cut1 * es, cut2 - cut1},
+                                             {segmented.data() + cut2 * es, count - cut2}};
+          me.allreduce(nullptr, in_place.data(), count, d, op, Deadline(Millis(20000)));
+          me.allreduce(in.data(), separate.data(), count, d, op, Deadline(Millis(20000)));
+          me.allreduce(segs, d, op, Deadline(Millis(20000)));
+          const std::string what = std::to_string(count) + " " + dtype_name(d) + " " + reduce_op_name(op);
+          if (in_place != want) return "in place: " + what;
+          if (separate != want) return "out of place: " + what;
+          if (segmented != want) return "segments: " + what;
         }
-      });
+      }
     }
-    for (auto& t : threads) t.join();
-    for (int r = 0; r < size; ++r) {
-      EXPECT_EQ(failures[static_cast<size_t>(r)], "") << "size " << size << " rank " << r;
-    }
-  }
+    return "";
+  });
 }
 
 TEST(ShmAllreduce, AbsentPeerTimesOutNamingItWithinTheBound) {
