@@ -89,6 +89,13 @@ struct ShardFileSystem::Impl {
     first_answer = true;
     cv.notify_all();
   }
+  // After each write of a download: once its first kFirstAnswerBytes (or
+  // all of a smaller object) are in, the first answer has come.
+  void note_answer(const Spool& s, bool* answered) {
+    if (*answered || s.written < std::min<std::uint64_t>(s.size, kFirstAnswerBytes)) return;
+    *answered = true;
+    first_answer_came();
+  }
   std::atomic<std::uint64_t> part_seq{0};
   std::uint64_t memory_used = 0;  // guarded by mu: bytes of spools in memory
   std::uint64_t open_clock = 0;   // guarded by mu: orders spools by last open
@@ -259,10 +266,7 @@ void ShardFileSystem::Impl::fetch(Spool& s) {
       s.request, o.http, 0, c, on_size,
       [&](const char* data, size_t n) {
         s.append(data, n);
-        if (!answered && s.written >= std::min<std::uint64_t>(s.size, kFirstAnswerBytes)) {
-          answered = true;
-          first_answer_came();
-        }
+        note_answer(s, &answered);
         return !stopping.load();
       },
       &stopping);
@@ -327,10 +331,7 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
         },
         [&](const char* data, size_t n) {
           s.append(data, n);
-          if (!answered && s.written >= std::min<std::uint64_t>(s.size, kFirstAnswerBytes)) {
-            answered = true;
-            first_answer_came();
-          }
+          note_answer(s, &answered);
           return !stopping.load();
         },
         &stopping);
