@@ -190,10 +190,17 @@ Calibration load_calibration(const std::string& path) {
   }
 }
 
+namespace {
+// `hpctrain bench train`'s result line of a 1-rank job.
+bool is_one_rank_bench_train(const json& l) {
+  return l.is_object() && l.value("bench", "") == "train" && l.contains("np") && l["np"].is_number() &&
+         l["np"].get<int>() == 1;
+}
+}  // namespace
+
 Profile with_measured_step(Profile p, const json& line) {
   const std::string where = "the bench train line";
-  if (!line.is_object() || line.value("bench", "") != "train" || !line.contains("np") ||
-      !line["np"].is_number() || line["np"].get<int>() != 1) {
+  if (!is_one_rank_bench_train(line)) {
     throw_invalid_argument(where +
                            " is not a 1-rank `hpctrain bench train` result (\"bench\": \"train\", "
                            "\"np\": 1); run bench train --np 1 (or --np 1,N)");
@@ -230,10 +237,7 @@ Profile with_measured_step(Profile p, const json& line) {
 
 const json& one_rank_bench_train_line(const std::vector<json>& lines, const std::string& where) {
   for (const auto& l : lines) {
-    if (l.is_object() && l.value("bench", "") == "train" && l.contains("np") &&
-        l["np"].is_number() && l["np"].get<int>() == 1) {
-      return l;
-    }
+    if (is_one_rank_bench_train(l)) return l;
   }
   throw_invalid_argument(where +
                          " holds no 1-rank `hpctrain bench train` line; run bench train with "
