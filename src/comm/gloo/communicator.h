@@ -127,11 +127,13 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::Context> gloo_context() const { return context_; }
 
  protected:
+  // The reductions first (allreduce by shared memory, direct, ring or
+  // hierarchical path; reduce-scatter by the ring), then Gloo's own ops.
   void do_allreduce(const AllreduceOptions& o) override;
   bool do_allreduce_segments(const AllreduceSegmentsOptions& o) override;
+  void do_reduce_scatter(const ReduceScatterOptions& o) override;
   void do_broadcast(const BroadcastOptions& o) override;
   void do_allgatherv(const AllgathervOptions& o) override;
-  void do_reduce_scatter(const ReduceScatterOptions& o) override;
   void do_send(const SendOptions& o) override;
   void do_recv(const RecvOptions& o) override;
 
