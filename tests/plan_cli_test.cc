@@ -222,6 +222,22 @@ TEST_F(PlanCli, AllCoresTakesTheBusyFactorFromAFullHostsRun) {
     f << R"({"bench":"train","np":1,"batch_per_rank":64,"split_ms_mean":{"data":1,"compute":40,"optimizer":2,"sync":0}})"
       << "\n";
   }
+  // Two ranks faster each than one alone (other work on the machine between
+  // the turns): warned about, and the factor stays 1.
+  const std::string faster = dir_ + "/faster.jsonl";
+  {
+    std::ofstream f(faster);
+    f << R"({"bench":"train","np":1,"batch_per_rank":64,"split_ms_mean":{"data":1,"compute":40,"optimizer":2,"sync":0}})"
+      << "\n"
+      << R"({"bench":"train","np":2,"batch_per_rank":64,"split_ms_mean":{"data":1,"compute":30,"optimizer":2,"sync":1}})"
+      << "\n";
+  }
+  c = run("plan calibrate --profile " + given + " --train " + faster + " --all-cores " + faster +
+          " --no-comm --cores 2 --save " + cal);
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+  EXPECT_NE(c.out.find("0.767x as long as one rank alone"), std::string::npos) << c.out;
+  EXPECT_NEAR(predict("--hosts 1 --ranks-per-host 2"), 43, 1e-6);
+
   c = run("plan calibrate --profile " + given + " --all-cores " + one +
           " --no-comm --cores 2 --save " + cal);
   EXPECT_NE(c.exit_code, 0);

@@ -287,11 +287,22 @@ int run_calibrate(const CalibrateArgs& a) {
 
   // How much slower a rank computes when the ranks fill the cores
   // (plan/calibration.h, all_cores_factor), from the same kind of run.
+  // Busy cores are never faster than one alone: a ratio below 1 says the
+  // two jobs saw different shares of a machine shared with other work, and
+  // the factor stays 1.
   if (!a.all_cores_from.empty()) {
-    cal.host.busy_factor =
+    const double f =
         plan::all_cores_factor(read_json_lines(a.all_cores_from),
                                cal.host.shared_cores > 0 ? cal.host.shared_cores : cal.host.cores,
                                cal.host.threads_per_rank, a.all_cores_from);
+    if (f < 1) {
+      std::fprintf(stderr,
+                   "plan calibrate: warning: in %s the ranks that fill the cores stepped %.3fx "
+                   "as long as one rank alone (below 1: the machine was shared with other work "
+                   "while it ran); taking 1; measure on a quiet host\n",
+                   a.all_cores_from.c_str(), f);
+    }
+    cal.host.busy_factor = std::max(1.0, f);
   }
 
   // 2. The links: saved bench comm output, and/or bench comm run now.
