@@ -38,8 +38,8 @@
 // share). A synchronous step ends when the last rank's compute ends, and one
 // rank's step is not split across cores: the core that holds the most ranks
 // finishes last, so compute takes ceil(R T / C) times one rank's alone, not
-// R T / C (3 ranks on 2 cores: 2x; the third rank's core idles half the
-// step, and the sync of the others shows the wait). Once the ranks fill the
+// R T / C (3 ranks on 2 cores: 2x; the core with one rank idles half the
+// step, and that rank's sync shows the wait). Once the ranks fill the
 // cores (R T >= C), every core is busy and each computes slower than one
 // core alone (memory bandwidth, caches, a VM's vCPUs): busy_factor, measured
 // by calibration as a rank's step with the host's cores all running ranks
