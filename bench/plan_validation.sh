@@ -5,7 +5,9 @@
 # the gradients' bytes and when backward makes them), and per shape one
 # bench train run of --np 1,N: the 1-rank job (on the first host) and the
 # N-rank job take turns of --phase-steps steps, so the 1-rank calibration
-# and the measured job see the same minute of a shared machine.
+# and the measured job see the same minute of a shared machine. Per model
+# also allcores.RATE.MODEL: bench train --np 1,2 with both ranks on one
+# host (the 2 cores all busy), for plan calibrate --all-cores.
 # Then: bench/plan_validation.py OUT prints predicted against measured.
 # Runs at normal priority (it is a benchmark); every line of OUT/log has the
 # load average.
@@ -31,6 +33,9 @@ for rate in ${RATES:-10gbit 1gbit}; do
     if [[ $model == mlp ]]; then steps=16; else steps=40; fi
     log "profile $rate $model"
     timeout 300 $B plan calibrate --model $model --no-comm --profile-steps 15 --save $OUT/profile.$rate.$model.json > /dev/null 2>&1
+    log "allcores $rate $model (np 1,2 on one host)"
+    timeout 900 $B bench train --model $model --np 1,2 --steps $steps --phase-steps $((steps / 2)) --warmup 3 \
+      -H $h1:2 $SSH > $OUT/allcores.$rate.$model 2>$OUT/allcores.$rate.$model.err
     for cfg in ${CFGS:-1x2 2x1 2x2 3x1 3x2}; do
       [[ $rate == 1gbit && ${cfg%x*} == 1 ]] && continue   # one host: no link
       H=${cfg%x*}; L=${cfg#*x}; hs=""

@@ -111,7 +111,13 @@ TEST_F(PlanCli, PredictionsGrowWithHostsKeepEfficiencyAtMostOneAndBoundTheScalin
             << j.dump();
       }
     }
-    EXPECT_NEAR(lines[0]["scaling_efficiency"].get<double>(), 1.0, 0.2) << name;  // one host
+    // One host: flat and hier stay in shared memory, near 1. ps:K goes
+    // through the servers over the link even there, so its one-host
+    // efficiency is the loopback link the calibration measured against the
+    // cnn's step (0.7 on this machine under load): only (0, 1], as above.
+    if (name.rfind("ps:", 0) != 0) {
+      EXPECT_NEAR(lines[0]["scaling_efficiency"].get<double>(), 1.0, 0.2) << name;
+    }
   }
   // Each bound holds up to its host count and fails just past it.
   for (const auto& b : bounds) {
@@ -174,6 +180,76 @@ TEST_F(PlanCli, TrainTakesTheStepFromBenchTrainsOneRankRun) {
   EXPECT_NE(c.exit_code, 0);
   EXPECT_NE(c.out.find(two + " holds no 1-rank"), std::string::npos) << c.out;
   EXPECT_NE(c.out.find("--np 1"), std::string::npos) << c.out;
+}
+
+TEST_F(PlanCli, AllCoresTakesTheBusyFactorFromAFullHostsRun) {
+  // bench train --np 1,2 output of one 2-core host: one rank alone 1 + 40 +
+  // 2 = 43 ms a step, each of two ranks 1 + 45 + 2.3 = 48.3 ms.
+  const std::string train = dir_ + "/full-host.jsonl";
+  {
+    std::ofstream f(train);
+    f << R"({"bench":"train","np":1,"batch_per_rank":64,"split_ms_mean":{"data":1,"compute":40,"optimizer":2,"sync":0}})"
+      << "\n"
+      << R"({"bench":"train","np":2,"batch_per_rank":64,"split_ms_mean":{"data":1,"compute":45,"optimizer":2.3,"sync":1}})"
+      << "\n";
+  }
+  const std::string given = dir_ + "/given.json", cal = dir_ + "/cal-busy.json";
+  ASSERT_EQ(run("plan --compute-per-sample 2ms --gradient-bytes 8M --link 10gbit --latency 20us "
+                "--hosts 1 --save " +
+                given)
+                .exit_code,
+            0);
+  CliRun c = run("plan calibrate --profile " + given + " --train " + train + " --all-cores " +
+                 train + " --no-comm --cores 2 --save " + cal);
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+  auto predict = [&](const std::string& shape) {
+    CliRun p = run("plan --calibration " + cal +
+                   " --link 10gbit --latency 20us --shm-link 5GB/s "
+                   "--shm-latency 10us --paths flat --compression none --json " +
+                   shape);
+    EXPECT_EQ(p.exit_code, 0) << p.out;
+    for (const auto& l : json_lines(p.out)) {
+      if (l.value("plan", "") == "prediction") return l["compute_ms"].get<double>();
+    }
+    return 0.0;
+  };
+  EXPECT_NEAR(predict("--hosts 1 --ranks-per-host 1"), 43, 1e-6);    // alone: as measured
+  EXPECT_NEAR(predict("--hosts 1 --ranks-per-host 2"), 48.3, 1e-6);  // both cores busy
+  EXPECT_NEAR(predict("--hosts 4 --ranks-per-host 1"), 43, 1e-6);    // a core to spare
+  // Namespace hosts on these 2 cores: 3 ranks take two turns of 48.3 ms.
+  EXPECT_NEAR(predict("--hosts 3 --ranks-per-host 1 --shared-cores 2"), 2 * 48.3, 1e-6);
+  CliRun t = run("plan --calibration " + cal + " --link 10gbit --latency 20us --hosts 1");
+  EXPECT_NE(t.out.find("all cores busy: compute x 1.123"), std::string::npos) << t.out;
+
+  // One rank alone says nothing about busy cores: refused, with the run that would.
+  const std::string one = dir_ + "/one.jsonl";
+  {
+    std::ofstream f(one);
+    f << R"({"bench":"train","np":1,"batch_per_rank":64,"split_ms_mean":{"data":1,"compute":40,"optimizer":2,"sync":0}})"
+      << "\n";
+  }
+  // Two ranks faster each than one alone (other work on the machine between
+  // the turns): warned about, and the factor stays 1.
+  const std::string faster = dir_ + "/faster.jsonl";
+  {
+    std::ofstream f(faster);
+    f << R"({"bench":"train","np":1,"batch_per_rank":64,"split_ms_mean":{"data":1,"compute":40,"optimizer":2,"sync":0}})"
+      << "\n"
+      << R"({"bench":"train","np":2,"batch_per_rank":64,"split_ms_mean":{"data":1,"compute":30,"optimizer":2,"sync":1}})"
+      << "\n";
+  }
+  c = run("plan calibrate --profile " + given + " --train " + faster + " --all-cores " + faster +
+          " --no-comm --cores 2 --save " + cal);
+  ASSERT_EQ(c.exit_code, 0) << c.out;
+  EXPECT_NE(c.out.find("0.767x as long as one rank alone"), std::string::npos) << c.out;
+  EXPECT_NEAR(predict("--hosts 1 --ranks-per-host 2"), 43, 1e-6);
+
+  c = run("plan calibrate --profile " + given + " --all-cores " + one +
+          " --no-comm --cores 2 --save " + cal);
+  EXPECT_NE(c.exit_code, 0);
+  EXPECT_NE(c.out.find(one + " holds no bench train line whose ranks fill"), std::string::npos)
+      << c.out;
+  EXPECT_NE(c.out.find("--np 1,2"), std::string::npos) << c.out;
 }
 
 TEST_F(PlanCli, GivenValuesNeedNoCalibrationAndTheTableNamesTheBound) {

@@ -109,7 +109,8 @@ json to_json(const Calibration& c) {
           {"host",
            {{"cores", c.host.cores},
             {"threads_per_rank", c.host.threads_per_rank},
-            {"shared_cores", c.host.shared_cores}}}};
+            {"shared_cores", c.host.shared_cores},
+            {"busy_factor", c.host.busy_factor}}}};
 }
 
 Calibration calibration_from_json(const json& j) {
@@ -160,6 +161,10 @@ Calibration calibration_from_json(const json& j) {
   c.host.cores = static_cast<int>(number(h, "cores", "host"));
   c.host.threads_per_rank = static_cast<int>(number(h, "threads_per_rank", "host"));
   c.host.shared_cores = static_cast<int>(number(h, "shared_cores", "host"));
+  if (h.contains("busy_factor")) c.host.busy_factor = number(h, "busy_factor", "host");
+  if (!(c.host.busy_factor > 0)) {
+    throw_invalid_argument("calibration: host.busy_factor must be above 0 (1: not measured)");
+  }
   if (c.profile.batch < 1 || c.host.cores < 1 || c.host.threads_per_rank < 1) {
     throw_invalid_argument(
         "calibration: profile.batch, host.cores and host.threads_per_rank must be at least 1");
@@ -193,8 +198,8 @@ Calibration load_calibration(const std::string& path) {
 namespace {
 // `hpctrain bench train`'s result line of a 1-rank job.
 bool is_one_rank_bench_train(const json& l) {
-  return l.is_object() && l.value("bench", "") == "train" && l.contains("np") && l["np"].is_number() &&
-         l["np"].get<int>() == 1;
+  return l.is_object() && l.value("bench", "") == "train" && l.contains("np") &&
+         l["np"].is_number() && l["np"].get<int>() == 1;
 }
 }  // namespace
 
@@ -242,6 +247,40 @@ const json& one_rank_bench_train_line(const std::vector<json>& lines, const std:
   throw_invalid_argument(where +
                          " holds no 1-rank `hpctrain bench train` line; run bench train with "
                          "--np 1 (or --np 1,N: the 1-rank job in turns with the N-rank one)");
+}
+
+double all_cores_factor(const std::vector<json>& lines, int cores, int threads_per_rank,
+                        const std::string& where) {
+  if (cores < 1 || threads_per_rank < 1) {
+    throw_invalid_argument("all-cores factor: cores and threads per rank must be at least 1");
+  }
+  auto step_ms = [&](const json& l) {
+    const json& split = object(l, "split_ms_mean", where);
+    const std::string at = where + "'s split_ms_mean";
+    return number(split, "data", at) + number(split, "compute", at) +
+           number(split, "optimizer", at);
+  };
+  const double alone = step_ms(one_rank_bench_train_line(lines, where));
+  if (!(alone > 0)) throw_invalid_argument(where + ": the 1-rank line's step is 0");
+  const json* full = nullptr;
+  int np = 0;
+  for (const auto& l : lines) {
+    if (!l.is_object() || l.value("bench", "") != "train" || !l.contains("np") ||
+        !l["np"].is_number())
+      continue;
+    const int n = l["np"].get<int>();
+    if (n >= 2 && n * threads_per_rank >= cores && (full == nullptr || n < np)) full = &l, np = n;
+  }
+  if (full == nullptr) {
+    throw_invalid_argument(where + " holds no bench train line whose ranks fill the host's " +
+                           std::to_string(cores) + " cores (np x " +
+                           std::to_string(threads_per_rank) +
+                           " thread >= " + std::to_string(cores) + "); run bench train --np 1," +
+                           std::to_string((cores + threads_per_rank - 1) / threads_per_rank) +
+                           " with all ranks on one host");
+  }
+  const double share = static_cast<double>(np) * threads_per_rank / cores;
+  return step_ms(*full) / alone / share;
 }
 
 AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts_in) {

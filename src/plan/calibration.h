@@ -11,7 +11,8 @@
 //                   "ring": {...}, "shm": {...}},
 //    "engine": {"fusion_bytes", "cycle_s", "direct_bytes", "ps_piece_bytes",
 //               "cast_s_per_byte"},
-//    "host": {"cores", "threads_per_rank", "shared_cores"}}
+//    "host": {"cores", "threads_per_rank", "shared_cores", "busy_factor"}}
+// (busy_factor may be absent: 1, as files written before it was measured).
 // gradients are in backward order; ready_s is when backward produced each,
 // from the start of backward. An algorithm's ranks is the rank count it was
 // measured at: for ring alpha and beta are per step as in cost_model.h, fitted
@@ -60,6 +61,18 @@ Profile with_measured_step(Profile p, const nlohmann::json& bench_train_line);
 const nlohmann::json& one_rank_bench_train_line(const std::vector<nlohmann::json>& lines,
                                                 const std::string& where);
 
+// The busy-cores factor from `hpctrain bench train --np 1,N` output whose N
+// ranks ran on one host and fill its cores (N x threads >= cores; N = the
+// cores is the plain case): the N-rank job's mean step per rank (data +
+// compute + optimizer of split_ms_mean) over the 1-rank job's of the same
+// run (the jobs take turns, so both see the same minutes of the machine),
+// divided by N x threads / cores when the ranks outnumber the cores (each
+// then has that share of a core). The result is what a core's compute
+// slows by when all cores are busy. InvalidArgument naming `where` and the
+// fix when there is no 1-rank line or no line that fills the cores.
+double all_cores_factor(const std::vector<nlohmann::json>& lines, int cores, int threads_per_rank,
+                        const std::string& where);
+
 // t(S) = alpha + S * beta for one message step of the algorithm.
 struct AlphaBeta {
   double alpha_s = 0;
@@ -84,6 +97,10 @@ struct HostSettings {
   // > 0: every host shares this many cores (hosts made of network namespaces
   // on one machine); compute then slows by ranks x threads / shared_cores.
   int shared_cores = 0;
+  // A rank's step when every core runs ranks, over its step alone (1: not
+  // measured): all_cores_factor below. cost_model.h applies it once the
+  // ranks fill the cores.
+  double busy_factor = 1.0;
 };
 
 struct Calibration {

@@ -38,7 +38,7 @@ TEST(PlanCalibration, SavedFileLoadsBackEqual) {
   c.algorithms["direct"] = {4.5e-5, 9.4e-10, 2, "bench comm, 6 sizes, 2 ranks"};
   c.algorithms["shm"] = {1.2e-5, 1.9e-10, 2, "given"};
   c.engine.fusion_bytes = 1 << 20;
-  c.host = {4, 2, 2};
+  c.host = {4, 2, 2, 1.12};
   const std::string path = temp_path("round_trip.json");
   save_calibration(c, path);
   const Calibration d = load_calibration(path);
@@ -49,6 +49,7 @@ TEST(PlanCalibration, SavedFileLoadsBackEqual) {
   EXPECT_DOUBLE_EQ(d.algorithms.at("direct").beta_s_per_byte, 9.4e-10);
   EXPECT_EQ(d.algorithms.at("shm").source, "given");
   EXPECT_EQ(d.host.shared_cores, 2);
+  EXPECT_DOUBLE_EQ(d.host.busy_factor, 1.12);
   EXPECT_DOUBLE_EQ(d.profile.gradient_bytes(), 163880);
   std::remove(path.c_str());
 }
@@ -69,6 +70,13 @@ TEST(PlanCalibration, BadFilesNameTheProblem) {
   j["profile"].erase("backward_s");
   std::ofstream(path) << j.dump();
   EXPECT_NE(error_of([&] { load_calibration(path); }).find("profile.backward_s is missing"),
+            std::string::npos);
+  // A file from before the busy factor was measured: 1.
+  j = to_json(c);
+  j["host"].erase("busy_factor");
+  EXPECT_EQ(calibration_from_json(j).host.busy_factor, 1.0);
+  j["host"]["busy_factor"] = 0;
+  EXPECT_NE(error_of([&] { calibration_from_json(j); }).find("host.busy_factor must be above 0"),
             std::string::npos);
   j = to_json(c);
   j["hpctrain_plan_calibration"] = 7;
@@ -197,6 +205,33 @@ TEST(PlanCalibration, MeasuredStepRefusesWhatIsNotOneRanksBenchTrainLine) {
               one_rank_bench_train_line({one_rank_line(2, 1, 40, 3)}, "t.jsonl");
             }).find("t.jsonl holds no 1-rank"),
             std::string::npos);
+}
+
+TEST(PlanCalibration, AllCoresFactorIsTheFullHostsStepOverOneRanks) {
+  // 1 rank alone: 0.5 + 45 + 3 = 48.5 ms a step; 2 ranks on the 2 cores:
+  // 0.5 + 50 + 4 = 54.5 ms each.
+  const auto alone = one_rank_line(1, 0.5, 45, 3);
+  const auto two = one_rank_line(2, 0.5, 50, 4);
+  EXPECT_NEAR(all_cores_factor({two, alone}, 2, 1, "t.jsonl"), 54.5 / 48.5, 1e-12);
+  // 4 ranks on 2 cores have half a core each: 107 ms / 48.5 ms / 2. With
+  // 1, 2 and 4 ranks in one file, 2 (the first to fill the cores) counts.
+  const auto four = one_rank_line(4, 1, 100, 6);
+  EXPECT_NEAR(all_cores_factor({alone, four}, 2, 1, "t.jsonl"), 107 / 48.5 / 2, 1e-12);
+  EXPECT_NEAR(all_cores_factor({alone, four, two}, 2, 1, "t.jsonl"), 54.5 / 48.5, 1e-12);
+  // 2 ranks of 2 threads fill 4 cores.
+  EXPECT_NEAR(all_cores_factor({alone, two}, 4, 2, "t.jsonl"), 54.5 / 48.5, 1e-12);
+  // 2 ranks do not fill 4 cores of 1 thread: named, with the run that would.
+  EXPECT_NE(error_of([&] {
+              all_cores_factor({alone, two}, 4, 1, "t.jsonl");
+            }).find("t.jsonl holds no bench train line whose ranks fill the host's 4 cores"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              all_cores_factor({alone, two}, 4, 1, "t.jsonl");
+            }).find("--np 1,4"),
+            std::string::npos);
+  EXPECT_NE(
+      error_of([&] { all_cores_factor({two}, 2, 1, "t.jsonl"); }).find("t.jsonl holds no 1-rank"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -170,6 +170,20 @@ AllreduceCost allreduce_cost(const Calibration& cal, const Scenario& s, double b
   return packed;
 }
 
+double compute_slowdown(int ranks, int threads_per_rank, int cores, double busy_factor) {
+  if (ranks < 1 || threads_per_rank < 1 || cores < 1) {
+    throw_invalid_argument(
+        "compute slowdown: ranks, threads per rank and cores must be at least 1 "
+        "(got " +
+        std::to_string(ranks) + " x " + std::to_string(threads_per_rank) + " on " +
+        std::to_string(cores) + ")");
+  }
+  const int threads = ranks * threads_per_rank;
+  if (ranks == 1 || threads < cores) return 1.0;  // the calibration's own case, or cores to spare
+  const int rounds = (threads + cores - 1) / cores;  // ceil: one rank's step is not split
+  return rounds * busy_factor;
+}
+
 Prediction predict(const Calibration& cal, const Scenario& s) {
   check(cal, s);
   compression_ratio(s.compression);  // refuse an unknown name even on one rank
@@ -177,12 +191,10 @@ Prediction predict(const Calibration& cal, const Scenario& s) {
   const int ranks = s.hosts * s.ranks_per_host;
   const int threads = cal.host.threads_per_rank;
   // Cores: a host's own, or the ones all hosts share (namespace hosts).
-  double slowdown = 1.0;
-  if (cal.host.shared_cores > 0) {
-    slowdown = std::max(1.0, static_cast<double>(ranks) * threads / cal.host.shared_cores);
-  } else {
-    slowdown = std::max(1.0, static_cast<double>(s.ranks_per_host) * threads / cal.host.cores);
-  }
+  const double slowdown =
+      cal.host.shared_cores > 0
+          ? compute_slowdown(ranks, threads, cal.host.shared_cores, cal.host.busy_factor)
+          : compute_slowdown(s.ranks_per_host, threads, cal.host.cores, cal.host.busy_factor);
   Prediction out;
   out.scenario = s;
   out.overlap = s.ranks_per_host * threads < cal.host.cores;  // HPCT_OVERLAP=auto

@@ -33,6 +33,18 @@
 //                              link sets the time: 2 * alpha_d + ceil(S /
 //                              piece) / K * alpha_d + max(host link, server
 //                              link) * beta_d.
+// Compute on cores that ranks share (compute_slowdown): R ranks of T
+// threads on C cores (a host's own, or the machine's that namespace hosts
+// share). A synchronous step ends when the last rank's compute ends, and one
+// rank's step is not split across cores: the core that holds the most ranks
+// finishes last, so compute takes ceil(R T / C) times one rank's alone, not
+// R T / C (3 ranks on 2 cores: 2x; the core with one rank idles half the
+// step, and that rank's sync shows the wait). Once the ranks fill the
+// cores (R T >= C), every core is busy and each computes slower than one
+// core alone (memory bandwidth, caches, a VM's vCPUs): busy_factor, measured
+// by calibration as a rank's step with the host's cores all running ranks
+// over its step alone (calibration.h, all_cores_factor). One rank, or ranks
+// that leave cores free: 1.
 // Compression to 16 bits halves the bytes on the wire (a lossy mode: its
 // bytes ratio) and adds the casts there and back (cast_s_per_byte of the
 // float32 bytes) on the rank's own core; "auto" takes the faster of none and
@@ -40,8 +52,9 @@
 // direct_bytes, as the engine's auto does.
 //
 // Not modelled: the CPU that moving bytes takes from compute when a host's
-// ranks fill its cores (except as calibrated into beta), stragglers, and
-// the data loader's wait (the profile's data time is taken as is).
+// ranks fill its cores (except as calibrated into beta and busy_factor),
+// stragglers, and the data loader's wait (the profile's data time is taken
+// as is).
 #pragma once
 
 #include <cstdint>
@@ -98,6 +111,12 @@ struct AllreduceCost {
   std::string algorithm;
 };
 AllreduceCost allreduce_cost(const Calibration& cal, const Scenario& s, double bytes);
+
+// How much longer a step's compute takes than one rank's alone when `ranks`
+// ranks of `threads_per_rank` threads run on `cores` cores: 1 for one rank
+// or while cores are left free, else ceil(ranks x threads / cores) x
+// busy_factor (the header comment). InvalidArgument for counts below 1.
+double compute_slowdown(int ranks, int threads_per_rank, int cores, double busy_factor);
 
 // The largest host count h in [1, max_hosts] such that every host count from
 // 1 to h keeps efficiency >= bound (the point past which adding hosts stops

@@ -117,11 +117,58 @@ TEST(PlanPredict, OneRankIsTheProfileAndEfficiencyIsOne) {
   EXPECT_EQ(p.wire_bytes_per_host, 0);
 }
 
-TEST(PlanPredict, HostsSharingCoresSlowComputeByRanksOverCores) {
+TEST(PlanPredict, RanksSharingCoresTakeWholeTurnsOfOneRanksCompute) {
+  // ceil(ranks x threads / cores), times the busy factor once they fill the cores.
+  EXPECT_EQ(compute_slowdown(1, 1, 2, 1.1), 1.0);  // one rank: the calibration itself
+  EXPECT_EQ(compute_slowdown(1, 4, 2, 1.1), 1.0);
+  EXPECT_EQ(compute_slowdown(2, 1, 4, 1.1), 1.0);  // cores to spare
+  EXPECT_NEAR(compute_slowdown(2, 1, 2, 1.1), 1.1, 1e-12);
+  EXPECT_NEAR(compute_slowdown(4, 1, 4, 1.1), 1.1, 1e-12);
+  EXPECT_EQ(compute_slowdown(3, 1, 2, 1.0), 2.0);  // not 1.5: one core holds two of them
+  EXPECT_NEAR(compute_slowdown(3, 1, 2, 1.1), 2.2, 1e-12);
+  EXPECT_EQ(compute_slowdown(6, 1, 2, 1.0), 3.0);
+  EXPECT_EQ(compute_slowdown(3, 2, 4, 1.0), 2.0);  // 6 threads on 4 cores
+  EXPECT_EQ(compute_slowdown(5, 1, 4, 1.0), 2.0);
+  EXPECT_THROW(compute_slowdown(0, 1, 2, 1.0), Error);
+  EXPECT_THROW(compute_slowdown(2, 1, 0, 1.0), Error);
+}
+
+TEST(PlanPredict, HostsSharingCoresSlowComputeByWholeTurnsAndTheBusyFactor) {
   Calibration c = hand_calibration();
   c.host.shared_cores = 2;  // namespace hosts on one 2-core machine
-  const Prediction p = predict(c, shape(3, 2, SyncPath::kHierarchical));
-  EXPECT_NEAR(p.compute_s, 0.16 * 3, 1e-12);
+  // 6 ranks on 2 cores: 3 turns of 160 ms.
+  EXPECT_NEAR(predict(c, shape(3, 2, SyncPath::kHierarchical)).compute_s, 0.16 * 3, 1e-12);
+  // 2 ranks, a core each.
+  EXPECT_NEAR(predict(c, shape(2, 1)).compute_s, 0.16, 1e-12);
+  // 3 ranks on 2 cores, 1 per host (overlap on: each host sees 2 cores).
+  // Compute 2 x 160 ms; backward 200 ms, the late gradient ready at 40 ms:
+  // it goes at 45 ms; the ring of 1 MB on 3 ranks takes 4 x 50 us + 4/3 x
+  // 1e6 x 2 ns = 2.8667 ms. The early one is ready at 200 ms, goes at 205,
+  // ends at 207.8667: 7.8667 ms show.
+  Prediction p = predict(c, shape(3, 1));
+  EXPECT_TRUE(p.overlap);
+  const double ring = 4 * 5e-5 + 4.0 / 3 * 1e6 * 2e-9;
+  EXPECT_EQ(p.algorithm, "ring");
+  EXPECT_NEAR(p.compute_s, 0.32, 1e-12);
+  EXPECT_NEAR(p.sync_s, 2 * ring, 1e-12);
+  EXPECT_NEAR(p.exposed_sync_s, 0.005 + ring, 1e-12);
+  EXPECT_NEAR(p.step_s, 0.32 + 0.005 + ring, 1e-12);
+  EXPECT_NEAR(p.samples_per_s, 3 * 64 / (0.325 + ring), 1e-9);
+  // A busy factor of 1.1 (every core slower when all run ranks) once the
+  // ranks fill the cores: 2 ranks 176 ms, 3 ranks 2 x 176 ms, 1 rank as is.
+  c.host.busy_factor = 1.1;
+  EXPECT_NEAR(predict(c, shape(2, 1)).compute_s, 0.176, 1e-12);
+  EXPECT_NEAR(predict(c, shape(3, 1)).compute_s, 0.352, 1e-12);
+  EXPECT_NEAR(predict(c, shape(1, 1)).compute_s, 0.16, 1e-12);
+  EXPECT_NEAR(predict(c, shape(1, 1)).efficiency, 1.0, 1e-12);
+}
+
+TEST(PlanPredict, OwnCoresSlowOnlyWhenAHostsRanksFillThem) {
+  Calibration c = hand_calibration();  // 2 cores per host, none shared
+  c.host.busy_factor = 1.1;
+  EXPECT_NEAR(predict(c, shape(8, 1)).compute_s, 0.16, 1e-12);  // a core to spare on each
+  EXPECT_NEAR(predict(c, shape(8, 2, SyncPath::kHierarchical)).compute_s, 0.176, 1e-12);
+  EXPECT_NEAR(predict(c, shape(8, 3, SyncPath::kHierarchical)).compute_s, 0.352, 1e-12);
 }
 
 TEST(PlanEfficiency, BoundCrossingIsWhereTheRingLatencyEatsTwentyPercent) {

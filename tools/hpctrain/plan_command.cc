@@ -48,6 +48,7 @@ struct PlanArgs {
   int batch = 0;                      // per rank; 0: the calibration's (64 when given)
   int cores = 0;                      // per host; 0: the calibration's
   int shared_cores = -1;              // -1: the calibration's
+  double busy_factor = 0;             // 0: the calibration's
   // What to predict.
   std::string hosts = "1,2,4,8,16,32,64,128,256,512,1024";
   std::string ranks_per_host = "1";
@@ -69,6 +70,7 @@ struct CalibrateArgs {
   std::vector<std::string> comm_files;  // saved bench comm JSON lines
   std::string profile_from;             // an earlier calibration file: take its profile
   std::string train_from;               // bench train output: its 1-rank line sets the step's parts
+  std::string all_cores_from;           // bench train --np 1,N on one host: the busy-cores factor
   bool no_comm = false;                 // profile only
   int local_np = 2;                     // ranks of the shared-memory run (0: none)
   std::string sizes = "4K,64K,1M,4M,16M";
@@ -283,6 +285,26 @@ int run_calibrate(const CalibrateArgs& a) {
         cal.profile, plan::one_rank_bench_train_line(read_json_lines(a.train_from), a.train_from));
   }
 
+  // How much slower a rank computes when the ranks fill the cores
+  // (plan/calibration.h, all_cores_factor), from the same kind of run.
+  // Busy cores are never faster than one alone: a ratio below 1 says the
+  // two jobs saw different shares of a machine shared with other work, and
+  // the factor stays 1.
+  if (!a.all_cores_from.empty()) {
+    const double f =
+        plan::all_cores_factor(read_json_lines(a.all_cores_from),
+                               cal.host.shared_cores > 0 ? cal.host.shared_cores : cal.host.cores,
+                               cal.host.threads_per_rank, a.all_cores_from);
+    if (f < 1) {
+      std::fprintf(stderr,
+                   "plan calibrate: warning: in %s the ranks that fill the cores stepped %.3fx "
+                   "as long as one rank alone (below 1: the machine was shared with other work "
+                   "while it ran); taking 1; measure on a quiet host\n",
+                   a.all_cores_from.c_str(), f);
+    }
+    cal.host.busy_factor = std::max(1.0, f);
+  }
+
   // 2. The links: saved bench comm output, and/or bench comm run now.
   const std::vector<json> lines = comm_lines(a, dir, self_dir);
   const auto fitted = plan::fit_bench_comm(lines, &cal.algorithms);
@@ -300,6 +322,7 @@ int run_calibrate(const CalibrateArgs& a) {
                   {"step_s", cal.profile.step_s()},
                   {"gradient_bytes", cal.profile.gradient_bytes()},
                   {"gradients", cal.profile.gradients.size()},
+                  {"busy_factor", cal.host.busy_factor},
                   {"algorithms", json::object()}};
   for (const auto& [n, ab] : cal.algorithms) {
     summary["algorithms"][n] = {{"alpha_us", ab.alpha_s * 1e6},
@@ -375,6 +398,12 @@ plan::Calibration effective_calibration(const PlanArgs& a) {
   }
   if (a.cores > 0) cal.host.cores = a.cores;
   if (a.shared_cores >= 0) cal.host.shared_cores = a.shared_cores;
+  if (a.busy_factor != 0) {
+    if (!(a.busy_factor > 0))
+      throw_invalid_argument(
+          "plan: --busy-factor must be above 0 (1: all cores busy is no slower)");
+    cal.host.busy_factor = a.busy_factor;
+  }
   return cal;
 }
 
@@ -433,6 +462,13 @@ int run_plan(const PlanArgs& a) {
         cal.profile.model.c_str(), cal.profile.batch, cal.profile.step_s() * 1e3,
         cal.profile.batch / cal.profile.step_s(), cal.profile.gradient_bytes() / 1e6,
         cal.profile.gradients.size());
+    if (cal.host.shared_cores > 0) {
+      std::printf("cores: %d shared by all hosts", cal.host.shared_cores);
+    } else {
+      std::printf("cores: %d per host", cal.host.cores);
+    }
+    std::printf(", %d thread per rank; all cores busy: compute x %.3f\n", cal.host.threads_per_rank,
+                cal.host.busy_factor);
     std::printf("%-6s %-10s %6s %5s %7s %-7s %9s %9s %9s %11s %6s %12s\n", "path", "compress",
                 "hosts", "L", "ranks", "alg", "step_ms", "comp_ms", "sync_ms", "samples/s", "eff",
                 "wire_MB/host");
@@ -525,6 +561,9 @@ void add_plan_command(CLI::App& app, Cli& cli) {
        "--shared-cores", a->shared_cores,
        "All hosts share this many cores (namespace hosts on one machine); 0: each host has its own")
       ->group(cg);
+  c->add_option("--busy-factor", a->busy_factor,
+                "Given slowdown of a rank's compute once a host's ranks fill its cores: 1.1")
+      ->group(cg);
   c->add_option("--save", a->save, "Write the effective calibration (file plus given values) here")
       ->group(cg);
   c->add_option("--hosts", a->hosts, "Host counts: 1,2,4,...")->capture_default_str();
@@ -569,6 +608,10 @@ void add_plan_command(CLI::App& app, Cli& cli) {
   cal->add_option("--train", k->train_from,
                   "Take data, compute and optimizer time from this bench train output's 1-rank "
                   "line (--np 1 or 1,N): the trainer's own loop");
+  cal->add_option("--all-cores", k->all_cores_from,
+                  "Measure how much slower a rank computes when the ranks fill the cores, from "
+                  "this bench train output of --np 1,N with the N ranks on one host (N x threads "
+                  ">= its cores; may be the --train file)");
   cal->add_flag("--no-comm", k->no_comm,
                 "Profile only (give the links to plan with --link/--latency)");
   cal->add_option("--local-np", k->local_np, "Ranks of the shared-memory run on one host (0: none)")
