@@ -1,6 +1,7 @@
 #include "data/source/http.h"
 
 #include <curl/curl.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cctype>
@@ -22,6 +23,47 @@ void global_init() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
+// Easy handles kept between requests, process-wide: a handle keeps its
+// connections (and TLS sessions) open, so the next request to the same
+// server, in this file system or the next one made in the process, skips
+// the TCP (and TLS) handshake and starts with a warm congestion window.
+// curl_easy_reset keeps them; a connection the server closed in the
+// meantime is found dead and replaced by libcurl itself. At most kKeptHandles
+// handles are kept; one is used by one request at a time.
+constexpr size_t kKeptHandles = 8;
+struct HandlePool {
+  std::mutex mu;
+  std::vector<CURL*> idle;  // guarded by mu
+};
+HandlePool& handle_pool() {
+  static HandlePool* p = new HandlePool;  // never destroyed: used until exit
+  return *p;
+}
+CURL* take_handle() {
+  HandlePool& p = handle_pool();
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (!p.idle.empty()) {
+      CURL* c = p.idle.back();
+      p.idle.pop_back();
+      return c;
+    }
+  }
+  return curl_easy_init();
+}
+void give_handle(CURL* c) {
+  curl_easy_reset(c);
+  HandlePool& p = handle_pool();
+  {
+    std::lock_guard<std::mutex> lock(p.mu);
+    if (p.idle.size() < kKeptHandles) {
+      p.idle.push_back(c);
+      return;
+    }
+  }
+  curl_easy_cleanup(c);
+}
+
 struct Transfer {
   const BodySink* on_body = nullptr;
   const std::atomic<bool>* cancel = nullptr;
@@ -31,7 +73,29 @@ struct Transfer {
   const std::string* body = nullptr;
   size_t body_pos = 0;
   bool stopped_by_sink = false;
+  DownloadLoad* load = nullptr;
+  std::uint64_t next_sample = 0;  // body byte count of the next load sample
+  std::int64_t cpu_ns = -1;        // the thread's CPU time at the last sample
+  std::int64_t wall_ns = 0;        // and the wall time
 };
+
+std::int64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// A sample of DownloadLoad (the first of a transfer only starts the clocks).
+void sample_load(Transfer* t) {
+  const std::int64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID), wall = clock_ns(CLOCK_MONOTONIC);
+  if (t->cpu_ns >= 0 && wall > t->wall_ns) {
+    const bool busy = static_cast<double>(cpu - t->cpu_ns) >=
+                      DownloadLoad::kBusyShare * static_cast<double>(wall - t->wall_ns);
+    (busy ? t->load->busy : t->load->waiting).fetch_add(1, std::memory_order_relaxed);
+  }
+  t->cpu_ns = cpu;
+  t->wall_ns = wall;
+}
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -70,6 +134,10 @@ size_t on_write(char* data, size_t size, size_t n, void* user) {
                                        .count());
   }
   t->result->body_bytes += bytes;
+  if (t->load && t->result->body_bytes >= t->next_sample) {
+    t->next_sample = t->result->body_bytes + DownloadLoad::kEvery;
+    sample_load(t);
+  }
   if (t->on_body && *t->on_body && !(*t->on_body)(data, bytes)) {
     t->stopped_by_sink = true;
     return 0;
@@ -197,7 +265,7 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
   global_init();
   HttpResult& res = *out;
   res = HttpResult();
-  CURL* c = curl_easy_init();
+  CURL* c = take_handle();
   if (c == nullptr) throw Error(ErrorCode::kIo, "libcurl could not start a request");
   char errbuf[CURL_ERROR_SIZE] = {0};
   Transfer t;
@@ -206,6 +274,7 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
   t.curl = c;
   t.result = &res;
   t.body = &r.body;
+  t.load = r.load;
   curl_slist* headers = nullptr;
   for (const auto& h : r.headers) headers = curl_slist_append(headers, h.c_str());
   std::string sigv4;
@@ -271,7 +340,7 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   res.status = status;
   curl_slist_free_all(headers);
-  curl_easy_cleanup(c);
+  give_handle(c);
 }
 
 // An answer's first bytes: does it start where we asked (pos), and is it
