@@ -23,47 +23,6 @@ void global_init() {
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
 }
 
-// Easy handles kept between requests, process-wide: a handle keeps its
-// connections (and TLS sessions) open, so the next request to the same
-// server, in this file system or the next one made in the process, skips
-// the TCP (and TLS) handshake and starts with a warm congestion window.
-// curl_easy_reset keeps them; a connection the server closed in the
-// meantime is found dead and replaced by libcurl itself. At most kKeptHandles
-// handles are kept; one is used by one request at a time.
-constexpr size_t kKeptHandles = 8;
-struct HandlePool {
-  std::mutex mu;
-  std::vector<CURL*> idle;  // guarded by mu
-};
-HandlePool& handle_pool() {
-  static HandlePool* p = new HandlePool;  // never destroyed: used until exit
-  return *p;
-}
-CURL* take_handle() {
-  HandlePool& p = handle_pool();
-  {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (!p.idle.empty()) {
-      CURL* c = p.idle.back();
-      p.idle.pop_back();
-      return c;
-    }
-  }
-  return curl_easy_init();
-}
-void give_handle(CURL* c) {
-  curl_easy_reset(c);
-  HandlePool& p = handle_pool();
-  {
-    std::lock_guard<std::mutex> lock(p.mu);
-    if (p.idle.size() < kKeptHandles) {
-      p.idle.push_back(c);
-      return;
-    }
-  }
-  curl_easy_cleanup(c);
-}
-
 struct Transfer {
   const BodySink* on_body = nullptr;
   const std::atomic<bool>* cancel = nullptr;
@@ -265,7 +224,7 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
   global_init();
   HttpResult& res = *out;
   res = HttpResult();
-  CURL* c = take_handle();
+  CURL* c = curl_easy_init();
   if (c == nullptr) throw Error(ErrorCode::kIo, "libcurl could not start a request");
   char errbuf[CURL_ERROR_SIZE] = {0};
   Transfer t;
@@ -340,7 +299,7 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
   curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &status);
   res.status = status;
   curl_slist_free_all(headers);
-  give_handle(c);
+  curl_easy_cleanup(c);
 }
 
 // An answer's first bytes: does it start where we asked (pos), and is it

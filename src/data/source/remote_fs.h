@@ -33,8 +33,7 @@
 // Downloads in flight: one at first; another (up to `fetches`) when a
 // reader waits for a shard no thread has taken, or stalls while the
 // downloads wait for the network rather than for the CPU (remote_fs.cc,
-// grow_locked). libcurl's handles, with their open connections, are kept
-// process-wide between requests (http.cc).
+// grow_locked).
 //
 // Thread-safe. Owns its fetch threads; the destructor cancels transfers in
 // flight and joins them (bounded by the transfer timeout).
