@@ -75,10 +75,12 @@ struct ShardFileSystem::Impl {
   // threads, the reader and nginx on 2 cores; from a namespace host behind
   // 1 Gbit/s, 1 fetch read 0.93 of curl and 4 fetches 0.86, docs/data.md),
   // while a slow or far link wants several. Guarded by mu; joined by the
-  // destructor. Made under mu: a thread blocks on it for a moment, no more.
+  // destructor. The first is made outside mu (start_threads), later ones
+  // under it (grow_locked: a new thread blocks on mu a moment, no more).
   std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
   std::shared_ptr<StallHook> stall_hook = std::make_shared<StallHook>();
+  int made = 0;       // guarded by mu: threads made or being made
   int busy = 0;       // guarded by mu: threads with a download in flight
   DownloadLoad load;  // of all downloads; reset when grow_locked judges it
   static constexpr Millis kIdleWait{5};
@@ -93,14 +95,14 @@ struct ShardFileSystem::Impl {
   // back by its CPU (loopback) gets no company. Never more than o.fetches.
   // Called with mu held.
   void grow_locked(bool idle_shard) {
-    if (stopping || queue.empty() || busy < static_cast<int>(threads.size())) return;
-    if (static_cast<int>(threads.size()) >= std::max(1, o.fetches)) return;
+    if (stopping || made == 0 || queue.empty() || busy < made) return;
+    if (made >= std::max(1, o.fetches)) return;
     if (!idle_shard) {
       if (load.busy.load() + load.waiting.load() < kLoadSamples) return;
       const std::uint64_t ran = load.busy.exchange(0), waited = load.waiting.exchange(0);
       if (waited <= ran) return;
     }
-    const int i = static_cast<int>(threads.size());
+    const int i = made++;
     threads.emplace_back([this, i] { fetcher(i); });
   }
   void grow_on_stall() {
@@ -174,10 +176,17 @@ struct ShardFileSystem::Impl {
   void fetch(Spool& s);
   bool fetch_cached(Spool& s, SourceCounters* c);
   void evict(const std::string& keep);
-  // The first fetch thread (once).
+  // The first fetch thread (once), made outside mu: it takes the queue at
+  // once instead of blocking on mu while its maker holds it.
   void start_threads() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (made > 0 || stopping) return;
+      made = 1;
+    }
+    std::thread t([this] { fetcher(0); });
     std::lock_guard<std::mutex> lock(mu);
-    if (threads.empty() && !stopping) threads.emplace_back([this] { fetcher(0); });
+    threads.push_back(std::move(t));
   }
   Millis read_bound() const {
     return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) +
@@ -335,7 +344,7 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
           s.set_size(n, SpoolBacking::kNewFile);
         },
         [&](const char* data, size_t n) {
-            s.append(data, n);
+          s.append(data, n);
           return !stopping.load();
         },
         &stopping);
