@@ -1,6 +1,7 @@
 #include "data/source/http.h"
 
 #include <curl/curl.h>
+#include <time.h>
 
 #include <algorithm>
 #include <cctype>
@@ -31,7 +32,29 @@ struct Transfer {
   const std::string* body = nullptr;
   size_t body_pos = 0;
   bool stopped_by_sink = false;
+  DownloadLoad* load = nullptr;
+  std::uint64_t next_sample = 0;  // body byte count of the next load sample
+  std::int64_t cpu_ns = -1;        // the thread's CPU time at the last sample
+  std::int64_t wall_ns = 0;        // and the wall time
 };
+
+std::int64_t clock_ns(clockid_t id) {
+  timespec ts{};
+  ::clock_gettime(id, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+// A sample of DownloadLoad (the first of a transfer only starts the clocks).
+void sample_load(Transfer* t) {
+  const std::int64_t cpu = clock_ns(CLOCK_THREAD_CPUTIME_ID), wall = clock_ns(CLOCK_MONOTONIC);
+  if (t->cpu_ns >= 0 && wall > t->wall_ns) {
+    const bool busy = static_cast<double>(cpu - t->cpu_ns) >=
+                      DownloadLoad::kBusyShare * static_cast<double>(wall - t->wall_ns);
+    (busy ? t->load->busy : t->load->waiting).fetch_add(1, std::memory_order_relaxed);
+  }
+  t->cpu_ns = cpu;
+  t->wall_ns = wall;
+}
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
@@ -70,6 +93,10 @@ size_t on_write(char* data, size_t size, size_t n, void* user) {
                                        .count());
   }
   t->result->body_bytes += bytes;
+  if (t->load && t->result->body_bytes >= t->next_sample) {
+    t->next_sample = t->result->body_bytes + DownloadLoad::kEvery;
+    sample_load(t);
+  }
   if (t->on_body && *t->on_body && !(*t->on_body)(data, bytes)) {
     t->stopped_by_sink = true;
     return 0;
@@ -206,6 +233,7 @@ void perform(const HttpRequest& r, const HttpOptions& o, const BodySink& on_body
   t.curl = c;
   t.result = &res;
   t.body = &r.body;
+  t.load = r.load;
   curl_slist* headers = nullptr;
   for (const auto& h : r.headers) headers = curl_slist_append(headers, h.c_str());
   std::string sigv4;

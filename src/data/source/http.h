@@ -63,6 +63,19 @@ struct SourceCounters {
   std::atomic<std::uint64_t> cache_hits{0};  // shards read from the cache, not the server
 };
 
+// What a download waits for, sampled every kEvery body bytes: the share of
+// the wall time since the last sample that the receiving thread ran. A
+// thread that runs most of the time is held back by its CPU (another
+// download would only share it); one that mostly sleeps waits for the
+// network (on loopback here the fetch thread ran 60-100% of the time, from
+// a namespace host behind a 1 Gbit/s link a few percent).
+struct DownloadLoad {
+  static constexpr std::uint64_t kEvery = 1 << 20;
+  static constexpr double kBusyShare = 0.25;
+  std::atomic<std::uint64_t> busy{0};     // samples where the thread ran >= kBusyShare
+  std::atomic<std::uint64_t> waiting{0};  // samples where it ran less
+};
+
 struct HttpRequest {
   std::string method = "GET";
   std::string url;                 // what is requested
@@ -71,6 +84,7 @@ struct HttpRequest {
   std::vector<std::string> headers;
   std::string body;              // sent with PUT and POST
   std::uint64_t range_from = 0;  // > 0: "Range: bytes=<range_from>-"
+  DownloadLoad* load = nullptr;  // sampled while the body arrives, when set
 };
 
 struct HttpResult {

@@ -67,34 +67,47 @@ struct ShardFileSystem::Impl {
   std::map<std::string, std::unique_ptr<SourceCounters>>
       counters;                      // guarded by mu; entries never removed
   std::unique_ptr<S3Settings> s3;    // guarded by mu; read on first use
-  std::vector<std::thread> threads;  // made once, by start_threads
-  std::once_flag threads_started;
+  // Fetch threads: each runs one download at a time, so their number is
+  // the downloads in flight. One is made on the first will_read/open_read;
+  // more, up to o.fetches, only when a reader needs them (grow_locked). On
+  // loopback and few cores every extra download is a runnable thread that
+  // takes a core from the reader and the server (2-vCPU EPYC: 4 fetch
+  // threads, the reader and nginx on 2 cores; from a namespace host behind
+  // 1 Gbit/s, 1 fetch read 0.93 of curl and 4 fetches 0.86, docs/data.md),
+  // while a slow or far link wants several. Guarded by mu; joined by the
+  // destructor. The first is made outside mu (start_threads), later ones
+  // under it (grow_locked: a new thread blocks on mu a moment, no more).
+  std::vector<std::thread> threads;
   std::atomic<bool> stopping{false};
-  // The first answer goes first: until one download has received its
-  // first kFirstAnswerBytes (or ended, or kFirstAnswerWait has passed),
-  // fetch threads other than the first wait before they start one. So the
-  // shard a reader opens first does not share the server, the link and
-  // the cores with the shards announced after it while its first samples
-  // are on the way (strace of `bench data --source` on loopback,
-  // 2026-11-26: both requests went out together, and the second shard's
-  // transfer ran while the first sample waited). Later shards start a
-  // fraction of a millisecond later on loopback, one round trip and 256 KiB
-  // later on a slow link. Guarded by mu; notified on cv.
-  bool first_answer = false;
-  static constexpr Millis kFirstAnswerWait{200};
-  static constexpr std::uint64_t kFirstAnswerBytes = 256 << 10;
-  void first_answer_came() {
-    std::lock_guard<std::mutex> lock(mu);
-    if (first_answer) return;
-    first_answer = true;
-    cv.notify_all();
+  std::shared_ptr<StallHook> stall_hook = std::make_shared<StallHook>();
+  int made = 0;       // guarded by mu: threads made or being made
+  int busy = 0;       // guarded by mu: threads with a download in flight
+  DownloadLoad load;  // of all downloads; reset when grow_locked judges it
+  static constexpr Millis kIdleWait{5};
+  static constexpr std::uint64_t kLoadSamples = 8;  // 8 MiB of downloads
+  // One more fetch thread when every thread is busy, shards are queued and
+  // a reader waits: `idle_shard`, open_read of a shard no thread has taken
+  // after kIdleWait (a thread for it); else a stall on a download in
+  // flight while the downloads waited for the network more often than they
+  // ran (DownloadLoad, over kLoadSamples samples at least): then the link,
+  // or one connection's share of it, is not full, and another download
+  // starts the next queued shard on its own connection. A download held
+  // back by its CPU (loopback) gets no company. Never more than o.fetches.
+  // Called with mu held.
+  void grow_locked(bool idle_shard) {
+    if (stopping || made == 0 || queue.empty() || busy < made) return;
+    if (made >= std::max(1, o.fetches)) return;
+    if (!idle_shard) {
+      if (load.busy.load() + load.waiting.load() < kLoadSamples) return;
+      const std::uint64_t ran = load.busy.exchange(0), waited = load.waiting.exchange(0);
+      if (waited <= ran) return;
+    }
+    const int i = made++;
+    threads.emplace_back([this, i] { fetcher(i); });
   }
-  // After each write of a download: once its first kFirstAnswerBytes (or
-  // all of a smaller object) are in, the first answer has come.
-  void note_answer(const Spool& s, bool* answered) {
-    if (*answered || s.written < std::min<std::uint64_t>(s.size, kFirstAnswerBytes)) return;
-    *answered = true;
-    first_answer_came();
+  void grow_on_stall() {
+    std::lock_guard<std::mutex> lock(mu);
+    grow_locked(false);
   }
   std::atomic<std::uint64_t> part_seq{0};
   std::uint64_t memory_used = 0;  // guarded by mu: bytes of spools in memory
@@ -163,12 +176,17 @@ struct ShardFileSystem::Impl {
   void fetch(Spool& s);
   bool fetch_cached(Spool& s, SourceCounters* c);
   void evict(const std::string& keep);
-  // Called without mu: each thread starts fetching as soon as it exists,
-  // not after its siblings are made (the first sample waits for it).
+  // The first fetch thread (once), made outside mu: it takes the queue at
+  // once instead of blocking on mu while its maker holds it.
   void start_threads() {
-    std::call_once(threads_started, [this] {
-      for (int i = 0; i < std::max(1, o.fetches); ++i) threads.emplace_back([this, i] { fetcher(i); });
-    });
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (made > 0 || stopping) return;
+      made = 1;
+    }
+    std::thread t([this] { fetcher(0); });
+    std::lock_guard<std::mutex> lock(mu);
+    threads.push_back(std::move(t));
   }
   Millis read_bound() const {
     return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) +
@@ -191,6 +209,8 @@ std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, 
     s->url = url;
     s->source = source_of(url);
     s->request = std::move(r);
+    s->on_stall = stall_hook;
+    s->request.load = &load;
   }
   std::lock_guard<std::mutex> sl(s->mu);
   if (!s->queued) {
@@ -214,30 +234,27 @@ std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, 
   return s;
 }
 
-void ShardFileSystem::Impl::fetcher(int index) {
+void ShardFileSystem::Impl::fetcher(int) {
+  std::unique_lock<std::mutex> lock(mu);
   while (true) {
-    std::shared_ptr<Spool> s;
+    cv.wait(lock, [&] { return stopping.load() || !queue.empty(); });
+    if (stopping) return;
+    std::shared_ptr<Spool> s = queue.front();
+    queue.pop_front();
     {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return stopping.load() || !queue.empty(); });
-      if (stopping) return;
-      if (index > 0 && !first_answer) {
-        // The first download's answer goes first (first_answer); then take
-        // whatever is at the front of the queue by then.
-        cv.wait_for(lock, kFirstAnswerWait, [&] { return stopping.load() || first_answer; });
-        first_answer = true;  // waited long enough: no one waits again
-        if (stopping) return;
-        if (queue.empty()) continue;
-      }
-      s = queue.front();
-      queue.pop_front();
+      std::lock_guard<std::mutex> sl(s->mu);
+      s->started = true;
     }
+    busy += 1;
+    lock.unlock();
     try {
       fetch(*s);
     } catch (...) {
       s->finish(std::current_exception());
     }
-    first_answer_came();
+    s.reset();
+    lock.lock();
+    busy -= 1;
   }
 }
 
@@ -261,12 +278,10 @@ void ShardFileSystem::Impl::fetch(Spool& s) {
     }
     s.set_size(size, SpoolBacking::kNewFile);
   };
-  bool answered = false;
   fetch_object(
       s.request, o.http, 0, c, on_size,
       [&](const char* data, size_t n) {
         s.append(data, n);
-        note_answer(s, &answered);
         return !stopping.load();
       },
       &stopping);
@@ -321,7 +336,6 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
     s.fd = std::move(fd);
   }
   bool too_big = false;
-  bool answered = false;
   try {
     fetch_object(
         s.request, o.http, 0, c,
@@ -331,7 +345,6 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
         },
         [&](const char* data, size_t n) {
           s.append(data, n);
-          note_answer(s, &answered);
           return !stopping.load();
         },
         &stopping);
@@ -430,9 +443,15 @@ ShardFileSystem::ShardFileSystem(ShardSourceOptions options, std::shared_ptr<con
     : impl_(std::make_unique<Impl>()) {
   impl_->o = std::move(options);
   impl_->env = std::move(env);
+  Impl* m = impl_.get();
+  impl_->stall_hook->call = [m] { m->grow_on_stall(); };
 }
 
 ShardFileSystem::~ShardFileSystem() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->stall_hook->mu);
+    impl_->stall_hook->call = nullptr;
+  }
   {
     std::lock_guard<std::mutex> lock(impl_->mu);
     impl_->stopping = true;
@@ -445,11 +464,11 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   if (!is_remote_url(path)) return PosixFileSystem().open_read(strip_file_scheme(path));
   Impl& m = *impl_;
   auto s = m.spool_for(path, true);
+  m.start_threads();
   {
     std::lock_guard<std::mutex> lock(m.mu);
     s->last_open = ++m.open_clock;
   }
-  m.start_threads();
   SourceCounters* c = m.counters_for(s->source);
   // Waits for the size and the first bytes together (or the end): the
   // reader reads the first header at once, and one wake-up instead of two
@@ -457,11 +476,32 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   std::unique_lock<std::mutex> lock(s->mu);
   s->waiters += 1;
   const auto deadline = SteadyClock::now() + m.read_bound();
+  // A shard no thread has taken after kIdleWait (every thread busy with
+  // others) gets a thread of its own (grow_locked). Not at once: a thread
+  // finishing the shard before it takes this one a moment later.
+  auto grow_at = SteadyClock::now() + Impl::kIdleWait;
   bool answered = true;
   while (true) {
     s->wake_at.store(1);  // as RemoteFile::wait_for: lowered before the check
     if (s->error || s->done || (s->size_known && (s->size == 0 || s->available.load() > 0))) break;
-    if (s->cv.wait_until(lock, deadline) == std::cv_status::timeout) {
+    const bool grow_first = grow_at < deadline && !s->started;
+    if (s->cv.wait_until(lock, grow_first ? grow_at : deadline) == std::cv_status::timeout) {
+      if (grow_first) {
+        grow_at = deadline;
+        if (s->started) continue;
+        lock.unlock();  // the order is m.mu, then s->mu
+        {
+          std::lock_guard<std::mutex> ml(m.mu);
+          bool started = false;
+          {
+            std::lock_guard<std::mutex> sl(s->mu);
+            started = s->started;
+          }
+          if (!started) m.grow_locked(true);
+        }
+        lock.lock();
+        continue;
+      }
       answered = s->error || s->done || (s->size_known && (s->size == 0 || s->available.load() > 0));
       break;
     }

@@ -2,7 +2,7 @@
 // paths and file:// go to the local disk; http://, https:// and s3:// are
 // streamed (http.h) and s3:// globs are expanded by listing the bucket.
 //
-// Streaming: a remote shard is downloaded by one of `fetches` threads into a
+// Streaming: a remote shard is downloaded by a fetch thread into a
 // spool: memory (up to `spool_memory` bytes in all), else an unlinked
 // temporary file, or with a cache the cache's temporary name; read_at
 // returns as soon as the bytes it asks for have arrived, so a shard's first
@@ -30,6 +30,11 @@
 // commit(); dropped uncommitted it aborts the upload, so the object never
 // appears. Other remote schemes cannot be written (InvalidArgument).
 //
+// Downloads in flight: one at first; another (up to `fetches`) when a
+// reader waits for a shard no thread has taken, or stalls while the
+// downloads wait for the network rather than for the CPU (remote_fs.cc,
+// grow_locked).
+//
 // Thread-safe. Owns its fetch threads; the destructor cancels transfers in
 // flight and joins them (bounded by the transfer timeout).
 #pragma once
@@ -51,7 +56,7 @@ namespace hpct::data {
 
 struct ShardSourceOptions {
   HttpOptions http;
-  int fetches = 4;        // downloads in flight
+  int fetches = 4;        // downloads in flight at most (one until readers need more)
   // Bytes of spools held in memory at once (HPCT_DATA_SPOOL_MEMORY,
   // --spool-memory); further shards spool to an unlinked file in /tmp.
   std::uint64_t spool_memory = 1ull << 30;

@@ -1,13 +1,15 @@
 // ShardFileSystem's spools against a real HTTP server (Python's http.server,
 // started on loopback by the test): bytes read back exactly, spools in
 // memory kept within their bound by dropping read shards no reader holds,
-// and a shard with no room in memory spooled to a file instead.
+// a shard with no room in memory spooled to a file instead, and a second
+// download started only when a reader needs it.
 #include "data/source/remote_fs.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -166,6 +168,74 @@ TEST(ShardFileSystem, SpoolsInMemoryStayWithinTheirBoundAndTheRestGoToFiles) {
   EXPECT_EQ(read_all(*a), bytes[0]);
   EXPECT_EQ(read_all(*b), bytes[2]);
   EXPECT_EQ(requests(), 6);  // "2" was dropped for "0" above; "3" is new
+  fs::remove_all(dir);
+}
+
+// A server that takes connections and never answers: its listening socket
+// (the kernel completes the handshake), and accept() to see a request came.
+class SilentServer {
+ public:
+  SilentServer() {
+    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t n = sizeof a;
+    if (::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd_, 8) == 0 &&
+        ::getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &n) == 0)
+      port_ = ntohs(a.sin_port);
+  }
+  ~SilentServer() {
+    for (int c : conns_) ::close(c);
+    ::close(fd_);
+  }
+  // Waits (at most `bound`) for a client's connection; true when one came.
+  bool accept_one(std::chrono::milliseconds bound) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(bound.count())) != 1) return false;
+    const int c = ::accept(fd_, nullptr, nullptr);
+    if (c < 0) return false;
+    conns_.push_back(c);
+    return true;
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/stuck.tar"; }
+
+ private:
+  int fd_ = -1;
+  int port_ = -1;
+  std::vector<int> conns_;
+};
+
+// Downloads run one at a time until a reader needs more: a shard opened
+// while the only download in flight is stuck gets a thread of its own
+// (HPCT_DATA_FETCHES bounds them); with a bound of 1 it waits its turn.
+TEST(ShardFileSystem, AShardOpenedWhileTheDownloadsAreBusyGetsAnotherFetchUpToTheBound) {
+  const fs::path dir = fs::temp_directory_path() / ("hpct-grow-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string bytes = random_bytes(300000, 9);
+  std::ofstream(dir / "good.tar", std::ios::binary) << bytes;
+  HttpServer server(dir.string());
+  ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
+  for (int fetches : {2, 1}) {
+    SilentServer stuck;
+    ShardSourceOptions o;
+    o.fetches = fetches;
+    o.http.attempts = 1;
+    o.http.timeout = Millis(fetches == 1 ? 2000 : 30000);  // the stuck request's end
+    ShardFileSystem sfs(o, std::make_shared<ProcessEnv>());
+    sfs.will_read({stuck.url(), server.base() + "/good.tar"});
+    ASSERT_TRUE(stuck.accept_one(std::chrono::seconds(15)))
+        << "the first announced shard was not requested within 15 s";
+    const auto t0 = std::chrono::steady_clock::now();
+    auto f = sfs.open_read(server.base() + "/good.tar");
+    EXPECT_EQ(read_all(*f), bytes);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (fetches == 2) {
+      EXPECT_LT(s, 15.0) << "waited for the stuck download (30 s) instead of a second fetch";
+    } else {
+      EXPECT_GE(s, 1.5) << "a second download ran although HPCT_DATA_FETCHES is 1";
+    }
+  }
   fs::remove_all(dir);
 }
 

@@ -37,6 +37,7 @@ class RemoteFile final : public RandomAccessFile {
   void wait_for(std::uint64_t offset, std::uint64_t want) const {
     const std::uint64_t slack = std::min<std::uint64_t>(offset / 4, 1ull << 20);
     const std::uint64_t target = std::min<std::uint64_t>(s_->size, want + slack);
+    if (s_->on_stall) (*s_->on_stall)();
     std::unique_lock<std::mutex> lock(s_->mu);
     s_->waiters += 1;
     const std::uint64_t t0 = now_us();

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -61,6 +62,18 @@ class SpoolMemory {
   static std::uint64_t kept_bytes();
 };
 
+// What a reader's wait tells its file system (remote_fs.cc: it may start
+// another download). Outlives the file system in spools a reader still
+// holds: the file system clears `call` (under mu) before it goes.
+struct StallHook {
+  std::mutex mu;
+  std::function<void()> call;  // guarded by mu
+  void operator()() {
+    std::lock_guard<std::mutex> lock(mu);
+    if (call) call();
+  }
+};
+
 // One remote shard on its way to the reader: bytes [0, available) are in
 // `map`, so a read of bytes already there is a memcpy, with no lock and no
 // system call (a tar walk reads two small pieces per member). A file spool
@@ -73,6 +86,7 @@ struct Spool {
   std::mutex mu;
   std::condition_variable cv;
   bool queued = false;                      // guarded by mu
+  bool started = false;                     // guarded by mu: a fetch thread took it
   bool size_known = false;                  // guarded by mu
   bool done = false;                        // guarded by mu
   std::uint64_t size = 0;                   // written once under mu before size_known
@@ -91,6 +105,9 @@ struct Spool {
   std::uint64_t memory_in_use = 0; // in memory: the owner's spools in memory, this one's included
   std::uint64_t last_open = 0;  // guarded by the file system's mu (LRU; 0: never opened)
   std::uint64_t written = 0;    // the fetch thread's
+  // Called (without mu) when a reader is about to wait for bytes not yet
+  // here; set before the spool is shared. May be empty.
+  std::shared_ptr<StallHook> on_stall;
 
   ~Spool() {
     if (map == nullptr) return;
