@@ -18,6 +18,12 @@ namespace hpct::comm::simd {
 // True when this CPU has AVX2 and F16C (every kernel below needs both).
 bool available();
 
+// memcpy for the shared-memory allreduce's slot copies (tens of KB to MBs of
+// data another core wrote or will read): 32-byte vector loads and stores on
+// CPUs with AVX2, which move such data faster than glibc's `rep movsb` on
+// the AMD EPYC hosts measured (docs/comm.md); memcpy elsewhere. Any CPU.
+void copy(void* dst, const void* src, size_t bytes);
+
 // out[i] = round16(float(a[i]) op float(b[i])); kAvg reduces as kSum.
 void reduce_half(std::uint16_t* out, const std::uint16_t* a, const std::uint16_t* b, size_t n,
                  ReduceOp op);

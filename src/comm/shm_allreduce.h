@@ -16,15 +16,16 @@
 // create() (posix_fallocate), so a small /dev/shm fails there with a named
 // error instead of a SIGBUS later.
 //
-// Algorithm (reduce-scatter + allgather through the slots): the buffer goes
-// in equal pieces of at most half a slot; the two halves of each slot alternate between
+// Algorithm (reduce-scatter + allgather through the slots): a buffer of up
+// to half a slot goes whole, a larger one in equal pieces of at most a
+// quarter slot; the two halves of each slot alternate between
 // consecutive pieces. For each piece, rank r owns chunk r (a 1/size share,
 // 64-byte aligned):
 //   1. it copies every chunk but its own into its slot half, and arrives;
 //   2. when all have arrived, it reduces chunk r over the ranks in rank order
 //      (its own input and the others' slots) into its slot half, in blocks
 //      that stay in L1 (kAvg divides right there), copies each block to its
-//      output, and arrives;
+//      output (two float32 ranks summing store both in one pass), and arrives;
 //   3. when all have arrived, it copies every other chunk q from rank q's
 //      slot half into its output.
 // Step 1 of piece k+2 reuses the half of piece k only after every rank
