@@ -17,6 +17,7 @@
 # "seconds": S}; exits 0 (each host's outcome is in the answer).
 """Streams one host's fresh install to the hosts with the same base system."""
 
+import fcntl
 import json
 import shlex
 import subprocess
@@ -66,6 +67,14 @@ def ssh(target, command):
     return argv
 
 
+def widen(pipe):
+    """A 1 MB pipe buffer (Linux; 64 kB by default): each ssh keeps reading while the others are written."""
+    try:
+        fcntl.fcntl(pipe.fileno(), 1031, 1 << 20)  # F_SETPIPE_SZ
+    except (OSError, AttributeError):
+        pass
+
+
 def tail(data):
     lines = [ln for ln in data.decode(errors="replace").splitlines() if ln.strip()]
     return " / ".join(lines[-3:])
@@ -79,6 +88,8 @@ def copy(job, answer, sizes):
     for t in job["to"]:
         sinks[t["name"]] = subprocess.Popen(ssh(t, unpack_command()), stdin=subprocess.PIPE,
                                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        widen(sinks[t["name"]].stdin)
+    widen(src.stdout)
     timed_out = []
 
     def stop():
