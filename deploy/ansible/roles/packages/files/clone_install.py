@@ -33,8 +33,11 @@ PRUNE = ["./proc", "./sys", "./dev", "./run", "./tmp", "./var/tmp", "./var/cache
 UNIQUE = ["./etc/machine-id", "./var/lib/dbus/machine-id", "./etc/ssh/ssh_host_*", "./etc/hostname",
           "./etc/hosts", "./etc/ssh/ssh_known_hosts", "./var/lib/glusterd/glusterd.info",
           "./var/lib/glusterd/peers/*", "./var/lib/glusterd/vols/*", "./etc/munge/munge.key",
-          "./var/lib/systemd/random-seed", "./var/lib/nfs/state", "./var/lib/slurm/*",
+          "./var/lib/systemd/random-seed", "./var/lib/nfs/state",
           "./etc/apt/sources.list.d/hpctrain-bundle.list"]
+# Only the folders the packages made under these (a daemon may refuse to start without its
+# own, and dpkg -V checks them), not the logs and state in them.
+FOLDERS_ONLY = ["./var/log/*", "./var/lib/slurm/*"]
 TAR_OPTS = "--numeric-owner --xattrs --xattrs-include='*'"
 # Bounds: the whole copy, and reading the installing host's first bytes.
 TIMEOUT_S = 600
@@ -42,8 +45,8 @@ TIMEOUT_S = 600
 
 def find_expr():
     prune = " -o ".join("-path %s" % shlex.quote(p) for p in PRUNE)
-    # The log folders the packages made (a daemon may refuse to start without its own), not the logs.
-    unique = " -o ".join(["-path %s" % shlex.quote(p) for p in UNIQUE] + ["-path './var/log/*' ! -type d"])
+    unique = " -o ".join(["-path %s" % shlex.quote(p) for p in UNIQUE]
+                         + ["-path %s ! -type d" % shlex.quote(p) for p in FOLDERS_ONLY])
     return "\\( %s \\) -prune -o \\( %s \\) -o -cnewer %s -print0" % (prune, unique, STAMP)
 
 
