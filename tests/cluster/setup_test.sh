@@ -378,6 +378,9 @@ setup "$work/hosts" > "$work/scratch-faults.log" 2>&1
 rc=$?
 took=$(secs "$t0" "$(now)")
 ip -n "hpct-$name-h2" link set eth0 up
+# Back on the network: wait (at most 10 s) until host 2's sshd answers from here again; the
+# head's neighbour entry for it failed while it was off, and the next run would see "No route".
+for _ in $(seq 1 20); do timeout 1 bash -c "exec 3<> /dev/tcp/$h2/22" 2> /dev/null && break; sleep 0.5; done
 kill "$squat_pid" 2> /dev/null
 echo "[ measured ] run with scratch faults (brick host unreachable at mount time, glusterd not starting): $took s, exit $rc"
 [[ $rc -eq 1 ]] || fail "the run with scratch faults exited $rc, not 1"
