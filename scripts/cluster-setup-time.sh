@@ -34,6 +34,8 @@ for run in first rerun; do
   echo "$run: $(awk -v a="$s" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s, exit $rc," \
     "doctor READY lines $(grep -c 'READY: ' "$work/$run.log"), load after $(cut -d' ' -f1-3 /proc/loadavg)"
   grep -o 'packages: bundle .*' "$work/$run.log" | head -n 1
+  # Which hosts installed and which got a copy of an install (setup's summary notes).
+  grep -oE 'packages (installed|copied) from .*' "$work/$run.log" | sort | uniq -c | sed 's/^ */  /'
   cp "$work/hosts.cluster/last-run.json" "$work/$run.json" 2> /dev/null
   python3 - "$work/$run.json" <<'PY'
 import json, sys

@@ -113,5 +113,23 @@ class Entries(unittest.TestCase):
                          ["h1,10.0.0.1 ecdsa-sha2-nistp256 BBB", "h1,10.0.0.1 ssh-ed25519 AAA"])
 
 
+class ClonePlan(unittest.TestCase):
+    def test_first_of_each_group_installs_the_rest_copy(self):
+        keys = {"h1": "A", "h2": "B", "h3": "B", "h4": "", "h5": "B", "h6": "C"}
+        self.assertEqual(f.clone_plan(keys), {"h1": "", "h2": "", "h3": "h2", "h4": "", "h5": "h2", "h6": ""})
+
+    def test_jobs_name_each_installing_host_and_its_copies_with_ssh_settings(self):
+        hv = {"h2": {"ansible_host": "10.0.0.2", "ansible_user": "root", "ansible_ssh_private_key_file": "/k",
+                     "ansible_ssh_common_args": "-o IdentitiesOnly=yes"},
+              "h3": {"ansible_host": "10.0.0.3", "ansible_port": 2222, "ansible_user": "admin"}}
+        jobs = f.clone_jobs({"h3": "h2"}, hv)
+        self.assertEqual(len(jobs), 1)
+        self.assertEqual(jobs[0]["from"], {"name": "h2", "host": "10.0.0.2", "port": 22, "user": "root",
+                                           "key": "/k", "args": "-o IdentitiesOnly=yes"})
+        self.assertEqual([(t["name"], t["host"], t["port"], t["user"]) for t in jobs[0]["to"]],
+                         [("h3", "10.0.0.3", 2222, "admin")])
+        self.assertEqual(f.clone_jobs({}, hv), [])
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -100,7 +100,7 @@ class CallbackModule(DefaultCallback):
         if name not in self._hosts:
             self._hosts[name] = {"ok": 0, "changed": 0, "failed": False, "unreachable": False,
                                  "steps": [], "changed_tasks": [], "failed_step": "", "failed_task": "",
-                                 "message": "", "fix": ""}
+                                 "message": "", "fix": "", "notes": []}
             self._width = max(self._width, len(name))
         return self._hosts[name]
 
@@ -176,6 +176,10 @@ class CallbackModule(DefaultCallback):
         host = result._host.get_name()
         h = self._host(host)
         self._note_step(host)
+        # A task's own word for the summary: its stdout lines "hpctrain-note: TEXT".
+        for line in str(result._result.get("stdout") or "").splitlines():
+            if line.startswith("hpctrain-note: "):
+                h["notes"].append(line[len("hpctrain-note: "):])
         if result._result.get("changed", False):
             h["changed"] += 1
             h["changed_tasks"].append(f"{self._role}: {self._task}")
@@ -311,6 +315,8 @@ class CallbackModule(DefaultCallback):
             else:
                 state = f"ok, {h['changed']} {verb}"
             self._display.display(f"  {host:<{self._width}}  {state}; steps done: {steps}")
+            for note in h["notes"]:
+                self._display.display(f"  {'':<{self._width}}  {note}")
 
     def _status_table(self):
         cols = [s for s in STEPS if any(s in h["steps"] for h in self._hosts.values())]

@@ -238,6 +238,40 @@ def shell_safe(value):
     return re.fullmatch(r"[A-Za-z0-9_./:@+-]+", str(value)) is not None
 
 
+def clone_plan(keys):
+    """{host: the host whose install it copies, or ''}: keys is {host: clone
+    key} in play order (the same key: the same base system and the same
+    packages missing; '' for a host that installs nothing or cannot share).
+    The first host of each group of two or more installs; the rest copy it."""
+    first = {}
+    plan = {}
+    for host, key in keys.items():
+        if not key:
+            plan[host] = ""
+        elif key in first:
+            plan[host] = first[key]
+        else:
+            first[key] = host
+            plan[host] = ""
+    return plan
+
+
+def clone_jobs(plan, hostvars):
+    """What the head's copying step needs: [{"from": ssh target, "to":
+    [ssh targets]}] per installing host with copies, from clone_plan's plan."""
+    def target(host):
+        v = hostvars[host]
+        return {"name": host, "host": str(v.get("ansible_host") or host),
+                "port": int(v.get("ansible_port") or 22), "user": str(v.get("ansible_user") or "root"),
+                "key": str(v.get("ansible_ssh_private_key_file") or ""),
+                "args": str(v.get("ansible_ssh_common_args") or "")}
+    jobs = {}
+    for host, leader in plan.items():
+        if leader:
+            jobs.setdefault(leader, []).append(host)
+    return [{"from": target(leader), "to": [target(h) for h in clones]} for leader, clones in jobs.items()]
+
+
 class FilterModule:
     """The filters the roles use."""
 
@@ -252,4 +286,6 @@ class FilterModule:
             "hpct_cluster_interface": cluster_interface,
             "hpct_same_name": same_name,
             "hpct_host_key_lines": host_key_lines,
+            "hpct_clone_plan": clone_plan,
+            "hpct_clone_jobs": clone_jobs,
         }
