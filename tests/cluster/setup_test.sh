@@ -139,19 +139,19 @@ for i in 1 2 3; do
   [[ "$got" == "$want" ]] || fail "hpctrain --version on host $i: '$got', this build: '$want'"
 done
 
-# Hosts 2 and 3 start alike and miss the same packages (host 1 differs: slurmctld, no sshfs):
-# host 2 installs from the bundle and host 3 gets a copy of that install. The summary says
-# so; dpkg finds every package on the copy installed and its files intact; what must differ
-# per host (glusterd's UUID: the peers would fail, ssh host keys, the name) differs.
-grep -q "packages installed from the bundle, copied to $h3" "$work/setup1.log" &&
-  grep -q "packages copied from $h2's install" "$work/setup1.log" ||
-  { grep -A12 '^Summary' "$work/setup1.log"; fail "setup's summary does not say $h2 installed and $h3 got a copy"; }
+# The 3 hosts start alike and miss the same packages: host 1 installs from the bundle and
+# hosts 2 and 3 get a copy of that install. The summary says so; dpkg finds every package on
+# the copy installed and its files intact; what must differ per host (glusterd's UUID: the
+# peers would fail, ssh host keys, the name) differs.
+grep -q "packages installed from the bundle, copied to $h2" "$work/setup1.log" &&
+  grep -q "packages copied from $h1's install" "$work/setup1.log" ||
+  { grep -A12 '^Summary' "$work/setup1.log"; fail "setup's summary does not say $h1 installed and $h2, $h3 got a copy"; }
 for i in 1 2 3; do
   audit=$(on "$i" dpkg --audit 2>&1)
   [[ -z "$audit" ]] || { echo "$audit" | head -5; fail "dpkg --audit on host $i is not clean"; }
 done
-[[ "$(on 3 dpkg-query -f '${Package} ${Status}\n' -W | sort)" == "$(on 2 dpkg-query -f '${Package} ${Status}\n' -W | sort)" ]] ||
-  fail "dpkg lists other packages or states on host 3 (the copy) than on host 2"
+[[ "$(on 3 dpkg-query -f '${Package} ${Status}\n' -W | sort)" == "$(on 1 dpkg-query -f '${Package} ${Status}\n' -W | sort)" ]] ||
+  fail "dpkg lists other packages or states on host 3 (a copy) than on host 1"
 verify=$(on 3 dpkg -V hpctrain glusterfs-server glusterfs-client slurmd munge openmpi-bin libopenblas0-pthread sshfs 2>&1)
 [[ -z "$verify" ]] || { echo "$verify" | head -5; fail "dpkg -V finds files of the copied install changed or missing on host 3"; }
 ids=$(for i in 1 2 3; do on "$i" sed -n 's/^UUID=//p' /var/lib/glusterd/glusterd.info; done | sort -u | grep -c .)
