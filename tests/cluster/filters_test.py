@@ -118,6 +118,12 @@ class ClonePlan(unittest.TestCase):
         keys = {"h1": "A", "h2": "B", "h3": "B", "h4": "", "h5": "B", "h6": "C"}
         self.assertEqual(f.clone_plan(keys), {"h1": "", "h2": "", "h3": "h2", "h4": "", "h5": "h2", "h6": ""})
 
+    def test_as_many_install_as_their_kernel_has_cpus_and_the_rest_copy_them_in_turn(self):
+        keys = {"h1": "K", "h2": "K", "h3": "K", "h4": "K", "h5": "K", "h6": "L"}
+        cpus = {"h1": 2, "h2": 2, "h3": 2, "h4": 2, "h5": 2, "h6": 8}
+        self.assertEqual(f.clone_plan(keys, cpus), {"h1": "", "h2": "", "h3": "h1", "h4": "h2", "h5": "h1", "h6": ""})
+        self.assertEqual(f.clone_plan({"h1": "K", "h2": "K"}, {"h1": 4, "h2": 4}), {"h1": "", "h2": ""})
+
     def test_jobs_name_each_installing_host_and_its_copies_with_ssh_settings(self):
         hv = {"h2": {"ansible_host": "10.0.0.2", "ansible_user": "root", "ansible_ssh_private_key_file": "/k",
                      "ansible_ssh_common_args": "-o IdentitiesOnly=yes"},

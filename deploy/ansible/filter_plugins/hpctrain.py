@@ -238,21 +238,29 @@ def shell_safe(value):
     return re.fullmatch(r"[A-Za-z0-9_./:@+-]+", str(value)) is not None
 
 
-def clone_plan(keys):
+def clone_plan(keys, cpus=None):
     """{host: the host whose install it copies, or ''}: keys is {host: clone
-    key} in play order (the same key: the same base system and the same
-    packages missing; '' for a host that installs nothing or cannot share).
-    The first host of each group of two or more installs; the rest copy it."""
-    first = {}
+    key} in play order (the same key: the same base system, the same
+    packages missing and the same kernel; '' for a host that installs
+    nothing or cannot share). cpus is {host: CPUs of its kernel}: the first
+    that many hosts of each group install side by side (1 when not given),
+    and the rest copy them in turn."""
+    leaders = {}
+    turns = {}
     plan = {}
     for host, key in keys.items():
         if not key:
             plan[host] = ""
-        elif key in first:
-            plan[host] = first[key]
-        else:
-            first[key] = host
+            continue
+        group = leaders.setdefault(key, [])
+        wanted = max(1, int((cpus or {}).get(group[0] if group else host) or 1))
+        if len(group) < wanted:
+            group.append(host)
             plan[host] = ""
+        else:
+            turn = turns.get(key, 0)
+            plan[host] = group[turn % len(group)]
+            turns[key] = turn + 1
     return plan
 
 

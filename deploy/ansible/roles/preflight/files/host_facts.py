@@ -195,6 +195,11 @@ def main():
         "ssh_known_hosts": read("/etc/ssh/ssh_known_hosts"),
         "running": {p: running(p) for p in pidfiles},
         "base_id": base_id(),
+        # Hosts with the same boot id run on one kernel (containers, network
+        # namespaces) and share its CPUs: the packages step installs on as
+        # many of them as there are CPUs and copies to the rest.
+        "kernel": read("/proc/sys/kernel/random/boot_id").strip(),
+        "cpus": len(os.sched_getaffinity(0)),
     }
     print(json.dumps(facts))
 
