@@ -68,6 +68,7 @@ struct Supervisor::Attempt {
   bool stopping = false;
   SteadyClock::time_point stop_started{}, kill_at{}, give_up_at{};
   SteadyClock::time_point failure_at{};
+  bool blamed_signal = false;  // the failure blamed is a rank killed by a signal
   bool spec_files_removed = false;
 
   Attempt(const std::vector<ProcessPlan>& plans, const RankSpec& base_spec, OutputMux& output,
@@ -91,9 +92,27 @@ struct Supervisor::Attempt {
     }
   }
 
+  // A rank killed by a signal from outside (not the SIGTERM of the stop, not
+  // a broken pipe) within a second of a first failure that was an exit code:
+  // the killed rank is the cause, and the ranks that exited first (a peer
+  // that noticed it, a parameter server that lost its partner) are its
+  // consequences, so the summary names the killed one.
+  bool killed_first(int rank, const RankEnd& end) const {
+    return stopping && !blamed_signal && result.failed_rank >= 0 && rank != result.failed_rank &&
+           end.signal != 0 && end.signal != SIGTERM && end.signal != SIGPIPE &&
+           SteadyClock::now() - failure_at < Millis(1000) && SteadyClock::now() < kill_at;
+  }
+
   void fail(int rank, const std::string& what, int exit_code, const std::deque<std::string>& tail,
             const std::string& tail_from) {
     if (stopping) return;
+    blame(rank, what, exit_code, tail, tail_from);
+  }
+
+  // Names the failure in the result and stops the attempt (a stop under way
+  // goes on: a later blame only names the cause better).
+  void blame(int rank, const std::string& what, int exit_code, const std::deque<std::string>& tail,
+             const std::string& tail_from) {
     result.tail_from = tail_from;
     result.ok = false;
     result.failed_rank = rank;
@@ -164,9 +183,10 @@ struct Supervisor::Attempt {
       case RecordKind::kExit:
         r.ended = true;
         r.end = parse_rank_end(rec->payload);
-        if (!r.end.ok() && !stopping) {
-          failure_at = SteadyClock::now();
-          fail(rec->rank, name(rec->rank) + " on host " + output_.host(rec->rank) +
+        if (!r.end.ok() && (!stopping || killed_first(rec->rank, r.end))) {
+          if (!stopping) failure_at = SteadyClock::now();
+          blamed_signal = r.end.signal != 0;
+          blame(rec->rank, name(rec->rank) + " on host " + output_.host(rec->rank) +
                               " " + r.end.describe(),
                r.end.launcher_exit_code(), output_.stderr_tail(rec->rank),
                name(rec->rank) + "'s stderr");
