@@ -144,47 +144,54 @@ std::unique_ptr<DirectMesh> DirectMesh::connect(const DirectMeshOptions& o) {
 void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, void* recv,
                           std::size_t recv_bytes, const Deadline& deadline,
                           const Reduction* reduction) {
+  transfer(peer, send, send_bytes, peer, recv, recv_bytes, deadline, reduction);
+}
+
+void DirectMesh::transfer(int to, const void* send, std::size_t send_bytes, int from, void* recv,
+                          std::size_t recv_bytes, const Deadline& deadline,
+                          const Reduction* reduction) {
   // Pieces of 256 KiB: small enough to reduce while the socket buffers fill.
   const std::size_t element = reduction != nullptr ? dtype_size(reduction->dtype) : 1;
   const std::size_t piece =
       std::max<std::size_t>(element, (std::size_t{256} << 10) / element * element);
   std::size_t reduced = 0;
   if (closed_)
-    throw DirectLinkError(ErrorCode::kPeerFailure, world(peer),
+    throw DirectLinkError(ErrorCode::kPeerFailure, world(to),
                           "direct connections closed after a failure");
-  const int fd = peers_[peer].get();
+  const int out_fd = peers_[to].get();
+  const int in_fd = peers_[from].get();
   const auto* out = static_cast<const std::uint8_t*>(send);
   auto* in = static_cast<std::uint8_t*>(recv);
   std::size_t sent = 0, got = 0;
   while (sent < send_bytes || got < recv_bytes || (reduction != nullptr && reduced < recv_bytes)) {
     bool progress = false;
     if (sent < send_bytes) {
-      ssize_t w = ::send(fd, out + sent, send_bytes - sent, MSG_NOSIGNAL);
+      ssize_t w = ::send(out_fd, out + sent, send_bytes - sent, MSG_NOSIGNAL);
       if (w > 0) {
         sent += static_cast<std::size_t>(w);
         progress = true;
       } else if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
         throw DirectLinkError(
-            ErrorCode::kPeerFailure, peer,
-            std::string("send to rank ") + std::to_string(world(peer)) + ": " + std::strerror(errno));
+            ErrorCode::kPeerFailure, world(to),
+            std::string("send to rank ") + std::to_string(world(to)) + ": " + std::strerror(errno));
       }
     }
     if (got < recv_bytes) {
-      ssize_t r = ::recv(fd, in + got, recv_bytes - got, 0);
+      ssize_t r = ::recv(in_fd, in + got, recv_bytes - got, 0);
       if (r > 0) {
         got += static_cast<std::size_t>(r);
         progress = true;
       } else if (r == 0) {
-        throw DirectLinkError(ErrorCode::kPeerFailure, world(peer),
-                              "connection closed by rank " + std::to_string(world(peer)));
+        throw DirectLinkError(ErrorCode::kPeerFailure, world(from),
+                              "connection closed by rank " + std::to_string(world(from)));
       } else if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-        throw DirectLinkError(
-            ErrorCode::kPeerFailure, peer,
-            std::string("receive from rank ") + std::to_string(world(peer)) + ": " + std::strerror(errno));
+        throw DirectLinkError(ErrorCode::kPeerFailure, world(from),
+                              std::string("receive from rank ") + std::to_string(world(from)) +
+                                  ": " + std::strerror(errno));
       }
     }
     if (reduction != nullptr) {
-      const std::size_t ready = std::min(sent, got) / element * element;
+      const std::size_t ready = (reduction->after_send ? std::min(sent, got) : got) / element * element;
       if (ready > reduced && (ready - reduced >= piece || ready == recv_bytes)) {
         auto* d = static_cast<std::uint8_t*>(reduction->data) + reduced;
         const std::uint8_t* theirs = in + reduced;
@@ -199,17 +206,23 @@ void DirectMesh::exchange(int peer, const void* send, std::size_t send_bytes, vo
       }
     }
     if (progress || (sent == send_bytes && got == recv_bytes)) continue;
-    pollfd pfd{
-        fd, static_cast<short>((sent < send_bytes ? POLLOUT : 0) | (got < recv_bytes ? POLLIN : 0)),
-        0};
-    int rc = ::poll(&pfd, 1, poll_ms(deadline));
+    pollfd pfd[2] = {{out_fd, static_cast<short>(sent < send_bytes ? POLLOUT : 0), 0},
+                     {in_fd, static_cast<short>(got < recv_bytes ? POLLIN : 0), 0}};
+    nfds_t count = 2;
+    if (out_fd == in_fd) {
+      pfd[0].events = static_cast<short>(pfd[0].events | pfd[1].events);
+      count = 1;
+    }
+    int rc = ::poll(pfd, count, poll_ms(deadline));
     if (rc == 0 || (rc < 0 && errno != EINTR) || deadline.expired()) {
-      throw DirectLinkError(ErrorCode::kTimeout, world(peer),
+      const int waited = got < recv_bytes ? from : to;
+      throw DirectLinkError(ErrorCode::kTimeout, world(waited),
                             "waited " + std::to_string(deadline.budget().count()) +
-                                " ms for rank " + std::to_string(world(peer)) + " (sent " +
+                                " ms for rank " + std::to_string(world(waited)) + " (sent " +
                                 std::to_string(sent) + " of " + std::to_string(send_bytes) +
-                                " bytes, received " + std::to_string(got) + " of " +
-                                std::to_string(recv_bytes) + ")");
+                                " bytes to rank " + std::to_string(world(to)) + ", received " +
+                                std::to_string(got) + " of " + std::to_string(recv_bytes) +
+                                " from rank " + std::to_string(world(from)) + ")");
     }
   }
 }
@@ -223,6 +236,11 @@ void DirectMesh::allreduce(void* data, std::size_t count, DataType dtype, Reduce
   if (scratch_.size() < bytes) scratch_.resize(bytes);
   void* other = scratch_.data();
   const ReduceOp combine = op == ReduceOp::kAvg ? ReduceOp::kSum : op;
+  if (n >= 3 && bytes >= options_.ring_from_bytes) {
+    ring_allreduce(data, count, dtype, combine, deadline);
+    if (op == ReduceOp::kAvg) finish_average(data, count, dtype, n);
+    return;
+  }
   // f(lower rank's data, higher rank's data): the same bits on both partners.
   auto reduce_with = [&](int peer) {
     if (peer < rank) {
@@ -263,6 +281,33 @@ void DirectMesh::allreduce(void* data, std::size_t count, DataType dtype, Reduce
     }
   }
   if (op == ReduceOp::kAvg) finish_average(data, count, dtype, n);
+}
+
+void DirectMesh::ring_allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                                const Deadline& deadline) {
+  const int n = options_.size;
+  const int rank = options_.rank;
+  const int right = (rank + 1) % n, left = (rank + n - 1) % n;
+  const std::size_t es = dtype_size(dtype);
+  auto* bytes = static_cast<std::uint8_t*>(data);
+  auto begin = [&](int chunk) { return count * static_cast<std::size_t>(chunk) / n; };
+  auto chunk_of = [&](int step) { return ((step % n) + n) % n; };
+  // Reduce-scatter: after n-1 steps this rank holds chunk rank+1 summed over
+  // every rank, reduced in the ring's order from rank+2 on.
+  for (int s = 0; s < n - 1; ++s) {
+    const int out = chunk_of(rank - s), in = chunk_of(rank - s - 1);
+    const std::size_t in_count = begin(in + 1) - begin(in);
+    const Reduction r{bytes + begin(in) * es, dtype, op, true, false};
+    transfer(right, bytes + begin(out) * es, (begin(out + 1) - begin(out)) * es, left,
+             scratch_.data(), in_count * es, deadline, &r);
+  }
+  // Allgather: the finished chunks go round once more, straight into place,
+  // so every rank ends with the owner's bits.
+  for (int s = 0; s < n - 1; ++s) {
+    const int out = chunk_of(rank + 1 - s), in = chunk_of(rank - s);
+    transfer(right, bytes + begin(out) * es, (begin(out + 1) - begin(out)) * es, left,
+             bytes + begin(in) * es, (begin(in + 1) - begin(in)) * es, deadline);
+  }
 }
 
 void DirectMesh::close() {

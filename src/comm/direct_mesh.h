@@ -35,6 +35,11 @@
 //             with identical results (also for min/max with NaN).
 //   fold out: each odd r < 2*rem sends the result back to r-1.
 //   avg: a sum, then one division (finish_average), as the other paths.
+// From ring_from_bytes on (the hierarchical path's meshes across hosts use
+// kHierarchyRingFromBytes), 3 or more ranks take a ring instead: n chunks,
+// n-1 steps sending one chunk right while receiving one from the left and
+// reducing it as it arrives, then n-1 steps passing the finished chunks on.
+// Each chunk is finished by one rank, so every rank gets the same bits.
 //
 // Failures: a closed or reset connection raises DirectLinkError with code
 // PeerFailure and the peer's rank; no data within the deadline raises it
@@ -78,6 +83,10 @@ class DirectLinkError : public std::runtime_error {
   int peer_;
 };
 
+// The hierarchical path's ring_from_bytes (its meshes across hosts); plan's
+// cost model (plan/cost_model.cc) mirrors it.
+constexpr std::size_t kHierarchyRingFromBytes = std::size_t{256} << 10;
+
 struct DirectMeshOptions {
   int rank = 0;
   int size = 1;
@@ -88,6 +97,11 @@ struct DirectMeshOptions {
   // A mesh of some of the world's ranks: the world rank of each mesh rank,
   // for messages and DirectLinkError::peer() (empty: the same numbers).
   std::vector<int> world_ranks;
+  // From this many bytes on, a mesh of 3 or more ranks reduces with a ring
+  // (reduce-scatter, then allgather) instead of recursive doubling: each
+  // rank then sends 2S(n-1)/n in 2(n-1) steps rather than S per doubling
+  // step and fold. The default keeps doubling for every size.
+  std::size_t ring_from_bytes = SIZE_MAX;
 };
 
 class DirectMesh {
@@ -121,6 +135,7 @@ class DirectMesh {
     DataType dtype;
     ReduceOp op;
     bool peer_is_lower;
+    bool after_send = true;  // in place: a piece is reduced once it is also sent
   };
   // Sends `send_bytes` from send to peer and receives `recv_bytes` into recv,
   // both at once (either may be 0). With `reduction` (send == data, recv ==
@@ -129,6 +144,13 @@ class DirectMesh {
   void exchange(int peer, const void* send, std::size_t send_bytes, void* recv,
                 std::size_t recv_bytes, const Deadline& deadline,
                 const Reduction* reduction = nullptr);
+  // As exchange(), sending to `to` while receiving from `from`.
+  void transfer(int to, const void* send, std::size_t send_bytes, int from, void* recv,
+                std::size_t recv_bytes, const Deadline& deadline,
+                const Reduction* reduction = nullptr);
+  // The ring (DirectMeshOptions::ring_from_bytes), op already a sum for avg.
+  void ring_allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op,
+                      const Deadline& deadline);
 
   const DirectMeshOptions options_;
   std::vector<UniqueFd> peers_;  // by rank; invalid for this rank

@@ -1,5 +1,6 @@
 // DirectMesh on loopback, ranks as threads meeting through a MemoryStore:
-// sums over 1-5 ranks (powers of two and the fold), min/max with NaN give
+// sums over 1-5 ranks (powers of two and the fold) and over 3-5 ranks by the
+// ring, min/max with NaN give
 // the same bits on every rank, a stranger without the job's token is
 // dropped, and a closed peer or a silent one fails the others, named and
 // bounded. (Every dtype, op and size also runs through GlooCommunicator's
@@ -39,11 +40,16 @@ DirectMeshOptions options(int rank, int size, const std::shared_ptr<store::Store
 }
 
 std::vector<std::unique_ptr<DirectMesh>> connect_all(int size,
-                                                     const std::shared_ptr<store::Store>& store) {
+                                                     const std::shared_ptr<store::Store>& store,
+                                                     std::size_t ring_from_bytes = SIZE_MAX) {
   std::vector<std::unique_ptr<DirectMesh>> meshes(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
-    threads.emplace_back([&, r] { meshes[r] = DirectMesh::connect(options(r, size, store)); });
+    threads.emplace_back([&, r] {
+      DirectMeshOptions o = options(r, size, store);
+      o.ring_from_bytes = ring_from_bytes;
+      meshes[r] = DirectMesh::connect(o);
+    });
   }
   for (auto& t : threads) t.join();
   return meshes;
@@ -75,21 +81,51 @@ TEST(DirectMesh, SumsOverOneToFiveRanks) {
   }
 }
 
-TEST(DirectMesh, MinMaxWithNanGiveTheSameBitsOnEveryRank) {
-  for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
-    const int size = 3;
-    auto meshes = connect_all(size, std::make_shared<store::MemoryStore>());
-    std::vector<std::vector<float>> data(size, std::vector<float>(64));
-    on_every_rank(size, [&](int r) {
-      for (std::size_t i = 0; i < 64; ++i) {
-        data[r][i] = (i + r) % 4 == 0 ? std::numeric_limits<float>::quiet_NaN()
-                                      : 0.1f * static_cast<float>(i * (r + 1));
+// The ring (ring_from_bytes = 1: every size of 3 ranks or more): chunks of
+// uneven length, fewer elements than ranks, and a buffer of several 256 KiB
+// pieces per chunk, so the reduction runs while the bytes arrive.
+TEST(DirectMesh, RingSumsOverThreeToFiveRanksWithUnevenChunks) {
+  for (int size = 3; size <= 5; ++size) {
+    auto meshes = connect_all(size, std::make_shared<store::MemoryStore>(), 1);
+    for (std::size_t count : {std::size_t{1}, std::size_t{2}, std::size_t{1001},
+                              std::size_t{600007}}) {
+      std::vector<std::vector<std::int64_t>> data(size, std::vector<std::int64_t>(count));
+      on_every_rank(size, [&](int r) {
+        for (std::size_t i = 0; i < count; ++i)
+          data[r][i] = (r + 1) * 1000 + static_cast<std::int64_t>(i);
+        meshes[r]->allreduce(data[r].data(), count, DataType::kInt64, ReduceOp::kSum,
+                             Deadline(20s));
+      });
+      for (int r = 0; r < size; ++r) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const std::int64_t want =
+              1000 * size * (size + 1) / 2 + size * static_cast<std::int64_t>(i);
+          ASSERT_EQ(data[r][i], want)
+              << "size " << size << " count " << count << " rank " << r << " element " << i;
+        }
       }
-      meshes[r]->allreduce(data[r].data(), 64, DataType::kFloat32, op, Deadline(10s));
-    });
-    for (int r = 1; r < size; ++r) {
-      EXPECT_EQ(std::memcmp(data[0].data(), data[r].data(), 64 * sizeof(float)), 0)
-          << reduce_op_name(op) << ": rank " << r << " differs from rank 0";
+    }
+  }
+}
+
+TEST(DirectMesh, MinMaxWithNanGiveTheSameBitsOnEveryRank) {
+  for (std::size_t ring_from : {SIZE_MAX, std::size_t{1}}) {  // doubling, then the ring
+    for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax, ReduceOp::kAvg}) {
+      const int size = 3;
+      auto meshes = connect_all(size, std::make_shared<store::MemoryStore>(), ring_from);
+      std::vector<std::vector<float>> data(size, std::vector<float>(64));
+      on_every_rank(size, [&](int r) {
+        for (std::size_t i = 0; i < 64; ++i) {
+          data[r][i] = (i + r) % 4 == 0 ? std::numeric_limits<float>::quiet_NaN()
+                                        : 0.1f * static_cast<float>(i * (r + 1));
+        }
+        meshes[r]->allreduce(data[r].data(), 64, DataType::kFloat32, op, Deadline(10s));
+      });
+      for (int r = 1; r < size; ++r) {
+        EXPECT_EQ(std::memcmp(data[0].data(), data[r].data(), 64 * sizeof(float)), 0)
+            << reduce_op_name(op) << (ring_from == 1 ? " (ring)" : "") << ": rank " << r
+            << " differs from rank 0";
+      }
     }
   }
 }

@@ -16,6 +16,10 @@ int doubling_steps(int n) {
   return log + (n > p ? 2 : 0);
 }
 
+// comm::kHierarchyRingFromBytes (comm/direct_mesh.h): from this slice size
+// on, the hierarchical path crosses 3 or more hosts by a ring.
+constexpr double kHierarchyRingFromBytes = 256.0 * 1024;
+
 double shm_time(const Calibration& cal, double bytes, int local) {
   if (local < 2) return 0;
   const AlphaBeta& a = cal.algorithm("shm");
@@ -47,11 +51,19 @@ AllreduceCost network_cost(const Calibration& cal, const Scenario& s, double byt
       s.path == SyncPath::kHierarchical && h >= 2 && l >= 2 && bytes > cal.engine.direct_bytes;
   if (hier) {
     const AlphaBeta& d = cal.algorithm("direct");
+    c.algorithm = "hier";
+    if (h >= 3 && wire / l >= kHierarchyRingFromBytes) {
+      // A ring of the hosts per slice; the L slices' chunks share the link:
+      // 2(H-1) steps of S/H bytes a host.
+      c.wire_bytes_per_host = 2.0 * (h - 1) / h * wire;
+      c.seconds = 2 * shm_time(cal, bytes, l) + 2.0 * (h - 1) * d.alpha_s +
+                  c.wire_bytes_per_host * d.beta_s_per_byte;
+      return c;
+    }
     // The L slices cross the host's one link at once: S bytes per exchange.
     const int steps = doubling_steps(h);
     c.seconds = 2 * shm_time(cal, bytes, l) + steps * (d.alpha_s + wire * d.beta_s_per_byte);
     c.wire_bytes_per_host = steps * wire;
-    c.algorithm = "hier";
     return c;
   }
   if (n == 2 || bytes <= cal.engine.direct_bytes) {

@@ -26,7 +26,11 @@
 //                              (S/L bytes) over direct connections, the L
 //                              slices at once through one host link, then
 //                              shared memory again:
-//                              2 * shm(S, L) + steps(H) * (alpha_d + S * beta_d)
+//                              2 * shm(S, L) + steps(H) * (alpha_d + S * beta_d);
+//                              3 or more hosts with slices of 256 KiB and
+//                              more take a ring of the hosts instead:
+//                              2 * shm(S, L) + 2(H-1) * alpha_d
+//                                            + 2(H-1)/H * S * beta_d
 //   parameter servers (K):     every worker pushes and pulls S (both ways at
 //                              once); each server takes W*S/K from the
 //                              workers and sends as much back; the busiest

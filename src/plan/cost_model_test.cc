@@ -63,6 +63,14 @@ TEST(PlanAllreduce, EachAlgorithmMatchesItsFormula) {
   a = allreduce_cost(c, shape(2, 2, SyncPath::kHierarchical), 1e6);
   EXPECT_EQ(a.algorithm, "hier");
   EXPECT_NEAR(a.seconds, 2 * (1e-5 + 1e6 * 1e-10) + (1e-4 + 1e6 * 1e-9), 1e-12);
+  // Hierarchical 3x2 with 1 MB slices: a ring of the 3 hosts, 4 steps of S/3 through each link.
+  a = allreduce_cost(c, shape(3, 2, SyncPath::kHierarchical), 2e6);
+  EXPECT_EQ(a.algorithm, "hier");
+  EXPECT_NEAR(a.seconds, 2 * (1e-5 + 2e6 * 1e-10) + 4 * 1e-4 + 4.0 / 3 * 2e6 * 1e-9, 1e-12);
+  EXPECT_NEAR(a.wire_bytes_per_host, 4.0 / 3 * 2e6, 1e-6);
+  // Slices under 256 KiB keep recursive doubling: 1 step plus the fold in and out.
+  a = allreduce_cost(c, shape(3, 2, SyncPath::kHierarchical), 2e5);
+  EXPECT_NEAR(a.seconds, 2 * (1e-5 + 2e5 * 1e-10) + 3 * (1e-4 + 2e5 * 1e-9), 1e-12);
   // Parameter server on its own host, 2 workers: the server link carries 2S.
   Scenario ps = shape(2, 1, SyncPath::kParameterServer);
   ps.servers = 1;

@@ -56,6 +56,10 @@ void GlooCommunicator::connect_hierarchy() {
   d.ip = peers_[rank_].ip;
   d.timeout = options_.timeout;
   d.key_prefix = "hpct/hier/across/" + std::to_string(local_rank) + "/";
+  // Slices of 256 KiB and more cross 3 or more hosts by a ring: recursive
+  // doubling would send the whole slice once per step and twice more for a
+  // fold (3 hosts: 3 slices a host against the ring's 4/3).
+  d.ring_from_bytes = kHierarchyRingFromBytes;
   for (int host = 0; host < host_count; ++host) {  // local rank l of each host, by world rank
     for (int r = 0, seen = 0; r < size_; ++r) {
       if (ids[r] == hosts[static_cast<size_t>(host)] && seen++ == local_rank)
