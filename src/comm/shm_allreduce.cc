@@ -32,6 +32,7 @@ constexpr std::size_t kChunkAlign = 64;        // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
+constexpr auto kUnstackPeriod = std::chrono::milliseconds(100);
 
 struct Header {
   std::uint64_t magic;
@@ -230,12 +231,38 @@ void ShmAllreduce::check_alive(int q, const char* what) const {
   }
 }
 
+int ShmAllreduce::unstack(int my_cpu) {
+  next_unstack_ = std::chrono::steady_clock::now() + kUnstackPeriod;
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return my_cpu;
+  int target = -1;
+  for (int cpu = 0; cpu < CPU_SETSIZE && target < 0; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed) || cpu == my_cpu) continue;
+    bool taken = false;
+    for (int q = 0; q < size_ && !taken; ++q) {
+      taken = q != rank_ && last_cpu(base_, q)->load(std::memory_order_relaxed) == cpu;
+    }
+    if (!taken) target = cpu;
+  }
+  if (target < 0) return my_cpu;  // as many ranks as allowed CPUs, or more
+  // Pin to the target (the kernel moves this thread there before the call
+  // returns), then give the whole mask back: the thread stays where it is
+  // and the scheduler may move it again later.
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(target, &one);
+  if (sched_setaffinity(0, sizeof one, &one) != 0) return my_cpu;
+  sched_setaffinity(0, sizeof allowed, &allowed);
+  return sched_getcpu();
+}
+
 void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& deadline,
                                    const char* what, std::size_t count, DataType dtype) {
   // seq_cst store, then the sleepers load: pairs with the waiter's
   // increment-then-reload below, so a waiter either sees this arrival or is
   // counted here and woken.
-  const int my_cpu = sched_getcpu();
+  int my_cpu = sched_getcpu();
   last_cpu(base_, rank_)->store(my_cpu, std::memory_order_relaxed);
   counter(base_, rank_)->store(generation);
   if (sleepers(base_, rank_)->load() != 0) futex_wake_all(counter(base_, rank_));
@@ -260,6 +287,14 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
         if (q_cpu < 0 || q_cpu != my_cpu) {
           cpu_relax();
           continue;
+        }
+        // Stacked: rank q needs this core. Futex wake-ups tend to keep two
+        // ranks that wake each other on one CPU while another sits idle, so
+        // the higher rank of the pair moves away; then both spin apart.
+        if (rank_ > q && now >= next_unstack_) {
+          my_cpu = unstack(my_cpu);
+          last_cpu(base_, rank_)->store(my_cpu, std::memory_order_relaxed);
+          if (my_cpu != q_cpu) continue;
         }
       }
       if (now >= deadline.end()) {

@@ -54,6 +54,7 @@
 
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -115,6 +116,10 @@ class ShmAllreduce {
   // rank has reached it. `what` names the step in errors.
   void arrive_and_wait(std::uint64_t generation, const Deadline& deadline, const char* what,
                        std::size_t count, DataType dtype);
+  // Two ranks found on one CPU: this (the higher) rank moves itself to an
+  // allowed CPU where no rank was last seen, at most once per
+  // kUnstackPeriod. Returns the CPU it now runs on.
+  int unstack(int my_cpu);
   // Throws PeerFailure if rank q's process is gone.
   void check_alive(int q, const char* what) const;
   // The algorithm, over where the elements live (shm_allreduce.cc).
@@ -131,6 +136,7 @@ class ShmAllreduce {
   std::vector<pid_t> pids_;  // 0: not checked
   std::uint64_t generation_ = 0;
   std::uint64_t pieces_ = 0;           // pieces done, across operations (slot half alternation)
+  std::chrono::steady_clock::time_point next_unstack_{};
   std::vector<std::uint8_t> scratch_;  // a block of own input that spans segments
 };
 
