@@ -68,6 +68,7 @@ void add_ps_server_command(CLI::App& app, Cli& cli);  // hidden: launch --server
 void add_report_command(CLI::App& app, Cli& cli);     // one HTML page of a run (src/report)
 void add_top_command(CLI::App& app, Cli& cli);        // live view of a running job (metrics endpoints)
 void add_plan_command(CLI::App& app, Cli& cli);       // and plan calibrate
+void add_plan_calibrate_command(CLI::App* plan, Cli& cli);  // from add_plan_command
 void add_plan_profile_command(CLI::App& app, Cli& cli);  // hidden, hpctrain-torch: calibrate's profile
 // -np -> --np before parsing (CLI11 takes one letter after a single dash).
 void rewrite_single_dash_options(int argc, char** argv);
