@@ -34,7 +34,9 @@ for rate in ${RATES:-10gbit 1gbit}; do
     log "profile $rate $model"
     timeout 300 $B plan calibrate --model $model --no-comm --profile-steps 15 --save $OUT/profile.$rate.$model.json > /dev/null 2>&1
     log "allcores $rate $model (np 1,2 on one host)"
-    timeout 900 $B bench train --model $model --np 1,2 --steps $steps --phase-steps $((steps / 2)) --warmup 3 \
+    # Twice the steps in the same turns: the factor scales every prediction
+    # whose ranks fill the cores, so its noise counts most.
+    timeout 900 $B bench train --model $model --np 1,2 --steps $((steps * 2)) --phase-steps $((steps / 2)) --warmup 3 \
       -H $h1:2 $SSH > $OUT/allcores.$rate.$model 2>$OUT/allcores.$rate.$model.err
     for cfg in ${CFGS:-1x2 2x1 2x2 3x1 3x2}; do
       [[ $rate == 1gbit && ${cfg%x*} == 1 ]] && continue   # one host: no link
