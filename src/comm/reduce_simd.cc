@@ -141,7 +141,30 @@ __attribute__((target("avx2"))) void copy_loop(std::uint8_t* dst, const std::uin
   if (i < n) std::memcpy(dst + i, src + i, n - i);
 }
 
+__attribute__((target("avx2"))) void sum_to_both_loop(float* a, float* b, const float* x,
+                                                      const float* y, size_t n) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+    const __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+    _mm256_storeu_ps(a + i, v0);
+    _mm256_storeu_ps(a + i + 8, v1);
+    _mm256_storeu_ps(b + i, v0);
+    _mm256_storeu_ps(b + i + 8, v1);
+  }
+  for (; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+}
+
 }  // namespace
+
+void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    sum_to_both_loop(a, b, x, y, n);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+}
 
 void copy(void* dst, const void* src, size_t bytes) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
@@ -182,6 +205,9 @@ void bf16_to_floats(const std::uint16_t* src, float* dst, size_t n, float scale)
 
 bool available() { return false; }
 void copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
+  for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+}
 void reduce_half(std::uint16_t*, const std::uint16_t*, const std::uint16_t*, size_t, ReduceOp) {}
 void reduce_bf16(std::uint16_t*, const std::uint16_t*, const std::uint16_t*, size_t, ReduceOp) {}
 void divide_half(std::uint16_t*, size_t, float) {}

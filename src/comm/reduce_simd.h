@@ -24,6 +24,11 @@ bool available();
 // the AMD EPYC hosts measured (docs/comm.md); memcpy elsewhere. Any CPU.
 void copy(void* dst, const void* src, size_t bytes);
 
+// a[i] = b[i] = x[i] + y[i] (float32, the same bits as a scalar sum): the
+// two-rank shared-memory allreduce's one pass that stores the sum to its
+// slot and to the output. 8 lanes on CPUs with AVX2; scalar elsewhere.
+void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n);
+
 // out[i] = round16(float(a[i]) op float(b[i])); kAvg reduces as kSum.
 void reduce_half(std::uint16_t* out, const std::uint16_t* a, const std::uint16_t* b, size_t n,
                  ReduceOp op);

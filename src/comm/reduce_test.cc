@@ -8,6 +8,7 @@
 #include <limits>
 #include <vector>
 
+#include "comm/reduce_simd.h"
 #include "core/error.h"
 
 namespace hpct::comm {
@@ -207,6 +208,25 @@ TEST(ReduceVector, EveryDtypeOpAndSizeGivesThePortableBits) {
             << "in place " << dtype_name(t) << " " << reduce_op_name(op);
       }
     }
+  }
+}
+
+// The two-rank shared-memory sum's fused store: both outputs hold the
+// portable float32 sum's bits (random bits: NaN, infinities, subnormals).
+TEST(ReduceVector, SumToBothStoresThePortableSumTwice) {
+  for (size_t n : kCounts) {
+    auto x = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 7 + 1));
+    auto y = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 13 + 2));
+    std::vector<std::uint8_t> a(n * 4 + 4, 0xab), b(n * 4 + 4, 0xcd), want(n * 4 + 4, 0xab);
+    simd::sum_floats_to_both(reinterpret_cast<float*>(a.data()), reinterpret_cast<float*>(b.data()),
+                             reinterpret_cast<const float*>(x.data()),
+                             reinterpret_cast<const float*>(y.data()), n);
+    reduce_elements_portable(want.data(), x.data(), y.data(), n, DataType::kFloat32,
+                             ReduceOp::kSum);
+    ASSERT_TRUE(SameBits(a, want, x, y, n, DataType::kFloat32)) << "slot, n=" << n;
+    b[n * 4] = 0xab, b[n * 4 + 1] = 0xab, b[n * 4 + 2] = 0xab, b[n * 4 + 3] = 0xab;
+    ASSERT_TRUE(SameBits(b, want, x, y, n, DataType::kFloat32)) << "output, n=" << n;
+    EXPECT_EQ(a[n * 4], 0xab) << "wrote past the end, n=" << n;
   }
 }
 

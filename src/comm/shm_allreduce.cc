@@ -407,15 +407,6 @@ class Segments {
   std::vector<std::size_t> starts_;
 };
 
-// a[i] = b[i] = x[i] + y[i]: the bits of reduce_elements' float32 sum.
-void sum_to_both(float* a, float* b, const float* x, const float* y, std::size_t n) {
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = x[i] + y[i];
-    a[i] = v;
-    b[i] = v;
-  }
-}
-
 }  // namespace
 
 void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataType dtype,
@@ -494,7 +485,7 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
                               ? io.span(base + b, m)
                               : nullptr;
       if (out != nullptr) {
-        sum_to_both(reinterpret_cast<float*>(acc), reinterpret_cast<float*>(out),
+        simd::sum_floats_to_both(reinterpret_cast<float*>(acc), reinterpret_cast<float*>(out),
                     reinterpret_cast<const float*>(input_of(0)),
                     reinterpret_cast<const float*>(input_of(1)), m);
         continue;
