@@ -32,7 +32,6 @@ constexpr std::size_t kChunkAlign = 64;        // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
-constexpr auto kUnstackPeriod = std::chrono::milliseconds(100);
 
 struct Header {
   std::uint64_t magic;
@@ -231,30 +230,26 @@ void ShmAllreduce::check_alive(int q, const char* what) const {
   }
 }
 
-int ShmAllreduce::unstack(int my_cpu) {
-  next_unstack_ = std::chrono::steady_clock::now() + kUnstackPeriod;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return my_cpu;
-  int target = -1;
-  for (int cpu = 0; cpu < CPU_SETSIZE && target < 0; ++cpu) {
-    if (!CPU_ISSET(cpu, &allowed) || cpu == my_cpu) continue;
-    bool taken = false;
-    for (int q = 0; q < size_ && !taken; ++q) {
-      taken = q != rank_ && last_cpu(base_, q)->load(std::memory_order_relaxed) == cpu;
-    }
-    if (!taken) target = cpu;
+int ShmAllreduce::go_home(int my_cpu) {
+  if (pinned_ || sched_getaffinity(0, sizeof mask_, &mask_) != 0) return my_cpu;
+  if (CPU_COUNT(&mask_) < size_) return my_cpu;  // no CPU of its own for every rank
+  int home = -1;
+  for (int cpu = 0, seen = 0; cpu < CPU_SETSIZE && home < 0; ++cpu) {
+    if (CPU_ISSET(cpu, &mask_) && seen++ == rank_) home = cpu;
   }
-  if (target < 0) return my_cpu;  // as many ranks as allowed CPUs, or more
-  // Pin to the target (the kernel moves this thread there before the call
-  // returns), then give the whole mask back: the thread stays where it is
-  // and the scheduler may move it again later.
   cpu_set_t one;
   CPU_ZERO(&one);
-  CPU_SET(target, &one);
+  CPU_SET(home, &one);
+  // The kernel moves the thread to `home` before the call returns.
   if (sched_setaffinity(0, sizeof one, &one) != 0) return my_cpu;
-  sched_setaffinity(0, sizeof allowed, &allowed);
+  pinned_ = true;
   return sched_getcpu();
+}
+
+void ShmAllreduce::end_operation() {
+  if (!pinned_) return;
+  sched_setaffinity(0, sizeof mask_, &mask_);  // the thread stays where it is for now
+  pinned_ = false;
 }
 
 void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& deadline,
@@ -288,11 +283,14 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
           cpu_relax();
           continue;
         }
-        // Stacked: rank q needs this core. Futex wake-ups tend to keep two
-        // ranks that wake each other on one CPU while another sits idle, so
-        // the higher rank of the pair moves away; then both spin apart.
-        if (rank_ > q && now >= next_unstack_) {
-          my_cpu = unstack(my_cpu);
+        // Stacked: rank q needs this core. Two ranks that wake each other
+        // through the futex tend to stay on one CPU (the wake-up places the
+        // sleeper beside its waker when the other CPU is busy, even with
+        // lower-priority work), then every wait is a context switch and the
+        // operation runs on one core. So both ranks go to CPUs of their
+        // own for the rest of the operation, and spin apart.
+        if (!pinned_) {
+          my_cpu = go_home(my_cpu);
           last_cpu(base_, rank_)->store(my_cpu, std::memory_order_relaxed);
           if (my_cpu != q_cpu) continue;
         }
@@ -431,6 +429,10 @@ void ShmAllreduce::allreduce(const std::vector<BufferSegment>& segments, DataTyp
 template <typename Io>
 void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
                        const Deadline& deadline) {
+  struct Unpin {  // whichever way the operation ends
+    ShmAllreduce* self;
+    ~Unpin() { self->end_operation(); }
+  } unpin{this};
   const std::size_t es = dtype_size(dtype);
   const std::size_t align = std::max<std::size_t>(1, kChunkAlign / es);
   // Up to half a slot goes as one piece (1.1 MB: not a full piece and a

@@ -52,9 +52,9 @@
 // rank (a Communicator's rule). Any thread may run it.
 #pragma once
 
+#include <sched.h>
 #include <sys/types.h>
 
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -116,10 +116,13 @@ class ShmAllreduce {
   // rank has reached it. `what` names the step in errors.
   void arrive_and_wait(std::uint64_t generation, const Deadline& deadline, const char* what,
                        std::size_t count, DataType dtype);
-  // Two ranks found on one CPU: this (the higher) rank moves itself to an
-  // allowed CPU where no rank was last seen, at most once per
-  // kUnstackPeriod. Returns the CPU it now runs on.
-  int unstack(int my_cpu);
+  // Found on the CPU of the rank it waits for: the calling thread pins
+  // itself to its home CPU (local rank r: the r-th CPU it may run on, when
+  // there are at least as many as ranks) until the operation ends
+  // (end_operation). Returns the CPU it now runs on.
+  int go_home(int my_cpu);
+  // Gives a thread pinned by go_home its own CPU mask back.
+  void end_operation();
   // Throws PeerFailure if rank q's process is gone.
   void check_alive(int q, const char* what) const;
   // The algorithm, over where the elements live (shm_allreduce.cc).
@@ -136,7 +139,8 @@ class ShmAllreduce {
   std::vector<pid_t> pids_;  // 0: not checked
   std::uint64_t generation_ = 0;
   std::uint64_t pieces_ = 0;           // pieces done, across operations (slot half alternation)
-  std::chrono::steady_clock::time_point next_unstack_{};
+  bool pinned_ = false;
+  cpu_set_t mask_;  // the thread's own, while pinned_
   std::vector<std::uint8_t> scratch_;  // a block of own input that spans segments
 };
 
