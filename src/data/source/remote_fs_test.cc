@@ -143,6 +143,12 @@ TEST(ShardFileSystem, SpoolsInMemoryStayWithinTheirBoundAndTheRestGoToFiles) {
   // needs the room of the first (read, held by nobody), so the first goes.
   for (int i = 0; i < 3; ++i) {
     auto f = sfs.open_read(base + std::to_string(i));
+    // In place: the same bytes, waited for as read_at waits; none past the end.
+    const std::uint64_t n = bytes[i].size();
+    const char* v = f->view(1000, static_cast<size_t>(n - 1000));
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(std::string(v, n - 1000), bytes[i].substr(1000)) << "shard " << i;
+    EXPECT_EQ(f->view(n - 10, 11), nullptr);
     EXPECT_EQ(read_all(*f), bytes[i]) << "shard " << i;
   }
   EXPECT_EQ(requests(), 3);
