@@ -177,6 +177,42 @@ TEST(ShardFileSystem, SpoolsInMemoryStayWithinTheirBoundAndTheRestGoToFiles) {
   fs::remove_all(dir);
 }
 
+int threads_of_this_process() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/self/task", ec)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// A file system's fetch thread outlives it a while and runs the next file
+// system's downloads: the second one's first shard starts no thread (the
+// start was a share of the time to the first sample, docs/data.md).
+TEST(ShardFileSystem, AFileSystemsFetchThreadServesTheNextFileSystem) {
+  const fs::path dir = fs::temp_directory_path() / ("hpct-kept-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string bytes = random_bytes(300000, 7);
+  std::ofstream(dir / "k0", std::ios::binary) << bytes;
+  HttpServer server(dir.string());
+  ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
+  ShardSourceOptions o;
+  o.fetches = 1;
+  {
+    ShardFileSystem first(o, std::make_shared<ProcessEnv>());
+    EXPECT_EQ(read_all(*first.open_read(server.base() + "/k0")), bytes);
+  }
+  const int before = threads_of_this_process();
+  for (int i = 0; i < 3; ++i) {
+    ShardFileSystem next(o, std::make_shared<ProcessEnv>());
+    EXPECT_EQ(read_all(*next.open_read(server.base() + "/k0")), bytes) << "file system " << i;
+    // While it lives (its loop waits for more shards): no thread of its own.
+    EXPECT_LE(threads_of_this_process(), before) << "file system " << i;  // fewer: one timed out
+  }
+  fs::remove_all(dir);
+}
+
 // A server that takes connections and never answers: its listening socket
 // (the kernel completes the handshake), and accept() to see a request came.
 class SilentServer {
