@@ -184,9 +184,9 @@ struct Spool {
       // Without the yield the woken reader waited for the fetch thread or
       // the server to end its time slice: 0.3-1 ms (medians of 15 rounds)
       // after the bytes came on loopback, longer than the request itself,
-      // against 7-36 us with it (2026-11-27, 2-vCPU EPYC, load 4-6;
-      // docs/data.md, "The woken reader"). Past the first MiB the reader
-      // keeps pace on its own.
+      // against 7-53 us with it (2026-11-27, 2-vCPU EPYC, load 3-6;
+      // docs/data.md, "Reading in place, the woken reader"). Only in the
+      // first MiB, where the first samples wait for it.
       if (written <= kEagerBytes) std::this_thread::yield();
     }
   }
