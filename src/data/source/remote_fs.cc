@@ -59,8 +59,13 @@ std::uint64_t fnv1a(const std::string& s) {
 struct FetchThreads {
   std::mutex mu;
   std::condition_variable cv;
-  std::deque<std::function<void()>> jobs;  // guarded by mu
-  int idle = 0;                            // guarded by mu: threads waiting for a job
+  struct Job {
+    std::uint64_t id;
+    std::function<void()> run;
+  };
+  std::deque<Job> jobs;      // guarded by mu
+  std::uint64_t next_id = 0;  // guarded by mu
+  int idle = 0;              // guarded by mu: threads waiting for a job
 };
 constexpr std::chrono::seconds kFetchThreadIdle{30};
 
@@ -92,7 +97,7 @@ void fetch_thread_main() {
     const bool got = t.cv.wait_for(lock, kFetchThreadIdle, [&] { return !t.jobs.empty(); });
     t.idle -= 1;
     if (!got) return;
-    std::function<void()> job = std::move(t.jobs.front());
+    std::function<void()> job = std::move(t.jobs.front().run);
     t.jobs.pop_front();
     lock.unlock();
     job();
@@ -102,19 +107,31 @@ void fetch_thread_main() {
 }
 
 // Runs job on a kept thread that waits for one, else on a new thread.
+// std::system_error when a thread cannot be made and no kept thread took
+// the job; the job is then dropped (never run), so the caller can count it
+// as ended.
 void run_on_fetch_thread(std::function<void()> job) {
   FetchThreads& t = fetch_threads();
   bool make = false;
+  std::uint64_t id = 0;
   {
     std::lock_guard<std::mutex> lock(t.mu);
-    t.jobs.push_back(std::move(job));
+    id = ++t.next_id;
+    t.jobs.push_back({id, std::move(job)});
     make = static_cast<int>(t.jobs.size()) > t.idle;
   }
   if (make) {
-    std::thread(fetch_thread_main).detach();
-  } else {
-    t.cv.notify_one();
+    try {
+      std::thread(fetch_thread_main).detach();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(t.mu);
+      auto it = std::find_if(t.jobs.begin(), t.jobs.end(), [&](const auto& j) { return j.id == id; });
+      if (it == t.jobs.end()) return;  // a kept thread took it
+      t.jobs.erase(it);
+      throw;
+    }
   }
+  t.cv.notify_one();
 }
 
 std::string base_name(const std::string& url) {
@@ -177,7 +194,13 @@ struct ShardFileSystem::Impl {
     }
     const int i = made++;
     loops += 1;
-    run_on_fetch_thread([this, i] { fetcher(i); });
+    try {
+      run_on_fetch_thread([this, i] { fetcher(i); });
+    } catch (...) {
+      made -= 1;
+      loops -= 1;
+      throw;
+    }
   }
   void grow_on_stall() {
     std::lock_guard<std::mutex> lock(mu);
@@ -259,7 +282,15 @@ struct ShardFileSystem::Impl {
       made = 1;
       loops += 1;
     }
-    run_on_fetch_thread([this] { fetcher(0); });
+    try {
+      run_on_fetch_thread([this] { fetcher(0); });
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      made = 0;
+      loops -= 1;
+      loops_ended.notify_all();
+      throw;
+    }
   }
   Millis read_bound() const {
     return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) +
