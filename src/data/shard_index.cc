@@ -289,7 +289,8 @@ RawSample ShardIndex::read(std::uint64_t id) const {
       // Read through a sidecar: the member's own header must agree with it.
       char copy[kTarBlock];
       const std::string name = ref.key + (fr.ext.empty() ? "" : "." + fr.ext);
-      const char* block = fr.data_offset < kTarBlock ? nullptr : f.view(fr.data_offset - kTarBlock, kTarBlock);
+      const char* block =
+          fr.data_offset < kTarBlock ? nullptr : f.view(fr.data_offset - kTarBlock, kTarBlock);
       if (block == nullptr && fr.data_offset >= kTarBlock &&
           f.read_at(fr.data_offset - kTarBlock, copy, kTarBlock) == kTarBlock)
         block = copy;

@@ -63,9 +63,9 @@ struct FetchThreads {
     std::uint64_t id;
     std::function<void()> run;
   };
-  std::deque<Job> jobs;      // guarded by mu
+  std::deque<Job> jobs;       // guarded by mu
   std::uint64_t next_id = 0;  // guarded by mu
-  int idle = 0;              // guarded by mu: threads waiting for a job
+  int idle = 0;               // guarded by mu: threads waiting for a job
 };
 constexpr std::chrono::seconds kFetchThreadIdle{30};
 
@@ -125,7 +125,8 @@ void run_on_fetch_thread(std::function<void()> job) {
       std::thread(fetch_thread_main).detach();
     } catch (...) {
       std::lock_guard<std::mutex> lock(t.mu);
-      auto it = std::find_if(t.jobs.begin(), t.jobs.end(), [&](const auto& j) { return j.id == id; });
+      auto it =
+          std::find_if(t.jobs.begin(), t.jobs.end(), [&](const auto& j) { return j.id == id; });
       if (it == t.jobs.end()) return;  // a kept thread took it
       t.jobs.erase(it);
       throw;
