@@ -287,17 +287,24 @@ RawSample ShardIndex::read(std::uint64_t id) const {
   for (const auto& fr : ref.fields) {
     if (check_header) {
       // Read through a sidecar: the member's own header must agree with it.
-      char block[kTarBlock];
+      char copy[kTarBlock];
       const std::string name = ref.key + (fr.ext.empty() ? "" : "." + fr.ext);
-      if (fr.data_offset < kTarBlock ||
-          f.read_at(fr.data_offset - kTarBlock, block, kTarBlock) != kTarBlock ||
-          !tar_header_matches(block, name, fr.size)) {
+      const char* block =
+          fr.data_offset < kTarBlock ? nullptr : f.view(fr.data_offset - kTarBlock, kTarBlock);
+      if (block == nullptr && fr.data_offset >= kTarBlock &&
+          f.read_at(fr.data_offset - kTarBlock, copy, kTarBlock) == kTarBlock)
+        block = copy;
+      if (block == nullptr || !tar_header_matches(block, name, fr.size)) {
         throw_data_corrupt("shard " + out.shard + ", member #" + std::to_string(fr.member_index) + " (" +
                            name + "), byte offset " + std::to_string(fr.header_offset) +
                            ": the shard's header there does not match its sidecar index (the shard "
                            "changed after the sidecar was made): remake it with `hpctrain data index " +
                            out.shard + "`");
       }
+    }
+    if (const char* p = f.view(fr.data_offset, fr.size)) {
+      out.fields.emplace_back(fr.ext, std::string(p, fr.size));
+      continue;
     }
     std::string bytes(fr.size, '\0');
     if (f.read_at(fr.data_offset, bytes.data(), bytes.size()) != fr.size) {

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "data/sample.h"
@@ -86,6 +88,34 @@ TEST(Tar, ReadsGnuAndPaxArchivesMadeByGnuTar) {
       EXPECT_EQ(sizes["./" + std::string(110, 'd') + "/x.0.cls"], 1u) << fmt;
     }
   }
+}
+
+// A header's checksum as old writers stored it (bytes summed as signed
+// chars) is accepted as well as the standard unsigned sum, for a name with
+// bytes of 128 and more (where the two differ); any other value is not.
+TEST(Tar, ChecksumsOfSignedAndUnsignedBytesAreAcceptedAndOthersAreNot) {
+  TempDir dir;
+  const std::string name = "caf\xc3\xa9-\xff\x80.cls";
+  write_tar(dir / "u.tar", {{name, "7"}, {"next.png", "p"}});
+  const std::string good = testing::slurp(dir / "u.tar");
+  std::int64_t signed_sum = 8 * ' ';
+  for (size_t i = 0; i < 512; ++i) {
+    if (i < 148 || i >= 156) signed_sum += static_cast<signed char>(good[i]);
+  }
+  auto with_sum = [&](std::int64_t sum) {
+    std::string t = good;
+    char field[8];
+    std::snprintf(field, sizeof field, "%06llo", static_cast<unsigned long long>(sum));
+    std::memcpy(&t[148], field, 7);  // six digits, NUL, and the space kept at 155
+    return t;
+  };
+  testing::write_file(dir / "s.tar", with_sum(signed_sum));
+  auto got = scan_all(dir / "s.tar");
+  ASSERT_EQ(got.size(), 2u);
+  EXPECT_EQ(got[0].name, name);
+  EXPECT_EQ(scan_all(dir / "u.tar").size(), 2u);
+  testing::write_file(dir / "x.tar", with_sum(signed_sum + 1));
+  EXPECT_NE(expect_corrupt(dir / "x.tar").find("checksum"), std::string::npos);
 }
 
 TEST(Tar, DamageIsNamedWithShardMemberAndOffset) {

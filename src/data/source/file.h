@@ -22,6 +22,13 @@ class RandomAccessFile {
   // Reads up to n bytes at offset into buf; returns how many were read (fewer
   // only at end of file). Io naming the file on a failed read. Blocks on disk.
   virtual size_t read_at(std::uint64_t offset, char* buf, size_t n) const = 0;
+  // The bytes [offset, offset + n) in place, when the file's bytes are in
+  // memory (a remote shard's spool): a pointer valid while this file is
+  // open, after waiting for those bytes as read_at does; nullptr when this
+  // file has no such memory (read_at then), or when the range runs past
+  // the end of the file. Saves a copy per header and member on a shard
+  // walk (docs/data.md, "Reading in place").
+  virtual const char* view(std::uint64_t /*offset*/, size_t /*n*/) const { return nullptr; }
   virtual std::uint64_t size() const = 0;
   virtual const std::string& name() const = 0;
 };

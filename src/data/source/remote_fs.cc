@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -46,6 +47,94 @@ std::uint64_t fnv1a(const std::string& s) {
   return h;
 }
 
+// Threads that run the file systems' fetch loops (ShardFileSystem::Impl::
+// fetcher), process-wide, each kept kFetchThreadIdle after its loop ends
+// for the next file system's loop: a thread's start (clone, its stack,
+// its first time slice) was 65-130 us of the 0.4-0.8 ms to a shard's first
+// sample on loopback (2026-11-27, 2-vCPU EPYC), and `bench data` and a
+// trainer's probe make several file systems in one process. A file system
+// still owns its loops: its destructor waits for them to end (loops, in
+// Impl). Never destroyed: a file system may go during the exit's static
+// destructors.
+struct FetchThreads {
+  std::mutex mu;
+  std::condition_variable cv;
+  struct Job {
+    std::uint64_t id;
+    std::function<void()> run;
+  };
+  std::deque<Job> jobs;       // guarded by mu
+  std::uint64_t next_id = 0;  // guarded by mu
+  int idle = 0;               // guarded by mu: threads waiting for a job
+};
+constexpr std::chrono::seconds kFetchThreadIdle{30};
+
+FetchThreads& fetch_threads() {
+  static FetchThreads* t = new FetchThreads;
+  return *t;
+}
+
+// Set on a fetch thread whose job counted it idle already.
+thread_local bool counted_idle = false;
+
+// Called by a job about to end (fetcher, before it lets its file system go):
+// this thread counts as waiting for a job from now, so a file system made
+// right after the last one ended takes this thread instead of making one.
+void fetch_thread_ending_job() {
+  FetchThreads& t = fetch_threads();
+  std::lock_guard<std::mutex> lock(t.mu);
+  if (counted_idle) return;
+  t.idle += 1;
+  counted_idle = true;
+}
+
+void fetch_thread_main() {
+  FetchThreads& t = fetch_threads();
+  std::unique_lock<std::mutex> lock(t.mu);
+  while (true) {
+    if (!counted_idle) t.idle += 1;
+    counted_idle = false;
+    const bool got = t.cv.wait_for(lock, kFetchThreadIdle, [&] { return !t.jobs.empty(); });
+    t.idle -= 1;
+    if (!got) return;
+    std::function<void()> job = std::move(t.jobs.front().run);
+    t.jobs.pop_front();
+    lock.unlock();
+    job();
+    job = nullptr;
+    lock.lock();
+  }
+}
+
+// Runs job on a kept thread that waits for one, else on a new thread.
+// std::system_error when a thread cannot be made and no kept thread took
+// the job; the job is then dropped (never run), so the caller can count it
+// as ended.
+void run_on_fetch_thread(std::function<void()> job) {
+  FetchThreads& t = fetch_threads();
+  bool make = false;
+  std::uint64_t id = 0;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    id = ++t.next_id;
+    t.jobs.push_back({id, std::move(job)});
+    make = static_cast<int>(t.jobs.size()) > t.idle;
+  }
+  if (make) {
+    try {
+      std::thread(fetch_thread_main).detach();
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(t.mu);
+      auto it =
+          std::find_if(t.jobs.begin(), t.jobs.end(), [&](const auto& j) { return j.id == id; });
+      if (it == t.jobs.end()) return;  // a kept thread took it
+      t.jobs.erase(it);
+      throw;
+    }
+  }
+  t.cv.notify_one();
+}
+
 std::string base_name(const std::string& url) {
   const size_t q = url.find('?');
   const std::string p = url.substr(0, q);
@@ -74,10 +163,12 @@ struct ShardFileSystem::Impl {
   // takes a core from the reader and the server (2-vCPU EPYC: 4 fetch
   // threads, the reader and nginx on 2 cores; from a namespace host behind
   // 1 Gbit/s, 1 fetch read 0.93 of curl and 4 fetches 0.86, docs/data.md),
-  // while a slow or far link wants several. Guarded by mu; joined by the
-  // destructor. The first is made outside mu (start_threads), later ones
-  // under it (grow_locked: a new thread blocks on mu a moment, no more).
-  std::vector<std::thread> threads;
+  // while a slow or far link wants several. Each runs fetcher() on a
+  // thread of FetchThreads (kept across file systems); the destructor waits
+  // for them to end. The first starts outside mu (start_threads), later ones
+  // under it (grow_locked: a new loop blocks on mu a moment, no more).
+  int loops = 0;                        // guarded by mu: fetcher() calls not yet ended
+  std::condition_variable loops_ended;  // with mu
   std::atomic<bool> stopping{false};
   std::shared_ptr<StallHook> stall_hook = std::make_shared<StallHook>();
   int made = 0;       // guarded by mu: threads made or being made
@@ -103,7 +194,14 @@ struct ShardFileSystem::Impl {
       if (waited <= ran) return;
     }
     const int i = made++;
-    threads.emplace_back([this, i] { fetcher(i); });
+    loops += 1;
+    try {
+      run_on_fetch_thread([this, i] { fetcher(i); });
+    } catch (...) {
+      made -= 1;
+      loops -= 1;
+      throw;
+    }
   }
   void grow_on_stall() {
     std::lock_guard<std::mutex> lock(mu);
@@ -183,10 +281,17 @@ struct ShardFileSystem::Impl {
       std::lock_guard<std::mutex> lock(mu);
       if (made > 0 || stopping) return;
       made = 1;
+      loops += 1;
     }
-    std::thread t([this] { fetcher(0); });
-    std::lock_guard<std::mutex> lock(mu);
-    threads.push_back(std::move(t));
+    try {
+      run_on_fetch_thread([this] { fetcher(0); });
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mu);
+      made = 0;
+      loops -= 1;
+      loops_ended.notify_all();
+      throw;
+    }
   }
   Millis read_bound() const {
     return Millis(o.http.attempts * (o.http.timeout.count() * 2 + o.http.backoff_max.count()) +
@@ -238,7 +343,14 @@ void ShardFileSystem::Impl::fetcher(int) {
   std::unique_lock<std::mutex> lock(mu);
   while (true) {
     cv.wait(lock, [&] { return stopping.load() || !queue.empty(); });
-    if (stopping) return;
+    if (stopping) {
+      fetch_thread_ending_job();
+      // The last touch of this file system: its destructor may go on once
+      // mu is released.
+      loops -= 1;
+      loops_ended.notify_all();
+      return;
+    }
     std::shared_ptr<Spool> s = queue.front();
     queue.pop_front();
     {
@@ -452,12 +564,10 @@ ShardFileSystem::~ShardFileSystem() {
     std::lock_guard<std::mutex> lock(impl_->stall_hook->mu);
     impl_->stall_hook->call = nullptr;
   }
-  {
-    std::lock_guard<std::mutex> lock(impl_->mu);
-    impl_->stopping = true;
-    impl_->cv.notify_all();
-  }
-  for (auto& t : impl_->threads) t.join();
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  impl_->stopping = true;
+  impl_->cv.notify_all();
+  impl_->loops_ended.wait(lock, [&] { return impl_->loops == 0; });
 }
 
 std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& path) {

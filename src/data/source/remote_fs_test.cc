@@ -143,6 +143,12 @@ TEST(ShardFileSystem, SpoolsInMemoryStayWithinTheirBoundAndTheRestGoToFiles) {
   // needs the room of the first (read, held by nobody), so the first goes.
   for (int i = 0; i < 3; ++i) {
     auto f = sfs.open_read(base + std::to_string(i));
+    // In place: the same bytes, waited for as read_at waits; none past the end.
+    const std::uint64_t n = bytes[i].size();
+    const char* v = f->view(1000, static_cast<size_t>(n - 1000));
+    ASSERT_NE(v, nullptr);
+    EXPECT_EQ(std::string(v, n - 1000), bytes[i].substr(1000)) << "shard " << i;
+    EXPECT_EQ(f->view(n - 10, 11), nullptr);
     EXPECT_EQ(read_all(*f), bytes[i]) << "shard " << i;
   }
   EXPECT_EQ(requests(), 3);
@@ -168,6 +174,42 @@ TEST(ShardFileSystem, SpoolsInMemoryStayWithinTheirBoundAndTheRestGoToFiles) {
   EXPECT_EQ(read_all(*a), bytes[0]);
   EXPECT_EQ(read_all(*b), bytes[2]);
   EXPECT_EQ(requests(), 6);  // "2" was dropped for "0" above; "3" is new
+  fs::remove_all(dir);
+}
+
+int threads_of_this_process() {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator("/proc/self/task", ec)) {
+    (void)e;
+    ++n;
+  }
+  return n;
+}
+
+// A file system's fetch thread outlives it a while and runs the next file
+// system's downloads: the second one's first shard starts no thread (the
+// start was a share of the time to the first sample, docs/data.md).
+TEST(ShardFileSystem, AFileSystemsFetchThreadServesTheNextFileSystem) {
+  const fs::path dir = fs::temp_directory_path() / ("hpct-kept-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string bytes = random_bytes(300000, 7);
+  std::ofstream(dir / "k0", std::ios::binary) << bytes;
+  HttpServer server(dir.string());
+  ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
+  ShardSourceOptions o;
+  o.fetches = 1;
+  {
+    ShardFileSystem first(o, std::make_shared<ProcessEnv>());
+    EXPECT_EQ(read_all(*first.open_read(server.base() + "/k0")), bytes);
+  }
+  const int before = threads_of_this_process();
+  for (int i = 0; i < 3; ++i) {
+    ShardFileSystem next(o, std::make_shared<ProcessEnv>());
+    EXPECT_EQ(read_all(*next.open_read(server.base() + "/k0")), bytes) << "file system " << i;
+    // While it lives (its loop waits for more shards): no thread of its own.
+    EXPECT_LE(threads_of_this_process(), before) << "file system " << i;  // fewer: one timed out
+  }
   fs::remove_all(dir);
 }
 

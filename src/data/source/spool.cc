@@ -26,6 +26,11 @@ class RemoteFile final : public RandomAccessFile {
     std::memcpy(buf, s_->map + offset, want - offset);
     return want - offset;
   }
+  const char* view(std::uint64_t offset, size_t n) const override {
+    if (offset > s_->size || n > s_->size - offset) return nullptr;
+    if (s_->available.load() < offset + n) wait_for(offset, offset + n);
+    return s_->map + offset;
+  }
   std::uint64_t size() const override { return s_->size; }
   const std::string& name() const override { return s_->url; }
 
