@@ -20,12 +20,22 @@ int doubling_steps(int n) {
 // on, the hierarchical path crosses 3 or more hosts by a ring.
 constexpr double kHierarchyRingFromBytes = 256.0 * 1024;
 
-double shm_time(const Calibration& cal, double bytes, int local) {
+// One host's shared-memory allreduce of L ranks. Its copies and sums are
+// CPU work: where hosts share cores (namespace hosts on one machine), every
+// host's step runs at once on the same cores, so the ranks on those cores
+// beyond one per core take turns (as the calibration's own ranks did if
+// they outnumbered the cores).
+double shm_time(const Calibration& cal, const Scenario& s, double bytes) {
+  const int local = s.ranks_per_host;
   if (local < 2) return 0;
   const AlphaBeta& a = cal.algorithm("shm");
   const double moved = 2.0 * (local - 1) / local;
   const double measured = a.ranks >= 2 ? 2.0 * (a.ranks - 1) / a.ranks : 1.0;
-  return a.alpha_s + bytes * a.beta_s_per_byte * moved / measured;
+  const int cores = cal.host.shared_cores > 0 ? cal.host.shared_cores : cal.host.cores;
+  const int sharing = cal.host.shared_cores > 0 ? s.hosts * local : local;
+  const double turns = std::max(1.0, static_cast<double>(sharing) / std::max(1, cores)) /
+                       std::max(1.0, static_cast<double>(a.ranks) / std::max(1, cores));
+  return a.alpha_s + bytes * a.beta_s_per_byte * moved / measured * turns;
 }
 
 // The wire bytes per host of one allreduce of `wire` bytes, with its time.
@@ -56,13 +66,13 @@ AllreduceCost network_cost(const Calibration& cal, const Scenario& s, double byt
       // A ring of the hosts per slice; the L slices' chunks share the link:
       // 2(H-1) steps of S/H bytes a host.
       c.wire_bytes_per_host = 2.0 * (h - 1) / h * wire;
-      c.seconds = 2 * shm_time(cal, bytes, l) + 2.0 * (h - 1) * d.alpha_s +
+      c.seconds = 2 * shm_time(cal, s, bytes) + 2.0 * (h - 1) * d.alpha_s +
                   c.wire_bytes_per_host * d.beta_s_per_byte;
       return c;
     }
     // The L slices cross the host's one link at once: S bytes per exchange.
     const int steps = doubling_steps(h);
-    c.seconds = 2 * shm_time(cal, bytes, l) + steps * (d.alpha_s + wire * d.beta_s_per_byte);
+    c.seconds = 2 * shm_time(cal, s, bytes) + steps * (d.alpha_s + wire * d.beta_s_per_byte);
     c.wire_bytes_per_host = steps * wire;
     return c;
   }
@@ -167,7 +177,7 @@ AllreduceCost allreduce_cost(const Calibration& cal, const Scenario& s, double b
   check(cal, s);
   if (s.hosts * s.ranks_per_host == 1) return {0, 0, "none"};
   if (s.hosts == 1 && s.path != SyncPath::kParameterServer) {
-    return {shm_time(cal, bytes, s.ranks_per_host), 0, "shm"};  // never compressed
+    return {shm_time(cal, s, bytes), 0, "shm"};  // never compressed
   }
   const double ratio = compression_ratio(s.compression);
   const double cast = bytes * cal.engine.cast_s_per_byte;

@@ -54,15 +54,24 @@ TEST(PlanAllreduce, EachAlgorithmMatchesItsFormula) {
   // Small messages: recursive doubling, log2(4) = 2 steps; 3 ranks: 1 + fold in and out.
   EXPECT_NEAR(allreduce_cost(c, shape(4, 1), 1000).seconds, 2 * (1e-4 + 1000e-9), 1e-12);
   EXPECT_NEAR(allreduce_cost(c, shape(3, 1), 1000).seconds, 3 * (1e-4 + 1000e-9), 1e-12);
-  // One host, 4 ranks: shared memory, bytes moved scaled from 2 ranks (1.0) to 4 (1.5).
+  // One host, 4 ranks: shared memory, bytes moved scaled from 2 ranks (1.0) to 4 (1.5), and
+  // the 4 ranks take turns on the host's 2 cores (2x; the calibration's 2 ranks had a core each).
   a = allreduce_cost(c, shape(1, 4), 1e6);
   EXPECT_EQ(a.algorithm, "shm");
-  EXPECT_NEAR(a.seconds, 1e-5 + 1e6 * 1e-10 * 1.5, 1e-12);
+  EXPECT_NEAR(a.seconds, 1e-5 + 1e6 * 1e-10 * 1.5 * 2, 1e-12);
   EXPECT_EQ(a.wire_bytes_per_host, 0);
   // Hierarchical 2x2: shm twice around one exchange of S through the host link.
   a = allreduce_cost(c, shape(2, 2, SyncPath::kHierarchical), 1e6);
   EXPECT_EQ(a.algorithm, "hier");
   EXPECT_NEAR(a.seconds, 2 * (1e-5 + 1e6 * 1e-10) + (1e-4 + 1e6 * 1e-9), 1e-12);
+  // Hosts sharing 2 cores (namespace hosts): both hosts' shared-memory steps run at once on
+  // them, 4 ranks on 2 cores, so each takes 2x; the exchange is as before.
+  {
+    Calibration shared = c;
+    shared.host.shared_cores = 2;
+    a = allreduce_cost(shared, shape(2, 2, SyncPath::kHierarchical), 1e6);
+    EXPECT_NEAR(a.seconds, 2 * (1e-5 + 1e6 * 1e-10 * 2) + (1e-4 + 1e6 * 1e-9), 1e-12);
+  }
   // Hierarchical 3x2 with 1 MB slices: a ring of the 3 hosts, 4 steps of S/3 through each link.
   a = allreduce_cost(c, shape(3, 2, SyncPath::kHierarchical), 2e6);
   EXPECT_EQ(a.algorithm, "hier");
