@@ -14,8 +14,12 @@
 //
 // One allreduce of S bytes, N = H * L ranks (calibration.h holds alpha and
 // beta per algorithm):
-//   shared memory, one host:   alpha_shm + S * beta_shm * b(L) / b(L_cal),
-//                              b(L) = 2(L-1)/L, the bytes each rank moves
+//   shared memory, one host:   alpha_shm + S * beta_shm * b(L) / b(L_cal) * t,
+//                              b(L) = 2(L-1)/L, the bytes each rank moves;
+//                              t = max(1, R/C) / max(1, L_cal/C), the turns
+//                              of R ranks on C cores (R = L, or H * L when
+//                              the hosts share C cores: every host's step
+//                              runs at once)
 //   direct (recursive doubling), N = 2 or S <= direct_bytes:
 //                              steps(N) * (alpha_d + S * beta_d),
 //                              steps(N) = log2 p + (N > p ? 2 : 0), p the
