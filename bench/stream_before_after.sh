@@ -23,15 +23,7 @@ if [[ ! -f $OUT/www/s/train-000001.tar ]]; then
     -o "$OUT/www/s/train-%06d.tar" > /dev/null || exit 1
 fi
 PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-mkdir -p "$OUT/nginx"
-rm -f "$OUT/nginx.pid"
-cat > "$OUT/nginx/nginx.conf" <<CONF
-daemon on; worker_processes 1; pid $OUT/nginx.pid; error_log $OUT/nginx/error.log;
-events { worker_connections 64; }
-http { access_log off; sendfile on; client_body_temp_path $OUT/nginx;
-  proxy_temp_path $OUT/nginx; fastcgi_temp_path $OUT/nginx; uwsgi_temp_path $OUT/nginx;
-  scgi_temp_path $OUT/nginx; server { listen 127.0.0.1:$PORT; root $OUT/www; } }
-CONF
+nginx_conf "127.0.0.1:$PORT" "$OUT/www"
 /usr/sbin/nginx -c "$OUT/nginx/nginx.conf" -p "$OUT/nginx" || exit 1
 stop() { [[ -s $OUT/nginx.pid ]] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null; }
 trap stop EXIT

@@ -26,14 +26,7 @@ stop() {
 trap stop EXIT
 eval "$(grep -E '^NETNS_HOSTS=' "$OUT/env")"
 read -r h1 _ <<<"$NETNS_HOSTS"
-mkdir -p "$OUT/nginx"
-cat > "$OUT/nginx/nginx.conf" <<CONF
-daemon on; worker_processes 1; pid $OUT/nginx.pid; error_log $OUT/nginx/error.log;
-events { worker_connections 64; }
-http { access_log off; sendfile on; client_body_temp_path $OUT/nginx;
-  proxy_temp_path $OUT/nginx; fastcgi_temp_path $OUT/nginx; uwsgi_temp_path $OUT/nginx;
-  scgi_temp_path $OUT/nginx; server { listen $h1:8080; root $OUT/shards; } }
-CONF
+nginx_conf "$h1:8080" "$OUT/shards"
 "$S" exec "$NAME" 1 /usr/sbin/nginx -c "$OUT/nginx/nginx.conf" -p "$OUT/nginx" || exit 1
 for i in $(seq 1 50); do [[ -s $OUT/nginx.pid ]] && break; sleep 0.1; done
 declare -A SRC=([local]="$OUT/shards" [http]="http://$h1:8080")
