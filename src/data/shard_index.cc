@@ -290,10 +290,7 @@ RawSample ShardIndex::read(std::uint64_t id) const {
       char copy[kTarBlock];
       const std::string name = ref.key + (fr.ext.empty() ? "" : "." + fr.ext);
       const char* block =
-          fr.data_offset < kTarBlock ? nullptr : f.view(fr.data_offset - kTarBlock, kTarBlock);
-      if (block == nullptr && fr.data_offset >= kTarBlock &&
-          f.read_at(fr.data_offset - kTarBlock, copy, kTarBlock) == kTarBlock)
-        block = copy;
+          fr.data_offset < kTarBlock ? nullptr : f.bytes_at(fr.data_offset - kTarBlock, kTarBlock, copy);
       if (block == nullptr || !tar_header_matches(block, name, fr.size)) {
         throw_data_corrupt("shard " + out.shard + ", member #" + std::to_string(fr.member_index) + " (" +
                            name + "), byte offset " + std::to_string(fr.header_offset) +
@@ -302,12 +299,8 @@ RawSample ShardIndex::read(std::uint64_t id) const {
                            out.shard + "`");
       }
     }
-    if (const char* p = f.view(fr.data_offset, fr.size)) {
-      out.fields.emplace_back(fr.ext, std::string(p, fr.size));
-      continue;
-    }
-    std::string bytes(fr.size, '\0');
-    if (f.read_at(fr.data_offset, bytes.data(), bytes.size()) != fr.size) {
+    std::string bytes;
+    if (!f.read_string(fr.data_offset, fr.size, &bytes)) {
       throw_data_corrupt("shard " + out.shard + ", member #" + std::to_string(fr.member_index) +
                          " (" + ref.key + "." + fr.ext + "), byte offset " +
                          std::to_string(fr.header_offset) +

@@ -228,9 +228,8 @@ std::optional<TarMember> TarScanner::next() {
 }
 
 std::string read_member(const RandomAccessFile& file, const TarMember& m) {
-  if (const char* p = file.view(m.data_offset, m.size)) return std::string(p, m.size);
-  std::string data(m.size, '\0');
-  if (file.read_at(m.data_offset, data.data(), data.size()) != m.size) {
+  std::string data;
+  if (!file.read_string(m.data_offset, m.size, &data)) {
     throw_data_corrupt("shard " + file.name() + ", member #" + std::to_string(m.index) + " (" +
                        printable(m.name) + "), byte offset " + std::to_string(m.header_offset) +
                        ": member data is cut short by the end of the file");

@@ -29,6 +29,22 @@ class RandomAccessFile {
   // the end of the file. Saves a copy per header and member on a shard
   // walk (docs/data.md, "Reading in place").
   virtual const char* view(std::uint64_t /*offset*/, size_t /*n*/) const { return nullptr; }
+  // The n bytes at offset: in place (view), else read into scratch (n
+  // bytes). nullptr when fewer than n bytes are there.
+  const char* bytes_at(std::uint64_t offset, size_t n, char* scratch) const {
+    if (const char* p = view(offset, n)) return p;
+    return read_at(offset, scratch, n) == n ? scratch : nullptr;
+  }
+  // The n bytes at offset as a string, in place when view has them; false
+  // when fewer than n bytes are there.
+  bool read_string(std::uint64_t offset, size_t n, std::string* out) const {
+    if (const char* p = view(offset, n)) {
+      out->assign(p, n);
+      return true;
+    }
+    out->assign(n, '\0');
+    return read_at(offset, out->data(), n) == n;
+  }
   virtual std::uint64_t size() const = 0;
   virtual const std::string& name() const = 0;
 };
