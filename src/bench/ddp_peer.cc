@@ -19,6 +19,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The tail of the error text of a run the script's watchdog ended.
+constexpr const char* kHangText = "was ended (a hang; its stacks are on stderr)";
+
 bool all_digits(const std::string& s) {
   return !s.empty() && s.size() < 9 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
@@ -73,8 +76,8 @@ std::pair<std::string, bool> crash_in(const std::string& log) {
     // that made no progress (a hang); the stacks follow.
     int h = 0, m = 0, sec = 0;
     if (!from_what && l.rfind("Timeout (", 0) == 0 && std::sscanf(l.c_str(), "Timeout (%d:%d:%d)!", &h, &m, &sec) == 3) {
-      text = "a rank made no progress for " + std::to_string(h * 3600 + m * 60 + sec) +
-             " s and was ended (a hang; its stacks are on stderr)";
+      text = "a rank made no progress for " + std::to_string(h * 3600 + m * 60 + sec) + " s and " +
+             kHangText;
       from_what = true;
     }
   }
@@ -128,7 +131,16 @@ std::string failure_text(const std::string& dir, const SubprocessResult& r, doub
     std::istringstream in(log);
     std::vector<std::string> lines;
     for (std::string l; std::getline(in, l);) lines.push_back(l);
-    for (size_t i = lines.size() > 12 ? lines.size() - 12 : 0; i < lines.size(); ++i)
+    // The last 12 lines; for a hang, the watchdog's whole stack dump (from
+    // its "Timeout (" line, at most 80 lines): where each thread waited.
+    size_t from = lines.size() > 12 ? lines.size() - 12 : 0;
+    for (size_t i = 0; i < lines.size(); ++i) {
+      if (lines[i].rfind("Timeout (", 0) == 0) {
+        from = std::min(from, i);
+        break;
+      }
+    }
+    for (size_t i = from; i < lines.size() && i < from + 80; ++i)
       tail += "  " + p.filename().string() + ": " + lines[i] + "\n";
   }
   if (!tail.empty()) std::fprintf(stderr, "hpctrain: the DDP peer's stderr ended with:\n%s", tail.c_str());
@@ -237,6 +249,7 @@ nlohmann::json run_ddp_peer_once(const DdpPeerOptions& o, int np) {
                        {"steps", o.steps}, {"warmup", o.warmup}, {"threads", o.threads},
                        {"hook", o.hook},   {"failed", true},   {"error", error}};
     if (o.bucket_mb > 0) d["bucket_mb"] = o.bucket_mb;
+    if (error.find(kHangText) != std::string::npos) d["hung"] = true;
   } else {
     d["failed"] = false;
   }

@@ -61,7 +61,9 @@ void check_peer_hook(const std::string& spec);
 // JSON line (impl pytorch-ddp, hook, samples_per_s, with evaluate
 // test_accuracy), or for a run that failed or timed out a line with the run's
 // settings, "failed": true and "error"; then the tail of its stderr also
-// goes to this process's stderr. Io when the run's directory cannot be made.
+// goes to this process's stderr; a run that made no progress within
+// collective_timeout_s (the watchdog's hang, not a crash) also has
+// "hung": true. Io when the run's directory cannot be made.
 nlohmann::json run_ddp_peer_once(const DdpPeerOptions& o, int np);
 
 // The crash in a peer's stderr as one line: an uncaught C++ exception's type

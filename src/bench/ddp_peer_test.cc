@@ -1,6 +1,11 @@
 #include "bench/ddp_peer.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
 
 #include <nlohmann/json.hpp>
 
@@ -114,6 +119,31 @@ TEST(DdpPeer, APeerThatCannotStartIsReportedFailed) {
   EXPECT_EQ(d["np"], 2);
   EXPECT_EQ(d["impl"], "pytorch-ddp");
   EXPECT_NE(d["error"].get<std::string>().find("exit code 2"), std::string::npos) << d.dump();
+  EXPECT_FALSE(d.contains("hung")) << d.dump();
+}
+
+// A peer that stops making progress: a stand-in script (DDP's hangs are
+// rare) that arms the same faulthandler watchdog as bench/ddp_peer.py, with
+// its stderr in the run's directory, and then waits. The line says it hung,
+// which bench train answers with one more run.
+TEST(DdpPeer, APeerEndedByItsWatchdogIsReportedHung) {
+  char dir[] = "/tmp/hpct-ddp-hang-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string script = std::string(dir) + "/hangs.py";
+  std::ofstream(script) << "import faulthandler, os, sys, time\n"
+                           "log = open(os.path.join(sys.argv[sys.argv.index('--log-dir') + 1], 'stderr'), 'w')\n"
+                           "faulthandler.dump_traceback_later(1, exit=True, file=log)\n"
+                           "time.sleep(60)\n";
+  DdpPeerOptions o;
+  o.script = script;
+  o.timeout_s = 30;
+  const auto start = std::chrono::steady_clock::now();
+  auto d = run_ddp_peer_once(o, 2);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  EXPECT_TRUE(d["failed"].get<bool>()) << d.dump();
+  EXPECT_TRUE(d.value("hung", false)) << d.dump();
+  EXPECT_NE(d["error"].get<std::string>().find("made no progress for 1 s"), std::string::npos) << d.dump();
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
