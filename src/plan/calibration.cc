@@ -318,7 +318,8 @@ AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& pts_in) {
 
 std::vector<std::string> fit_bench_comm(const std::vector<json>& lines,
                                         std::map<std::string, AlphaBeta>* into) {
-  std::map<std::string, std::vector<std::pair<double, double>>> pts;
+  // name -> bytes -> the times of every run at that size.
+  std::map<std::string, std::map<double, std::vector<double>>> runs;
   std::map<std::string, int> ranks;
   for (const auto& j : lines) {
     if (j.value("bench", "") != "comm" || j.value("op", "") != "allreduce" ||
@@ -333,24 +334,32 @@ std::vector<std::string> fit_bench_comm(const std::vector<json>& lines,
     else if (alg.rfind("shm:", 0) == 0)
       name = "shm";
     if (!name.empty()) {
-      pts[name].push_back({bytes, j["time_us"].get<double>() * 1e-6});
+      runs[name][bytes].push_back(j["time_us"].get<double>() * 1e-6);
       ranks[name] = np;
     }
     // Gloo's own allreduce beside ours on 2 ranks across hosts: the ring.
     if (name == "direct" && j.value("raw_call", "") == "gloo::allreduce" &&
         j.contains("raw_time_us")) {
-      pts["ring"].push_back({bytes, j["raw_time_us"].get<double>() * 1e-6});
+      runs["ring"][bytes].push_back(j["raw_time_us"].get<double>() * 1e-6);
       ranks["ring"] = np;
     }
   }
   std::vector<std::string> fitted;
-  for (const auto& [name, p] : pts) {
-    if (p.size() < 2) continue;
+  for (auto& [name, by_size] : runs) {
+    if (by_size.size() < 2) continue;
+    std::vector<std::pair<double, double>> p;
+    size_t most = 0;
+    for (auto& [bytes, times] : by_size) {
+      std::sort(times.begin(), times.end());
+      const size_t n = times.size();
+      p.push_back({bytes, n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2});
+      most = std::max(most, n);
+    }
     AlphaBeta ab = fit_alpha_beta(p);
     if (name == "ring") ab.alpha_s /= 2;  // 2 ranks: 2 steps of S/2 bytes
     ab.ranks = ranks[name];
     ab.source = "bench comm, " + std::to_string(p.size()) + " sizes, " + std::to_string(ab.ranks) +
-                " ranks";
+                " ranks" + (most > 1 ? ", median of " + std::to_string(most) + " runs" : "");
     (*into)[name] = ab;
     fitted.push_back(name);
   }

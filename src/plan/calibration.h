@@ -132,7 +132,10 @@ AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& bytes_sec
 // from lines whose algorithm starts with direct: (one exchange: alpha + S beta),
 // "ring" from the raw gloo::allreduce beside 2-rank lines (2 alpha + S beta),
 // and "shm" from lines whose algorithm starts with shm: (alpha + S beta at
-// their np). Adds to `into` what the lines hold; returns the names fitted.
+// their np). Lines of several runs (bench comm repeated, or --comm files of
+// the same link) count once per size: the median of their times, so one
+// run that caught a stall does not set the link's figures. Adds to `into`
+// what the lines hold; returns the names fitted.
 std::vector<std::string> fit_bench_comm(const std::vector<nlohmann::json>& lines,
                                         std::map<std::string, AlphaBeta>* into);
 

@@ -127,6 +127,33 @@ TEST(PlanFit, BenchCommLinesGiveDirectRingAndSharedMemory) {
   EXPECT_EQ(algs.at("shm").ranks, 2);
 }
 
+// Three runs of bench comm on one link, the second caught in a stall (10x at
+// 1 MiB and 64 MiB): the fit takes each size's median and comes out as the
+// clean runs'; one run alone would have set beta 10x.
+TEST(PlanFit, RepeatedRunsCountOncePerSizeByTheirMedian) {
+  std::vector<nlohmann::json> lines;
+  for (int run = 0; run < 3; ++run) {
+    for (double s : {4096.0, 1048576.0, 67108864.0}) {
+      const double stall = run == 1 && s > 4096 ? 10.0 : 1.0;
+      lines.push_back({{"bench", "comm"},
+                       {"op", "allreduce"},
+                       {"np", 2},
+                       {"bytes", s},
+                       {"algorithm", "shm:reduce-scatter-allgather"},
+                       {"time_us", (8e-6 + s * 0.2e-9) * stall * 1e6 * (1 + 0.01 * run)}});
+    }
+  }
+  std::map<std::string, AlphaBeta> algs;
+  ASSERT_EQ(fit_bench_comm(lines, &algs).size(), 1u);
+  EXPECT_NEAR(algs.at("shm").beta_s_per_byte, 0.2e-9 * 1.02, 0.2e-9 * 0.02);
+  EXPECT_NEAR(algs.at("shm").alpha_s, 8e-6 * 1.02, 8e-6 * 0.05);
+  EXPECT_NE(algs.at("shm").source.find("median of 3 runs"), std::string::npos) << algs.at("shm").source;
+
+  std::map<std::string, AlphaBeta> stalled;
+  fit_bench_comm({lines.begin() + 3, lines.begin() + 6}, &stalled);
+  EXPECT_GT(stalled.at("shm").beta_s_per_byte, 5 * 0.2e-9);
+}
+
 TEST(PlanUnits, RatesAndTimesParseAndBadOnesAreNamed) {
   EXPECT_DOUBLE_EQ(parse_rate_bytes_per_s("25gbit"), 25e9 / 8);
   EXPECT_DOUBLE_EQ(parse_rate_bytes_per_s("10Gbit/s"), 10e9 / 8);

@@ -36,6 +36,7 @@ struct CalibrateArgs {
   int local_np = 2;                     // ranks of the shared-memory run (0: none)
   std::string sizes = "4K,64K,1M,4M,16M";
   double budget_s = 0.2;
+  int comm_runs = 3;  // each bench comm this many times; the fit takes each size's median
   BenchHosts hosts;
   int cores = 0;         // 0: this machine's
   int shared_cores = 0;  // hosts that share this many cores (namespace hosts)
@@ -100,11 +101,14 @@ std::vector<json> comm_lines(const CalibrateArgs& a, const std::string& dir,
     auto run_comm = [&](std::vector<std::string> argv,
                         const std::map<std::string, std::string>& env, const std::string& what) {
       argv.insert(argv.end(), common.begin(), common.end());
-      std::fprintf(stderr, "plan calibrate: bench comm, %s\n", what.c_str());
-      const std::string out = dir + "/comm." + std::to_string(lines.size()) + ".jsonl";
-      run_to_file(argv, env, out, a.timeout_s);
-      auto more = read_json_lines(out);
-      lines.insert(lines.end(), more.begin(), more.end());
+      for (int run = 1; run <= a.comm_runs; ++run) {
+        std::fprintf(stderr, "plan calibrate: bench comm, %s (run %d of %d)\n", what.c_str(), run,
+                     a.comm_runs);
+        const std::string out = dir + "/comm." + std::to_string(lines.size()) + ".jsonl";
+        run_to_file(argv, env, out, a.timeout_s);
+        auto more = read_json_lines(out);
+        lines.insert(lines.end(), more.begin(), more.end());
+      }
     };
     if (a.hosts.any()) {
       // Across hosts, one rank each on the first two: direct and Gloo's ring.
@@ -265,6 +269,11 @@ void add_plan_calibrate_command(CLI::App* plan, Cli& cli) {
       ->capture_default_str();
   cal->add_option("--sizes", k->sizes, "bench comm message sizes")->capture_default_str();
   cal->add_option("--budget-s", k->budget_s, "bench comm seconds per size")->capture_default_str();
+  cal->add_option("--comm-runs", k->comm_runs,
+                  "Run each bench comm this many times; each size's median is fitted, so one run "
+                  "that caught a stall does not set the link")
+      ->check(CLI::Range(1, 20))
+      ->capture_default_str();
   cal->add_option("--cores", k->cores, "Cores per host (default: this machine's)");
   cal->add_option("--shared-cores", k->shared_cores,
                   "All hosts share this many cores (namespace hosts on one machine)")
