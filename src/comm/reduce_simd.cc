@@ -1,6 +1,7 @@
 #include "comm/reduce_simd.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <cstring>
 
 #if defined(__x86_64__)
@@ -155,7 +156,61 @@ __attribute__((target("avx2"))) void sum_to_both_loop(float* a, float* b, const 
   for (; i < n; ++i) a[i] = b[i] = x[i] + y[i];
 }
 
+// dst gets the bytes with non-temporal stores from its first 32-byte
+// boundary on; the head and the tail with plain ones; then a store fence.
+__attribute__((target("avx2"))) void stream_copy_loop(std::uint8_t* dst, const std::uint8_t* src,
+                                                      size_t n) {
+  size_t i = std::min(n, (32 - reinterpret_cast<std::uintptr_t>(dst) % 32) % 32);
+  if (i > 0) std::memcpy(dst, src, i);
+  for (; i + 128 <= n; i += 128) {
+    const auto* s = reinterpret_cast<const __m256i*>(src + i);
+    auto* d = reinterpret_cast<__m256i*>(dst + i);
+    const __m256i a = _mm256_loadu_si256(s), b = _mm256_loadu_si256(s + 1),
+                  c = _mm256_loadu_si256(s + 2), e = _mm256_loadu_si256(s + 3);
+    _mm256_stream_si256(d, a);
+    _mm256_stream_si256(d + 1, b);
+    _mm256_stream_si256(d + 2, c);
+    _mm256_stream_si256(d + 3, e);
+  }
+  if (i < n) std::memcpy(dst + i, src + i, n - i);
+  _mm_sfence();
+}
+
+__attribute__((target("avx2"))) void stream_sum_loop(float* a, float* b, const float* x,
+                                                     const float* y, size_t n) {
+  size_t i = 0;
+  for (; i < n && reinterpret_cast<std::uintptr_t>(a + i) % 32 != 0; ++i) a[i] = b[i] = x[i] + y[i];
+  for (; i + 16 <= n; i += 16) {
+    const __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+    const __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+    _mm256_stream_ps(a + i, v0);
+    _mm256_stream_ps(a + i + 8, v1);
+    _mm256_storeu_ps(b + i, v0);
+    _mm256_storeu_ps(b + i + 8, v1);
+  }
+  for (; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+  _mm_sfence();
+}
+
 }  // namespace
+
+void copy_to_shared(void* dst, const void* src, size_t bytes) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (!avx2) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+  stream_copy_loop(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), bytes);
+}
+
+void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (avx2) {
+    stream_sum_loop(a, b, x, y, n);
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+}
 
 void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
@@ -205,8 +260,12 @@ void bf16_to_floats(const std::uint16_t* src, float* dst, size_t n, float scale)
 
 bool available() { return false; }
 void copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void copy_to_shared(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+}
+void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n) {
+  sum_floats_to_both(a, b, x, y, n);
 }
 void reduce_half(std::uint16_t*, const std::uint16_t*, const std::uint16_t*, size_t, ReduceOp) {}
 void reduce_bf16(std::uint16_t*, const std::uint16_t*, const std::uint16_t*, size_t, ReduceOp) {}

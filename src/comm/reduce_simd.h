@@ -29,6 +29,18 @@ void copy(void* dst, const void* src, size_t bytes);
 // slot and to the output. 8 lanes on CPUs with AVX2; scalar elsewhere.
 void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n);
 
+// copy() and sum_floats_to_both() for stores into memory another core reads
+// next and has read before (a shared-memory slot): dst (a) is written with
+// non-temporal stores, which take no ownership of lines the other core
+// still holds, then a store fence, so a release store after the call
+// publishes the data. On the VM measured the normal stores into such lines
+// ran at 12 GB/s and, in stretches where a cache line took 5x longer to
+// cross between its two vCPUs, at 2.5 GB/s; the non-temporal ones at 28 GB/s
+// in both (docs/comm.md). The same bits as copy() and sum_floats_to_both();
+// plain stores on CPUs without AVX2.
+void copy_to_shared(void* dst, const void* src, size_t bytes);
+void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n);
+
 // out[i] = round16(float(a[i]) op float(b[i])); kAvg reduces as kSum.
 void reduce_half(std::uint16_t* out, const std::uint16_t* a, const std::uint16_t* b, size_t n,
                  ReduceOp op);

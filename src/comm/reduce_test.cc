@@ -230,6 +230,35 @@ TEST(ReduceVector, SumToBothStoresThePortableSumTwice) {
   }
 }
 
+// The non-temporal stores into a shared slot: the same bits as the plain
+// kernels, at every alignment of the destination (they stream from its
+// first 32-byte boundary), with nothing written past the end.
+TEST(ReduceVector, StoresIntoSharedMemoryGiveThePlainKernelsBits) {
+  for (size_t n : kCounts) {
+    for (size_t shift : {0, 4, 12, 28}) {
+      auto x = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 5 + shift));
+      auto y = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 11 + shift));
+      std::vector<std::uint8_t> a(n * 4 + 64, 0xab), b(n * 4 + 4, 0xcd), want_a(n * 4 + 64, 0xab),
+          want_b(n * 4 + 4, 0xcd);
+      auto* slot = reinterpret_cast<float*>(a.data() + shift);
+      simd::sum_floats_to_shared_and(slot, reinterpret_cast<float*>(b.data()),
+                                     reinterpret_cast<const float*>(x.data()),
+                                     reinterpret_cast<const float*>(y.data()), n);
+      simd::sum_floats_to_both(reinterpret_cast<float*>(want_a.data() + shift),
+                               reinterpret_cast<float*>(want_b.data()),
+                               reinterpret_cast<const float*>(x.data()),
+                               reinterpret_cast<const float*>(y.data()), n);
+      ASSERT_EQ(a, want_a) << "slot, n=" << n << " shift=" << shift;
+      ASSERT_EQ(b, want_b) << "output, n=" << n << " shift=" << shift;
+
+      std::vector<std::uint8_t> c(n * 4 + 64, 0xee), want_c(n * 4 + 64, 0xee);
+      simd::copy_to_shared(c.data() + shift, x.data(), n * 4 + 3);
+      std::memcpy(want_c.data() + shift, x.data(), n * 4 + 3);
+      ASSERT_EQ(c, want_c) << "copy, n=" << n << " shift=" << shift;
+    }
+  }
+}
+
 TEST(ReduceVector, AverageOf16BitFloatsGivesThePortableBits) {
   if (!vector_kernels_available()) GTEST_SKIP() << "no AVX2/F16C on this CPU";
   for (DataType t : {DataType::kFloat16, DataType::kBFloat16}) {

@@ -12,9 +12,11 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "comm/reduce.h"
@@ -30,6 +32,34 @@ constexpr std::size_t kCounterStride = 128;    // a counter per two cache lines 
 constexpr std::size_t kSlotAlign = 8192;       // slot halves stay page-aligned
 constexpr std::size_t kChunkAlign = 64;        // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
+// Slow stores. A rank's copy into its slot writes lines its peer read in
+// the last operation, and each store takes such a line back from the
+// peer's cache. On the VM measured that ran at 10-12 GB/s, and in
+// stretches of seconds in which a cache line took 5x longer to cross
+// between the two vCPUs (a round trip of 500 ns against 100) at 2.5 GB/s:
+// the allreduce then took 6-16x its time. Non-temporal stores take no line
+// back (28 GB/s in both), but leave the data in memory, not in a cache, so
+// in the usual case the peer's reads make the allreduce 1.4-2.5x slower.
+// So the slot copy of pieces from kStreamFromBytes is timed: after
+// kSlowCopies plain copies in a row below kSlowCopyBytesPerS, the rank
+// stores non-temporally for kStreamFor, then tries plain stores again.
+// Each rank chooses for itself: the bits are the same either way.
+// HPCT_SHM_STREAM=0 keeps plain stores, 1 non-temporal ones (for
+// side-by-side measurements).
+constexpr std::size_t kStreamFromBytes = 256 << 10;
+constexpr double kSlowCopyBytesPerS = 5e9;
+constexpr int kSlowCopies = 3;
+constexpr auto kStreamFor = std::chrono::milliseconds(500);
+
+// -1: choose by the copies' speed; 0: plain stores; 1: non-temporal.
+int stream_setting() {
+  static const int v = [] {
+    const char* e = std::getenv("HPCT_SHM_STREAM");
+    if (e == nullptr) return -1;
+    return std::string(e) == "0" ? 0 : std::string(e) == "1" ? 1 : -1;
+  }();
+  return v;
+}
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
 
@@ -318,6 +348,19 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
   }
 }
 
+void ShmAllreduce::note_slot_copy(std::chrono::steady_clock::time_point start, std::size_t bytes) {
+  const auto now = std::chrono::steady_clock::now();
+  const double seconds = std::chrono::duration<double>(now - start).count();
+  if (seconds > 0 && static_cast<double>(bytes) / seconds < kSlowCopyBytesPerS) {
+    if (++slow_copies_ >= kSlowCopies) {
+      stream_until_ = now + kStreamFor;
+      slow_copies_ = 0;
+    }
+  } else {
+    slow_copies_ = 0;
+  }
+}
+
 namespace {
 
 // Where an allreduce's elements live; offsets count elements from the start.
@@ -329,8 +372,12 @@ class OneBuffer {
       : src_(static_cast<const std::uint8_t*>(in)),
         dst_(static_cast<std::uint8_t*>(out)),
         es_(es) {}
-  void read(std::size_t at, std::size_t n, std::uint8_t* to) const {
-    simd::copy(to, src_ + at * es_, n * es_);
+  void read(std::size_t at, std::size_t n, std::uint8_t* to, bool to_shared = false) const {
+    if (to_shared) {
+      simd::copy_to_shared(to, src_ + at * es_, n * es_);
+    } else {
+      simd::copy(to, src_ + at * es_, n * es_);
+    }
   }
   void write(std::size_t at, std::size_t n, const std::uint8_t* from) const {
     simd::copy(dst_ + at * es_, from, n * es_);
@@ -357,9 +404,13 @@ class Segments {
       at += s.count;
     }
   }
-  void read(std::size_t at, std::size_t n, std::uint8_t* to) const {
+  void read(std::size_t at, std::size_t n, std::uint8_t* to, bool to_shared = false) const {
     walk(at, n, [&](std::uint8_t* p, std::size_t k, std::size_t done) {
-      simd::copy(to + done * es_, p, k * es_);
+      if (to_shared) {
+        simd::copy_to_shared(to + done * es_, p, k * es_);
+      } else {
+        simd::copy(to + done * es_, p, k * es_);
+      }
     });
   }
   void write(std::size_t at, std::size_t n, const std::uint8_t* from) const {
@@ -466,8 +517,13 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
     const std::size_t hi = bound(static_cast<std::size_t>(rank_) + 1);
 
     // 1. Every chunk but this rank's own goes to its slot.
-    io.read(base, lo, mine);
-    io.read(base + hi, n - hi, mine + hi * es);
+    const bool big = n * es >= kStreamFromBytes;
+    const auto copy_start = std::chrono::steady_clock::now();
+    const int setting = stream_setting();
+    const bool stream = big && (setting == 1 || (setting == -1 && copy_start < stream_until_));
+    io.read(base, lo, mine, stream);
+    io.read(base + hi, n - hi, mine + hi * es, stream);
+    if (big && !stream && setting == -1) note_slot_copy(copy_start, (n - (hi - lo)) * es);
     arrive_and_wait(++generation_, deadline, "contribute its share", count, dtype);
 
     // 2. This rank's chunk, reduced in rank order, into the slot (in L1-sized
@@ -487,9 +543,10 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
                               ? io.span(base + b, m)
                               : nullptr;
       if (out != nullptr) {
-        simd::sum_floats_to_both(reinterpret_cast<float*>(acc), reinterpret_cast<float*>(out),
-                    reinterpret_cast<const float*>(input_of(0)),
-                    reinterpret_cast<const float*>(input_of(1)), m);
+        auto* sum = stream ? simd::sum_floats_to_shared_and : simd::sum_floats_to_both;
+        sum(reinterpret_cast<float*>(acc), reinterpret_cast<float*>(out),
+            reinterpret_cast<const float*>(input_of(0)),
+            reinterpret_cast<const float*>(input_of(1)), m);
         continue;
       }
       for (int q = 1; q < size_; ++q) {

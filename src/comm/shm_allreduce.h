@@ -55,6 +55,7 @@
 #include <sched.h>
 #include <sys/types.h>
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -142,6 +143,12 @@ class ShmAllreduce {
   bool pinned_ = false;
   cpu_set_t mask_;  // the thread's own, while pinned_
   std::vector<std::uint8_t> scratch_;  // a block of own input that spans segments
+  // A plain copy of `bytes` into the slot that began at start has ended.
+  void note_slot_copy(std::chrono::steady_clock::time_point start, std::size_t bytes);
+  // Stores into the slots (shm_allreduce.cc, "Slow stores"): plain, or
+  // non-temporal until stream_until_ after slow_copies_ slow plain copies.
+  int slow_copies_ = 0;
+  std::chrono::steady_clock::time_point stream_until_{};
 };
 
 // Sets up a ShmAllreduce over comm's own collectives (both backends call it
