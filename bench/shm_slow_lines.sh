@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The shared-memory allreduce against MPI_Allreduce with its slot stores
+# plain (HPCT_SHM_STREAM=0) and as shipped (chosen by the copies' speed),
+# alternating, each run after a 1 s sample of how fast cache lines cross
+# between the 2 CPUs (bench/cross_core_lines.cc: the median round trip).
+# docs/comm.md, "Slow stretches". Prints per run the round trip and each
+# size's time against MPI_Allreduce's (paired median ratio); then per
+# setting the runs at 0.5x or better at every size, and the ratios of the
+# runs in a slow stretch (round trip above 300 ns).
+#   RUNS=20 OUT=/tmp/hpct-shm-lines bench/shm_slow_lines.sh
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
+bench_out "${OUT:-/tmp/hpct-shm-lines}"
+g++ -O2 -mavx2 -pthread -o "$OUT/cross_core_lines" "$here/bench/cross_core_lines.cc" || exit 1
+round_trip() {
+  "$OUT/cross_core_lines" 1 | /usr/bin/python3 -c '
+import json, statistics, sys
+print(round(statistics.median(json.loads(l)["round_trip_ns"] for l in sys.stdin)))'
+}
+for k in $(seq 1 "${RUNS:-20}"); do
+  for setting in 0 auto; do
+    rt=$(round_trip)
+    log "run $k HPCT_SHM_STREAM=$setting round trip ${rt} ns"
+    HPCT_SHM_STREAM=$setting timeout 120 "$B" bench comm --backend mpi --np 2 --sizes 1M,4M,16M,64M \
+      --budget-s 1.0 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+for l in sys.stdin:
+    if l.startswith("{"):
+        j = json.loads(l)
+        print(json.dumps({"run": int(sys.argv[1]), "setting": sys.argv[2], "round_trip_ns": int(sys.argv[3]),
+                          "bytes": j["bytes"], "time_us": j["time_us"], "raw_time_us": j["raw_time_us"],
+                          "ratio": j["overhead_ratio"]}))' "$k" "$setting" "$rt" >> "$OUT/runs.jsonl"
+  done
+done
+summarise <<'PY'
+runs = {}
+for r in rows:
+    runs.setdefault((r['setting'], r['run']), []).append(r)
+for setting in ['0', 'auto']:
+    mine = {k: v for k, v in runs.items() if k[0] == setting}
+    held = sum(all(r['ratio'] <= 0.5 for r in v) for v in mine.values())
+    print(f'HPCT_SHM_STREAM={setting}: {held} of {len(mine)} runs at 0.5x MPI_Allreduce or better at every size')
+    for (_, run), v in sorted(mine.items()):
+        line = ' '.join(f"{r['bytes'] >> 20}M {r['time_us']:.0f}/{r['raw_time_us']:.0f} us {r['ratio']:.2f}" for r in v)
+        slow = ' (slow stretch)' if v[0]['round_trip_ns'] > 300 else ''
+        print(f"  run {run}: round trip {v[0]['round_trip_ns']} ns{slow}: {line}")
+PY
