@@ -126,70 +126,59 @@ __attribute__((target("avx2,f16c"))) void from_16_loop(const std::uint16_t* src,
 #undef HPCT_SIMD
 
 // 128 bytes a turn through four 32-byte registers, the rest by memcpy.
+// kStream: dst gets the bytes with non-temporal stores from its first
+// 32-byte boundary on, the head and the tail with plain ones, then a store
+// fence (copy_to_shared).
+template <bool kStream>
 __attribute__((target("avx2"))) void copy_loop(std::uint8_t* dst, const std::uint8_t* src,
                                                size_t n) {
   size_t i = 0;
+  if constexpr (kStream) {
+    i = std::min(n, (32 - reinterpret_cast<std::uintptr_t>(dst) % 32) % 32);
+    if (i > 0) std::memcpy(dst, src, i);
+  }
   for (; i + 128 <= n; i += 128) {
     const auto* s = reinterpret_cast<const __m256i*>(src + i);
     auto* d = reinterpret_cast<__m256i*>(dst + i);
-    const __m256i a = _mm256_loadu_si256(s), b = _mm256_loadu_si256(s + 1),
-                  c = _mm256_loadu_si256(s + 2), e = _mm256_loadu_si256(s + 3);
-    _mm256_storeu_si256(d, a);
-    _mm256_storeu_si256(d + 1, b);
-    _mm256_storeu_si256(d + 2, c);
-    _mm256_storeu_si256(d + 3, e);
+    const __m256i v[4] = {_mm256_loadu_si256(s), _mm256_loadu_si256(s + 1),
+                          _mm256_loadu_si256(s + 2), _mm256_loadu_si256(s + 3)};
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (kStream) {
+        _mm256_stream_si256(d + k, v[k]);
+      } else {
+        _mm256_storeu_si256(d + k, v[k]);
+      }
+    }
   }
   if (i < n) std::memcpy(dst + i, src + i, n - i);
+  if constexpr (kStream) _mm_sfence();
 }
 
+// a[i] = b[i] = x[i] + y[i], 16 a turn. kStream: a gets non-temporal
+// stores from its first 32-byte boundary on, then a store fence
+// (sum_floats_to_shared_and); b plain stores.
+template <bool kStream>
 __attribute__((target("avx2"))) void sum_to_both_loop(float* a, float* b, const float* x,
                                                       const float* y, size_t n) {
   size_t i = 0;
+  if constexpr (kStream) {
+    for (; i < n && reinterpret_cast<std::uintptr_t>(a + i) % 32 != 0; ++i) a[i] = b[i] = x[i] + y[i];
+  }
   for (; i + 16 <= n; i += 16) {
     const __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
     const __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
-    _mm256_storeu_ps(a + i, v0);
-    _mm256_storeu_ps(a + i + 8, v1);
+    if constexpr (kStream) {
+      _mm256_stream_ps(a + i, v0);
+      _mm256_stream_ps(a + i + 8, v1);
+    } else {
+      _mm256_storeu_ps(a + i, v0);
+      _mm256_storeu_ps(a + i + 8, v1);
+    }
     _mm256_storeu_ps(b + i, v0);
     _mm256_storeu_ps(b + i + 8, v1);
   }
   for (; i < n; ++i) a[i] = b[i] = x[i] + y[i];
-}
-
-// dst gets the bytes with non-temporal stores from its first 32-byte
-// boundary on; the head and the tail with plain ones; then a store fence.
-__attribute__((target("avx2"))) void stream_copy_loop(std::uint8_t* dst, const std::uint8_t* src,
-                                                      size_t n) {
-  size_t i = std::min(n, (32 - reinterpret_cast<std::uintptr_t>(dst) % 32) % 32);
-  if (i > 0) std::memcpy(dst, src, i);
-  for (; i + 128 <= n; i += 128) {
-    const auto* s = reinterpret_cast<const __m256i*>(src + i);
-    auto* d = reinterpret_cast<__m256i*>(dst + i);
-    const __m256i a = _mm256_loadu_si256(s), b = _mm256_loadu_si256(s + 1),
-                  c = _mm256_loadu_si256(s + 2), e = _mm256_loadu_si256(s + 3);
-    _mm256_stream_si256(d, a);
-    _mm256_stream_si256(d + 1, b);
-    _mm256_stream_si256(d + 2, c);
-    _mm256_stream_si256(d + 3, e);
-  }
-  if (i < n) std::memcpy(dst + i, src + i, n - i);
-  _mm_sfence();
-}
-
-__attribute__((target("avx2"))) void stream_sum_loop(float* a, float* b, const float* x,
-                                                     const float* y, size_t n) {
-  size_t i = 0;
-  for (; i < n && reinterpret_cast<std::uintptr_t>(a + i) % 32 != 0; ++i) a[i] = b[i] = x[i] + y[i];
-  for (; i + 16 <= n; i += 16) {
-    const __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
-    const __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
-    _mm256_stream_ps(a + i, v0);
-    _mm256_stream_ps(a + i + 8, v1);
-    _mm256_storeu_ps(b + i, v0);
-    _mm256_storeu_ps(b + i + 8, v1);
-  }
-  for (; i < n; ++i) a[i] = b[i] = x[i] + y[i];
-  _mm_sfence();
+  if constexpr (kStream) _mm_sfence();
 }
 
 }  // namespace
@@ -200,13 +189,13 @@ void copy_to_shared(void* dst, const void* src, size_t bytes) {
     std::memcpy(dst, src, bytes);
     return;
   }
-  stream_copy_loop(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), bytes);
+  copy_loop<true>(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), bytes);
 }
 
 void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) {
-    stream_sum_loop(a, b, x, y, n);
+    sum_to_both_loop<true>(a, b, x, y, n);
     return;
   }
   for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
@@ -215,7 +204,7 @@ void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y
 void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (avx2) {
-    sum_to_both_loop(a, b, x, y, n);
+    sum_to_both_loop<false>(a, b, x, y, n);
     return;
   }
   for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
@@ -227,7 +216,7 @@ void copy(void* dst, const void* src, size_t bytes) {
     std::memcpy(dst, src, bytes);
     return;
   }
-  copy_loop(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), bytes);
+  copy_loop<false>(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), bytes);
 }
 
 bool available() {
