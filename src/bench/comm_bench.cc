@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "core/stats.h"
 
 namespace hpct::bench {
 namespace {
@@ -16,13 +17,6 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // NCCL-tests' bus bandwidth: the bytes each link carries, comparable across

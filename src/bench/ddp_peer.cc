@@ -13,6 +13,7 @@
 #include "core/clock.h"
 #include "core/error.h"
 #include "core/subprocess.h"
+#include "core/stats.h"
 
 namespace hpct::bench {
 namespace {
@@ -158,12 +159,6 @@ std::string failure_text(const std::string& dir, const SubprocessResult& r, doub
   }
   const std::string text = peer_root_error_text(logs);
   return text.empty() ? how : text + " (" + how + ")";
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 }  // namespace

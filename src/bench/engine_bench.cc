@@ -5,17 +5,12 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
+#include "core/stats.h"
 #include "engine/engine.h"
 #include "train/models.h"
 
 namespace hpct::bench {
 namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t n = v.size();
-  return n == 0 ? 0 : (n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2);
-}
 
 double seconds_since(SteadyClock::time_point t) {
   return std::chrono::duration<double>(SteadyClock::now() - t).count();

@@ -363,6 +363,16 @@ void ShmAllreduce::note_slot_copy(std::chrono::steady_clock::time_point start, s
 
 namespace {
 
+// An Io's read: into a slot (to_shared: the stores chosen by speed) or into
+// a private scratch block.
+void copy_out(std::uint8_t* to, const std::uint8_t* from, std::size_t bytes, bool to_shared) {
+  if (to_shared) {
+    simd::copy_to_shared(to, from, bytes);
+  } else {
+    simd::copy(to, from, bytes);
+  }
+}
+
 // Where an allreduce's elements live; offsets count elements from the start.
 // read() copies n elements out, write() copies n in, view() points at n
 // elements to read (copying them into scratch only when they span buffers).
@@ -373,11 +383,7 @@ class OneBuffer {
         dst_(static_cast<std::uint8_t*>(out)),
         es_(es) {}
   void read(std::size_t at, std::size_t n, std::uint8_t* to, bool to_shared = false) const {
-    if (to_shared) {
-      simd::copy_to_shared(to, src_ + at * es_, n * es_);
-    } else {
-      simd::copy(to, src_ + at * es_, n * es_);
-    }
+    copy_out(to, src_ + at * es_, n * es_, to_shared);
   }
   void write(std::size_t at, std::size_t n, const std::uint8_t* from) const {
     simd::copy(dst_ + at * es_, from, n * es_);
@@ -406,11 +412,7 @@ class Segments {
   }
   void read(std::size_t at, std::size_t n, std::uint8_t* to, bool to_shared = false) const {
     walk(at, n, [&](std::uint8_t* p, std::size_t k, std::size_t done) {
-      if (to_shared) {
-        simd::copy_to_shared(to + done * es_, p, k * es_);
-      } else {
-        simd::copy(to + done * es_, p, k * es_);
-      }
+      copy_out(to + done * es_, p, k * es_, to_shared);
     });
   }
   void write(std::size_t at, std::size_t n, const std::uint8_t* from) const {

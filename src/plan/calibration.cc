@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/stats.h"
 
 namespace hpct::plan {
 namespace {
@@ -345,15 +346,13 @@ std::vector<std::string> fit_bench_comm(const std::vector<json>& lines,
     }
   }
   std::vector<std::string> fitted;
-  for (auto& [name, by_size] : runs) {
+  for (const auto& [name, by_size] : runs) {
     if (by_size.size() < 2) continue;
     std::vector<std::pair<double, double>> p;
     size_t most = 0;
-    for (auto& [bytes, times] : by_size) {
-      std::sort(times.begin(), times.end());
-      const size_t n = times.size();
-      p.push_back({bytes, n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2});
-      most = std::max(most, n);
+    for (const auto& [bytes, times] : by_size) {
+      p.push_back({bytes, median(times)});
+      most = std::max(most, times.size());
     }
     AlphaBeta ab = fit_alpha_beta(p);
     if (name == "ring") ab.alpha_s /= 2;  // 2 ranks: 2 steps of S/2 bytes

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "core/error.h"
+#include "core/stats.h"
 #include "data/formats/idx.h"
 #include "train/models.h"
 
@@ -17,12 +18,6 @@ using Clock = std::chrono::steady_clock;
 
 double secs(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "commands.h"
 #include "core/error.h"
 #include "core/subprocess.h"
+#include "core/stats.h"
 #include "launch/child_process.h"
 
 namespace hpct::cli {
@@ -94,11 +95,6 @@ double time_to_barrier(const std::string& out, long long t0, int np, const std::
                                           " barrier times, expected " + std::to_string(np) + ": " + out.substr(0, 400));
   }
   return (last - t0) / 1e9;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.size() % 2 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
 }
 
 int run_bench_launch(const BenchLaunchArgs& a) {
