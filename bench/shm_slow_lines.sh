@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# The shared-memory allreduce against MPI_Allreduce with its slot stores
-# plain (HPCT_SHM_STREAM=0) and as shipped (chosen by the copies' speed),
+# The shared-memory allreduce against MPI_Allreduce in two settings,
 # alternating, each run after a 1 s sample of how fast cache lines cross
 # between the 2 CPUs (bench/cross_core_lines.cc: the median round trip).
-# docs/comm.md, "Slow stretches". Prints per run the round trip and each
-# size's time against MPI_Allreduce's (paired median ratio); then per
-# setting the runs at 0.5x or better at every size, and the ratios of the
-# runs in a slow stretch (round trip above 300 ns).
-#   RUNS=20 OUT=/tmp/hpct-shm-lines bench/shm_slow_lines.sh
+# docs/comm.md, "Slow stretches". SETTINGS names them: "0 auto" (the
+# default) compares slot stores kept plain (HPCT_SHM_STREAM=0) with the
+# shipped choice by the copies' speed; "reused fresh" compares bench comm's
+# --input reused (each call takes the bytes the last call left) with fresh
+# (each call's input just written by its rank). Prints per run the round
+# trip and each size's time against MPI_Allreduce's (paired median ratio);
+# then per setting the runs at 0.5x or better at every size, and the
+# ratios of the runs in a slow stretch (round trip above 300 ns).
+#   RUNS=20 SETTINGS="reused fresh" OUT=/tmp/hpct-shm-lines bench/shm_slow_lines.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 bench_out "${OUT:-/tmp/hpct-shm-lines}"
@@ -17,12 +20,17 @@ round_trip() {
 import json, statistics, sys
 print(round(statistics.median(json.loads(l)["round_trip_ns"] for l in sys.stdin)))'
 }
+SETTINGS=${SETTINGS:-0 auto}
 for k in $(seq 1 "${RUNS:-20}"); do
-  for setting in 0 auto; do
+  for setting in $SETTINGS; do
     rt=$(round_trip)
-    log "run $k HPCT_SHM_STREAM=$setting round trip ${rt} ns"
-    HPCT_SHM_STREAM=$setting timeout 120 "$B" bench comm --backend mpi --np 2 --sizes 1M,4M,16M,64M \
-      --budget-s 1.0 2>/dev/null | /usr/bin/python3 -c '
+    log "run $k setting $setting round trip ${rt} ns"
+    case $setting in
+      reused|fresh) stream=auto input=$setting ;;
+      *) stream=$setting input=fresh ;;
+    esac
+    HPCT_SHM_STREAM=$stream timeout 120 "$B" bench comm --backend mpi --np 2 --sizes 1M,4M,16M,64M \
+      --budget-s 1.0 --input "$input" 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 for l in sys.stdin:
     if l.startswith("{"):
@@ -36,10 +44,10 @@ summarise <<'PY'
 runs = {}
 for r in rows:
     runs.setdefault((r['setting'], r['run']), []).append(r)
-for setting in ['0', 'auto']:
+for setting in dict.fromkeys(r['setting'] for r in rows):
     mine = {k: v for k, v in runs.items() if k[0] == setting}
     held = sum(all(r['ratio'] <= 0.5 for r in v) for v in mine.values())
-    print(f'HPCT_SHM_STREAM={setting}: {held} of {len(mine)} runs at 0.5x MPI_Allreduce or better at every size')
+    print(f'{setting}: {held} of {len(mine)} runs at 0.5x MPI_Allreduce or better at every size')
     for (_, run), v in sorted(mine.items()):
         line = ' '.join(f"{r['bytes'] >> 20}M {r['time_us']:.0f}/{r['raw_time_us']:.0f} us {r['ratio']:.2f}" for r in v)
         slow = ' (slow stretch)' if v[0]['round_trip_ns'] > 300 else ''

@@ -167,10 +167,22 @@ TEST(Cli, BenchCommPrintsOneJsonLinePerBackendAndSize) {
     EXPECT_GT(j["raw_time_us"].get<double>(), 0);
     EXPECT_GT(j["busbw_GBps"].get<double>(), 0);
     EXPECT_EQ(j["raw_call"], j["backend"] == "mpi" ? "MPI_Allreduce" : "gloo::allreduce");
+    // Each call starts from an input the rank has just written, and the
+    // sums are checked (a wrong one fails the run).
+    EXPECT_EQ(j["input"], "fresh");
   }
   EXPECT_EQ(lines[0]["backend"], "mpi");
   EXPECT_EQ(lines[2]["backend"], "gloo");
   EXPECT_EQ(lines[3]["bytes"], 65536);
+
+  CliRun reused = run("bench comm --backend mpi --np 2 --sizes 4K --iters 3 --input reused");
+  ASSERT_EQ(reused.exit_code, 0) << reused.out;
+  auto reused_lines = json_lines(reused.out);
+  ASSERT_EQ(reused_lines.size(), 1u) << reused.out;
+  EXPECT_EQ(reused_lines[0]["input"], "reused");
+  CliRun bad = run("bench comm --input stale");
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.out.find("--input"), std::string::npos) << bad.out;
 }
 
 // bench comm --check marks each shared-memory allreduce of 1 MiB and up

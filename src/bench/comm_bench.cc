@@ -35,19 +35,22 @@ struct Buffers {
   std::vector<float> in, out;
 };
 
+// Every rank's input is 1.0 in every element (make_buffers).
+constexpr float kInput = 1.0f;
+
 Buffers make_buffers(OpKind op, size_t count, int n) {
   Buffers b;
   switch (op) {
     case OpKind::kAllgather:
-      b.in.assign(std::max<size_t>(count, 1), 1.0f);
+      b.in.assign(std::max<size_t>(count, 1), kInput);
       b.out.assign(std::max<size_t>(count * n, 1), 0.0f);
       break;
     case OpKind::kReduceScatter:
-      b.in.assign(std::max<size_t>(count * n, 1), 1.0f);
+      b.in.assign(std::max<size_t>(count * n, 1), kInput);
       b.out.assign(std::max<size_t>(count, 1), 0.0f);
       break;
     default:
-      b.in.assign(std::max<size_t>(count, 1), 1.0f);
+      b.in.assign(std::max<size_t>(count, 1), kInput);
       break;
   }
   return b;
@@ -89,6 +92,20 @@ void run_ours(comm::Communicator& c, OpKind op, Buffers& b, size_t count) {
     case OpKind::kAllgatherv:
       comm::barrier(c);
       break;
+  }
+}
+
+// After an allreduce of fresh inputs every element is the world's sum.
+void check_sum(const Buffers& b, size_t count, int n) {
+  if (count == 0) return;
+  const float want = kInput * static_cast<float>(n);
+  for (size_t i : {size_t{0}, count / 2, count - 1}) {
+    if (b.in[i] != want) {
+      throw Error(ErrorCode::kDataCorrupt, "bench comm: the allreduce of " + std::to_string(count) +
+                                            " floats gave " + std::to_string(b.in[i]) +
+                                            " at element " + std::to_string(i) + ", not " +
+                                            std::to_string(want));
+    }
   }
 }
 
@@ -173,6 +190,7 @@ std::vector<std::string> run_comm_bench(comm::Communicator& c, const CommBenchOp
         // Alternate which goes first so drift and cache effects hit both.
         for (int k = 0; k < (with_raw ? 2 : 1); ++k) {
           const bool do_raw = with_raw && ((i + k) % 2 == 1);
+          if (opts.fresh_input) std::fill(b.in.begin(), b.in.end(), kInput);
           comm::barrier(c);
           auto start = Clock::now();
           if (do_raw) {
@@ -181,6 +199,7 @@ std::vector<std::string> run_comm_bench(comm::Communicator& c, const CommBenchOp
           } else {
             run_ours(c, op, b, count);
             ours.push_back(seconds_since(start));
+            if (opts.fresh_input && op == OpKind::kAllreduce) check_sum(b, count, n);
           }
         }
       }
@@ -196,6 +215,7 @@ std::vector<std::string> run_comm_bench(comm::Communicator& c, const CommBenchOp
                           {"bytes", bytes},
                           {"dtype", "float32"},
                           {"iters", iters},
+                          {"input", opts.fresh_input ? "fresh" : "reused"},
                           {"algorithm", c.algorithm(op, bytes)},
                           {"time_us", t * 1e6},
                           {"min_us", *std::min_element(ours.begin(), ours.end()) * 1e6}};

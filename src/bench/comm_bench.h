@@ -34,6 +34,11 @@ struct CommBenchOptions {
   int iters = 0;                                        // 0: about budget_s per size
   double budget_s = 0.4;
   int warmup = 2;
+  // Each timed call starts from an input this rank has just written, as a
+  // training step's gradients are (the write is not timed), and our
+  // allreduce's result is checked. Off: each call takes the bytes the
+  // previous call left, in whichever core's cache it left them.
+  bool fresh_input = true;
   // The check: from check_min_bytes up, an allreduce through shared memory
   // ("shm:" algorithms) must take at most check_max_ratio times the raw
   // call's time (the median of paired ratios, same run). Those lines carry

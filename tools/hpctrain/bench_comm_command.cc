@@ -45,6 +45,7 @@ struct CommArgs {
   int rtt_pings = 200;
   bool check = false;
   double check_ratio = 1.0;
+  std::string input = "fresh";
   BenchHosts hosts;
 };
 
@@ -52,7 +53,7 @@ struct CommArgs {
 std::vector<std::string> worker_args(const CommArgs& a) {
   std::vector<std::string> v = {"bench", "comm", "--worker", "--sizes", a.sizes, "--ops", a.ops,
                                 "--iters", std::to_string(a.iters), "--budget-s",
-                                std::to_string(a.budget_s)};
+                                std::to_string(a.budget_s), "--input", a.input};
   if (a.check) v.insert(v.end(), {"--check", "--check-ratio", std::to_string(a.check_ratio)});
   return v;
 }
@@ -152,6 +153,7 @@ int run_comm_worker(const CommArgs& a, const Config& config) {
   o.iters = a.iters;
   o.budget_s = a.budget_s;
   o.check_max_ratio = a.check_ratio;
+  o.fresh_input = a.input == "fresh";
   auto raw = bench::make_raw_allreduce(*world.comm);
   // The round trip first, on idle links: what a small allreduce is held to.
   comm::barrier(*world.comm);
@@ -214,6 +216,12 @@ void add_bench_comm_command(CLI::App& bench, Cli& cli) {
               "Exit 1 when the shared-memory allreduce takes more than --check-ratio times the "
               "raw call's time at 1 MiB or more (lines carry \"check\")");
   c->add_option("--check-ratio", a->check_ratio, "The bound --check holds the paired ratio to")
+      ->capture_default_str();
+  c->add_option("--input", a->input,
+                 "fresh: each timed call starts from an input the rank has just written, as a "
+                 "training step's gradients (not timed), and our allreduce's sums are checked; "
+                 "reused: each call takes the bytes the previous call left")
+      ->check(CLI::IsMember({"fresh", "reused"}))
       ->capture_default_str();
   c->add_option("--timeout-s", a->timeout_s, "Bound on each backend's whole run")->capture_default_str();
   c->add_flag("--worker", a->worker, "Internal: run as one rank of the benchmark")->group("");
