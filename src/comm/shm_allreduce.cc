@@ -489,16 +489,18 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
   const std::size_t es = dtype_size(dtype);
   const std::size_t align = std::max<std::size_t>(1, kChunkAlign / es);
   // Up to half a slot goes as one piece (1.1 MB: not a full piece and a
-  // sliver that costs two more arrivals). Up to two slots go in equal
+  // sliver that costs two more arrivals). Up to four slots go in equal
   // pieces of at most a quarter slot, whose copies and reduction stay in a
   // core's L2 (1 MiB on the EPYC hosts measured: 4 MiB in 1 MiB pieces
-  // 0.45-0.46x MPI_Allreduce's time, in 2 MiB pieces 0.53-0.55x). Larger
-  // buffers go in half-slot pieces: half the arrivals, each a chance to wait
-  // for a descheduled peer on a busy host (64 MiB in quarter-slot pieces
-  // took 51 ms in 2 of 3 runs at load 3-4, against 9-31 ms; docs/comm.md).
+  // 0.45-0.46x MPI_Allreduce's time, in 2 MiB pieces 0.53-0.55x; 16 MiB
+  // 0.33-0.35x against 0.45-0.49x, and 1.4-1.7 against 2.0-2.2 ms beside
+  // two CPU-bound processes). Larger buffers go in half-slot pieces: half
+  // the arrivals, each a chance to wait for a descheduled peer on a busy
+  // host (64 MiB in quarter-slot pieces took 51 ms in 2 of 3 runs at load
+  // 3-4, against 9-31 ms; docs/comm.md).
   const std::size_t half_slot = slot_bytes_ / 2 / es;
   const std::size_t max_piece =
-      count > half_slot && count <= 4 * half_slot ? half_slot / 2 : half_slot;
+      count > half_slot && count <= 8 * half_slot ? half_slot / 2 : half_slot;
   const std::size_t n_pieces = (count + max_piece - 1) / max_piece;
   const std::size_t piece_elems =
       std::min(max_piece, round_up((count + n_pieces - 1) / n_pieces, align));
