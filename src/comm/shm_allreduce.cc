@@ -21,6 +21,7 @@
 
 #include "comm/reduce.h"
 #include "comm/reduce_simd.h"
+#include "comm/shm_io.h"
 #include "core/error.h"
 #include "core/futex.h"
 
@@ -32,24 +33,11 @@ constexpr std::size_t kCounterStride = 128;    // a counter per two cache lines 
 constexpr std::size_t kSlotAlign = 8192;       // slot halves stay page-aligned
 constexpr std::size_t kChunkAlign = 64;        // chunk bounds on cache lines
 constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blocks
-// Slow stores. A rank's copy into its slot writes lines its peer read in
-// the last operation, and each store takes such a line back from the
-// peer's cache. On the VM measured that ran at 10-12 GB/s, and in
-// stretches of seconds in which a cache line took 5x longer to cross
-// between the two vCPUs (a round trip of 500 ns against 100) at 2.5 GB/s:
-// the allreduce then took 6-16x its time. Non-temporal stores take no line
-// back (28 GB/s in both), but leave the data in memory, not in a cache, so
-// in the usual case the peer's reads make the allreduce 1.4-2.5x slower.
-// So the slot copy of pieces from kStreamFromBytes is timed: after
-// kSlowCopies plain copies in a row below kSlowCopyBytesPerS, the rank
-// stores non-temporally for kStreamFor, then tries plain stores again.
-// Each rank chooses for itself: the bits are the same either way.
-// HPCT_SHM_STREAM=0 keeps plain stores, 1 non-temporal ones (for
-// side-by-side measurements).
+// Pieces from kStreamFromBytes have their own work timed, and their slot
+// stores chosen by its speed (comm/slot_stores.h): plain, or non-temporal
+// while plain stores are slow. HPCT_SHM_STREAM=0 keeps plain stores, 1 non-temporal
+// ones (for side-by-side measurements).
 constexpr std::size_t kStreamFromBytes = 256 << 10;
-constexpr double kSlowCopyBytesPerS = 5e9;
-constexpr int kSlowCopies = 3;
-constexpr auto kStreamFor = std::chrono::milliseconds(500);
 
 // -1: choose by the copies' speed; 0: plain stores; 1: non-temporal.
 int stream_setting() {
@@ -89,6 +77,17 @@ std::atomic<std::int32_t>* last_cpu(void* base, int rank) {
       reinterpret_cast<std::uint8_t*>(counter(base, rank)) + 68);
 }
 
+// The round-trip probe's two lines, after the last rank's counter: side 0
+// is written by rank 0 (ping), side 1 by rank 1 (pong).
+std::atomic<std::uint64_t>* probe_line(void* base, int size, int side) {
+  auto* p = static_cast<std::uint8_t*>(base) + kCounterStride * (1 + static_cast<std::size_t>(size)) +
+            64 * static_cast<std::size_t>(side);
+  return reinterpret_cast<std::atomic<std::uint64_t>*>(p);
+}
+constexpr int kProbeRounds = 32;
+constexpr std::uint64_t kProbeEvery = 1024;  // pieces
+constexpr auto kProbeBound = std::chrono::microseconds(200);
+
 // Waiters sleep on a futex on the counter's low 32 bits (core/futex.h),
 // which change with every arrival.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -125,7 +124,8 @@ bool process_gone(pid_t pid) {
 }  // namespace
 
 std::size_t ShmAllreduce::header_bytes(int size) {
-  return round_up(kCounterStride * (1 + static_cast<std::size_t>(size)), kSlotAlign);
+  // The header, a counter per rank, and the probe's lines.
+  return round_up(kCounterStride * (2 + static_cast<std::size_t>(size)), kSlotAlign);
 }
 
 ShmAllreduce::ShmAllreduce(std::string name, int rank, int size, std::size_t slot_bytes, void* base,
@@ -177,6 +177,7 @@ std::unique_ptr<ShmAllreduce> ShmAllreduce::create(int size, std::size_t slot_by
     new (sleepers(base, q)) std::atomic<std::uint32_t>(0);
     new (last_cpu(base, q)) std::atomic<std::int32_t>(-1);
   }
+  for (int side = 0; side < 2; ++side) new (probe_line(base, size, side)) std::atomic<std::uint64_t>(0);
   std::atomic_thread_fence(std::memory_order_release);
   h->magic = kMagic;
   return std::unique_ptr<ShmAllreduce>(
@@ -348,117 +349,22 @@ void ShmAllreduce::arrive_and_wait(std::uint64_t generation, const Deadline& dea
   }
 }
 
-void ShmAllreduce::note_slot_copy(std::chrono::steady_clock::time_point start, std::size_t bytes) {
-  const auto now = std::chrono::steady_clock::now();
-  const double seconds = std::chrono::duration<double>(now - start).count();
-  if (seconds > 0 && static_cast<double>(bytes) / seconds < kSlowCopyBytesPerS) {
-    if (++slow_copies_ >= kSlowCopies) {
-      stream_until_ = now + kStreamFor;
-      slow_copies_ = 0;
-    }
-  } else {
-    slow_copies_ = 0;
+double ShmAllreduce::probe_round_trip() {
+  if (size_ != 2) return -1;
+  // Values of this probe only: a line left by an abandoned one never matches.
+  const std::uint64_t first = ++probes_ * (kProbeRounds + 1);
+  return time_line_round_trips(probe_line(base_, size_, rank_), probe_line(base_, size_, 1 - rank_),
+                               rank_ == 0, first, kProbeRounds, kProbeBound);
+}
+
+void ShmAllreduce::note_piece_work(std::chrono::steady_clock::duration work, std::size_t bytes) {
+  const double seconds = std::chrono::duration<double>(work).count();
+  if (seconds > 0) {
+    stores_.note_plain_piece(std::chrono::steady_clock::now(), bytes,
+                             static_cast<double>(bytes) / seconds);
   }
 }
 
-namespace {
-
-// An Io's read: into a slot (to_shared: the stores chosen by speed) or into
-// a private scratch block.
-void copy_out(std::uint8_t* to, const std::uint8_t* from, std::size_t bytes, bool to_shared) {
-  if (to_shared) {
-    simd::copy_to_shared(to, from, bytes);
-  } else {
-    simd::copy(to, from, bytes);
-  }
-}
-
-// Where an allreduce's elements live; offsets count elements from the start.
-// read() copies n elements out, write() copies n in, view() points at n
-// elements to read (copying them into scratch only when they span buffers).
-class OneBuffer {
- public:
-  OneBuffer(const void* in, void* out, std::size_t es)
-      : src_(static_cast<const std::uint8_t*>(in)),
-        dst_(static_cast<std::uint8_t*>(out)),
-        es_(es) {}
-  void read(std::size_t at, std::size_t n, std::uint8_t* to, bool to_shared = false) const {
-    copy_out(to, src_ + at * es_, n * es_, to_shared);
-  }
-  void write(std::size_t at, std::size_t n, const std::uint8_t* from) const {
-    simd::copy(dst_ + at * es_, from, n * es_);
-  }
-  const std::uint8_t* view(std::size_t at, std::size_t /*n*/, std::uint8_t* /*scratch*/) const {
-    return src_ + at * es_;
-  }
-  // The output's n elements at `at` as one span to write.
-  std::uint8_t* span(std::size_t at, std::size_t /*n*/) const { return dst_ + at * es_; }
-
- private:
-  const std::uint8_t* src_;
-  std::uint8_t* dst_;
-  std::size_t es_;
-};
-
-class Segments {
- public:
-  Segments(const std::vector<BufferSegment>& segs, std::size_t es) : segs_(segs), es_(es) {
-    starts_.reserve(segs.size());
-    std::size_t at = 0;
-    for (const auto& s : segs) {
-      starts_.push_back(at);
-      at += s.count;
-    }
-  }
-  void read(std::size_t at, std::size_t n, std::uint8_t* to, bool to_shared = false) const {
-    walk(at, n, [&](std::uint8_t* p, std::size_t k, std::size_t done) {
-      copy_out(to + done * es_, p, k * es_, to_shared);
-    });
-  }
-  void write(std::size_t at, std::size_t n, const std::uint8_t* from) const {
-    walk(at, n, [&](std::uint8_t* p, std::size_t k, std::size_t done) {
-      simd::copy(p, from + done * es_, k * es_);
-    });
-  }
-  const std::uint8_t* view(std::size_t at, std::size_t n, std::uint8_t* scratch) const {
-    if (std::uint8_t* p = span(at, n)) return p;
-    read(at, n, scratch);
-    return scratch;
-  }
-  // The n elements at `at` when one segment holds them all, else null.
-  std::uint8_t* span(std::size_t at, std::size_t n) const {
-    const std::size_t i = index_of(at);
-    if (at - starts_[i] + n > segs_[i].count) return nullptr;
-    return static_cast<std::uint8_t*>(segs_[i].data) + (at - starts_[i]) * es_;
-  }
-
- private:
-  std::size_t index_of(std::size_t at) const {
-    // The last segment starting at or before `at` that is not empty there.
-    auto it = std::upper_bound(starts_.begin(), starts_.end(), at);
-    std::size_t i = static_cast<std::size_t>(it - starts_.begin()) - 1;
-    while (i + 1 < segs_.size() && at - starts_[i] >= segs_[i].count) ++i;
-    return i;
-  }
-  template <typename F>
-  void walk(std::size_t at, std::size_t n, F&& f) const {
-    if (n == 0) return;
-    std::size_t done = 0;
-    for (std::size_t i = index_of(at); done < n; ++i) {
-      const std::size_t off = at + done - starts_[i];
-      if (off >= segs_[i].count) continue;
-      const std::size_t k = std::min(segs_[i].count - off, n - done);
-      f(static_cast<std::uint8_t*>(segs_[i].data) + off * es_, k, done);
-      done += k;
-    }
-  }
-
-  const std::vector<BufferSegment>& segs_;
-  std::size_t es_;
-  std::vector<std::size_t> starts_;
-};
-
-}  // namespace
 
 void ShmAllreduce::allreduce(const void* in, void* out, std::size_t count, DataType dtype,
                              ReduceOp op, const Deadline& deadline) {
@@ -477,6 +383,47 @@ void ShmAllreduce::allreduce(const std::vector<BufferSegment>& segments, DataTyp
   if (count == 0 || size_ == 1) return;
   Segments io(segments, dtype_size(dtype));
   run(io, count, dtype, op, deadline);
+}
+
+// This rank's chunk [lo, hi) of the piece at `base`, reduced in rank order,
+// into the slot (in L1-sized blocks) and from there to the output.
+// Accumulate in the slot, not the output: in place, the output is this
+// rank's input, still to be read when the rank is not 0 or 1.
+template <typename Io>
+void ShmAllreduce::reduce_chunk(Io& io, std::size_t base, std::size_t lo, std::size_t hi,
+                                std::uint64_t piece, DataType dtype, ReduceOp op, bool stream) {
+  const std::size_t es = dtype_size(dtype);
+  const std::size_t block = kBlockBytes / es;
+  std::uint8_t* mine = slot_half(rank_, piece);
+  for (std::size_t b = lo; b < hi; b += block) {
+    const std::size_t m = std::min(block, hi - b);
+    const std::uint8_t* own = io.view(base + b, m, scratch_.data());
+    auto input_of = [&](int q) -> const std::uint8_t* {
+      return q == rank_ ? own : slot_half(q, piece) + b * es;
+    };
+    std::uint8_t* acc = mine + b * es;
+    // Two float32 ranks summing (gradients): the sum is stored to the slot
+    // and the output in one pass, where the output is one span.
+    std::uint8_t* out = size_ == 2 && dtype == DataType::kFloat32 && op == ReduceOp::kSum
+                            ? io.span(base + b, m)
+                            : nullptr;
+    if (out != nullptr) {
+      auto* sum = stream ? simd::sum_floats_to_shared_and : simd::sum_floats_to_both;
+      sum(reinterpret_cast<float*>(acc), reinterpret_cast<float*>(out),
+          reinterpret_cast<const float*>(input_of(0)),
+          reinterpret_cast<const float*>(input_of(1)), m);
+      continue;
+    }
+    for (int q = 1; q < size_; ++q) {
+      const std::uint8_t* x = q == 1 ? input_of(0) : acc;
+      if (op == ReduceOp::kAvg && q == size_ - 1) {
+        sum_and_average(acc, x, input_of(q), m, dtype, size_);  // the division folded in
+      } else {
+        reduce_elements(acc, x, input_of(q), m, dtype, op);
+      }
+    }
+    io.write(base + b, m, acc);
+  }
 }
 
 template <typename Io>
@@ -504,7 +451,6 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
   const std::size_t n_pieces = (count + max_piece - 1) / max_piece;
   const std::size_t piece_elems =
       std::min(max_piece, round_up((count + n_pieces - 1) / n_pieces, align));
-  const std::size_t block = kBlockBytes / es;
   scratch_.resize(kBlockBytes);
   const auto n_ranks = static_cast<std::size_t>(size_);
 
@@ -524,46 +470,28 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
     const bool big = n * es >= kStreamFromBytes;
     const auto copy_start = std::chrono::steady_clock::now();
     const int setting = stream_setting();
-    const bool stream = big && (setting == 1 || (setting == -1 && copy_start < stream_until_));
+    const bool stream = big && (setting == 1 || (setting == -1 && stores_.stream(copy_start)));
     io.read(base, lo, mine, stream);
     io.read(base + hi, n - hi, mine + hi * es, stream);
-    if (big && !stream && setting == -1) note_slot_copy(copy_start, (n - (hi - lo)) * es);
+    // The piece's own work, its waits left out: the copy, the reduction and
+    // the copy out (timed only with plain stores, when the choice is free).
+    const bool timed = big && !stream && setting == -1;
+    auto work = timed ? std::chrono::steady_clock::now() - copy_start
+                      : std::chrono::steady_clock::duration{};
     arrive_and_wait(++generation_, deadline, "contribute its share", count, dtype);
-
-    // 2. This rank's chunk, reduced in rank order, into the slot (in L1-sized
-    // blocks) and from there to the output. Accumulate in the slot, not the
-    // output: in place, the output is this rank's input, still to be read
-    // when the rank is not 0 or 1.
-    for (std::size_t b = lo; b < hi; b += block) {
-      const std::size_t m = std::min(block, hi - b);
-      const std::uint8_t* own = io.view(base + b, m, scratch_.data());
-      auto input_of = [&](int q) -> const std::uint8_t* {
-        return q == rank_ ? own : slot_half(q, piece) + b * es;
-      };
-      std::uint8_t* acc = mine + b * es;
-      // Two float32 ranks summing (gradients): the sum is stored to the slot
-      // and the output in one pass, where the output is one span.
-      std::uint8_t* out = size_ == 2 && dtype == DataType::kFloat32 && op == ReduceOp::kSum
-                              ? io.span(base + b, m)
-                              : nullptr;
-      if (out != nullptr) {
-        auto* sum = stream ? simd::sum_floats_to_shared_and : simd::sum_floats_to_both;
-        sum(reinterpret_cast<float*>(acc), reinterpret_cast<float*>(out),
-            reinterpret_cast<const float*>(input_of(0)),
-            reinterpret_cast<const float*>(input_of(1)), m);
-        continue;
-      }
-      for (int q = 1; q < size_; ++q) {
-        const std::uint8_t* x = q == 1 ? input_of(0) : acc;
-        if (op == ReduceOp::kAvg && q == size_ - 1) {
-          sum_and_average(acc, x, input_of(q), m, dtype, size_);  // the division folded in
-        } else {
-          reduce_elements(acc, x, input_of(q), m, dtype, op);
-        }
-      }
-      io.write(base + b, m, acc);
+    // Both ranks are here (the same piece number on each): time how lines
+    // cross between their CPUs now and then.
+    if (size_ == 2 && piece % kProbeEvery == 0) {
+      const double rt = probe_round_trip();
+      if (rt >= 0) stores_.note_round_trip(std::chrono::steady_clock::now(), rt);
     }
+    const auto reduce_start = timed ? std::chrono::steady_clock::now() : copy_start;
+
+    // 2. This rank's chunk, reduced in rank order, into the slot and the output.
+    reduce_chunk(io, base, lo, hi, piece, dtype, op, stream);
+    if (timed) work += std::chrono::steady_clock::now() - reduce_start;
     arrive_and_wait(++generation_, deadline, "reduce its chunk", count, dtype);
+    const auto out_start = timed ? std::chrono::steady_clock::now() : copy_start;
 
     // 3. Every other rank's reduced chunk, from its slot.
     for (int q = 0; q < size_; ++q) {
@@ -571,6 +499,10 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
       const std::size_t qlo = bound(static_cast<std::size_t>(q));
       const std::size_t qhi = bound(static_cast<std::size_t>(q) + 1);
       io.write(base + qlo, qhi - qlo, slot_half(q, piece) + qlo * es);
+    }
+    if (timed) {
+      work += std::chrono::steady_clock::now() - out_start;
+      note_piece_work(work, n * es);
     }
   }
 }

@@ -63,6 +63,7 @@
 #include <vector>
 
 #include "comm/communicator.h"
+#include "comm/slot_stores.h"
 #include "comm/types.h"
 #include "core/clock.h"
 
@@ -104,6 +105,14 @@ class ShmAllreduce {
   // After a failure: the lowest rank whose process is gone, or -1.
   int gone_rank() const;
 
+  // Two ranks only, called by both at the same point: times kProbeRounds
+  // round trips of a cache line between their CPUs. Returns nanoseconds
+  // per round trip, or -1 when the peer did not take part within 200 us
+  // (descheduled, or not here). The allreduce calls it every 1024 pieces,
+  // from the first, and streams its slot stores while the line crosses
+  // slowly (comm/slot_stores.h).
+  double probe_round_trip();
+
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::size_t slot_bytes() const { return slot_bytes_; }
@@ -129,6 +138,9 @@ class ShmAllreduce {
   // The algorithm, over where the elements live (shm_allreduce.cc).
   template <typename Io>
   void run(Io& io, std::size_t count, DataType dtype, ReduceOp op, const Deadline& deadline);
+  template <typename Io>
+  void reduce_chunk(Io& io, std::size_t base, std::size_t lo, std::size_t hi, std::uint64_t piece,
+                    DataType dtype, ReduceOp op, bool stream);
 
   std::string name_;
   int rank_;
@@ -143,12 +155,11 @@ class ShmAllreduce {
   bool pinned_ = false;
   cpu_set_t mask_;  // the thread's own, while pinned_
   std::vector<std::uint8_t> scratch_;  // a block of own input that spans segments
-  // A plain copy of `bytes` into the slot that began at start has ended.
-  void note_slot_copy(std::chrono::steady_clock::time_point start, std::size_t bytes);
-  // Stores into the slots (shm_allreduce.cc, "Slow stores"): plain, or
-  // non-temporal until stream_until_ after slow_copies_ slow plain copies.
-  int slow_copies_ = 0;
-  std::chrono::steady_clock::time_point stream_until_{};
+  // A piece of `bytes` stored plainly took `work`, its waits left out.
+  void note_piece_work(std::chrono::steady_clock::duration work, std::size_t bytes);
+  // Stores into the slots: plain, or non-temporal while plain ones are slow.
+  SlotStoreChoice stores_;
+  std::uint64_t probes_ = 0;  // round-trip probes done (their values on the probe lines)
 };
 
 // Sets up a ShmAllreduce over comm's own collectives (both backends call it

@@ -273,6 +273,31 @@ TEST(ShmAllreduce, AbsentPeerTimesOutNamingItWithinTheBound) {
   }
 }
 
+// The cache-line probe the allreduce uses to choose its slot stores: two
+// ranks that both take part get a round trip; a rank alone, or a world
+// that is not two ranks, gets no verdict, within the probe's bound.
+TEST(ShmAllreduce, TwoRanksTimeTheirCacheLineRoundTripAndALoneRankGivesUpAtOnce) {
+  auto ranks = open_all(2, 16 << 10);
+  for (int round = 0; round < 3; ++round) {
+    double rt[2] = {-2, -2};
+    std::thread peer([&] { rt[1] = ranks[1]->probe_round_trip(); });
+    rt[0] = ranks[0]->probe_round_trip();
+    peer.join();
+    // Both took part: a round trip each (on one CPU they may also miss each
+    // other, and then both say so).
+    if (rt[0] >= 0 || rt[1] >= 0) {
+      EXPECT_GT(rt[0], 0) << "round " << round;
+      EXPECT_GT(rt[1], 0) << "round " << round;
+      EXPECT_LT(rt[0], 200e3);
+    }
+  }
+  const auto t0 = Clock::now();
+  EXPECT_EQ(ranks[0]->probe_round_trip(), -1);  // rank 1 is not there
+  EXPECT_LT(Clock::now() - t0, std::chrono::milliseconds(50));
+  auto three = open_all(3, 16 << 10);
+  EXPECT_EQ(three[0]->probe_round_trip(), -1);
+}
+
 TEST(ShmAllreduce, DeadPeerIsNamedLongBeforeTheDeadline) {
   auto r0 = ShmAllreduce::create(2, 16 << 10);
   const pid_t child = ::fork();
