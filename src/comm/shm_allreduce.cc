@@ -84,9 +84,9 @@ std::atomic<std::uint64_t>* probe_line(void* base, int size, int side) {
             64 * static_cast<std::size_t>(side);
   return reinterpret_cast<std::atomic<std::uint64_t>*>(p);
 }
-constexpr int kProbeRounds = 32;
-constexpr std::uint64_t kProbeEvery = 1024;  // pieces
-constexpr auto kProbeBound = std::chrono::microseconds(200);
+constexpr int kProbeRounds = 16;
+constexpr std::uint64_t kProbeEvery = 64;  // pieces
+constexpr auto kProbeBound = std::chrono::microseconds(50);
 
 // Waiters sleep on a futex on the counter's low 32 bits (core/futex.h),
 // which change with every arrival.

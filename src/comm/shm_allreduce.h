@@ -107,8 +107,8 @@ class ShmAllreduce {
 
   // Two ranks only, called by both at the same point: times kProbeRounds
   // round trips of a cache line between their CPUs. Returns nanoseconds
-  // per round trip, or -1 when the peer did not take part within 200 us
-  // (descheduled, or not here). The allreduce calls it every 1024 pieces,
+  // per round trip, or -1 when the peer did not take part within 50 us
+  // (descheduled, or not here). The allreduce calls it every 64 pieces,
   // from the first, and streams its slot stores while the line crosses
   // slowly (comm/slot_stores.h).
   double probe_round_trip();

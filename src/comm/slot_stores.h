@@ -16,7 +16,7 @@
 // kStreamFor, then tries plain stores again.
 //
 // Two ranks also time the round trip of a cache line between their CPUs
-// (note_round_trip, every 1024 pieces from the first): the direct sign of
+// (note_round_trip, every 64 pieces from the first): the direct sign of
 // a stretch, which also catches one a process starts in. It decides until
 // the next probe; the pieces' speeds decide for more ranks, and between
 // probes.
@@ -57,7 +57,7 @@ class SlotStoreChoice {
   static constexpr std::size_t kSmallPieceBytes = 1 << 20;
   // The VMs measured: 45-125 ns usually, 470-570 ns in their stretches.
   static constexpr double kSlowRoundTripNs = 300;
-  static constexpr auto kRoundTripHold = std::chrono::seconds(10);
+  static constexpr auto kRoundTripHold = std::chrono::milliseconds(500);
 
   // A piece of `bytes` stored plainly, ended at `now`, did its own work
   // (the waits left out) at bytes_per_s.
