@@ -25,8 +25,8 @@
 // reduction and the copy out, its two waits left out. On the second VM
 // 1 MiB pieces did that work at a median 20 GB/s (a tenth of them below
 // 10-12) and at 7.8 in a stretch (a tenth below 5.9); the slot copy alone
-// separated the two less well (medians 15-25 against 8.4-9.7 GB/s, a tenth
-// of the stretch's copies above 13). A piece is slow when it ran below
+// separated the two less well (512 KiB copies: most above 17 GB/s against
+// a median of 9.6, a tenth of the stretch's copies above 14). A piece is slow when it ran below
 // kSlowBytesPerS, or below 1/kSlowFactor of the typical speed of its kind:
 // the median of the last kKept pieces of that kind that were not slow, once
 // there are kMinKept of them. The second bound follows the machine (a fixed
