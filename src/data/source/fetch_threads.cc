@@ -8,6 +8,8 @@
 #include <mutex>
 #include <thread>
 
+#include "data/source/short_slice.h"
+
 namespace hpct::data {
 namespace {
 
@@ -46,6 +48,7 @@ void fetch_thread_ending_job() {
 namespace {
 
 void fetch_thread_main() {
+  ShortSlice::drop_inherited();
   FetchThreads& t = fetch_threads();
   std::unique_lock<std::mutex> lock(t.mu);
   while (true) {

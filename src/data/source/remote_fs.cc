@@ -28,6 +28,7 @@
 #include "data/source/fetch_threads.h"
 #include "data/source/remote_fs_impl.h"
 #include "data/source/s3_upload.h"
+#include "data/source/short_slice.h"
 #include "data/source/spool.h"
 #include "data/source/url.h"
 
@@ -203,6 +204,7 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   // Waits for the size and the first bytes together (or the end): the
   // reader reads the first header at once, and one wake-up instead of two
   // is what the first sample waits for (Spool::set_size does not notify).
+  const ShortSlice woken_at_once;  // short_slice.h
   std::unique_lock<std::mutex> lock(s->mu);
   s->waiters += 1;
   const auto deadline = SteadyClock::now() + m.read_bound();

@@ -24,6 +24,7 @@
 #include <thread>
 
 #include "core/env.h"
+#include "data/source/short_slice.h"
 #include "data/source/spool.h"
 
 namespace hpct::data {
@@ -279,6 +280,26 @@ TEST(ShardFileSystem, AShardOpenedWhileTheDownloadsAreBusyGetsAnotherFetchUpToTh
     }
   }
   fs::remove_all(dir);
+}
+
+// A reader waiting for a shard's bytes asks for the kernel's least time
+// slice for the wait, and gives the one it had back after it.
+TEST(ShortSlice, AWaitingReaderHasTheLeastSliceAndGivesItBack) {
+  const std::uint64_t before = ShortSlice::current_ns();
+  if (before == 0) GTEST_SKIP() << "this kernel does not report a thread's slice (before 6.12)";
+  {
+    const ShortSlice waiting;
+    EXPECT_EQ(ShortSlice::current_ns(), ShortSlice::kSliceNs);
+    // A thread made now (a fetch thread grown during the wait) inherits it,
+    // and drops it.
+    std::thread other([] {
+      EXPECT_EQ(ShortSlice::current_ns(), ShortSlice::kSliceNs);
+      ShortSlice::drop_inherited();
+      EXPECT_NE(ShortSlice::current_ns(), ShortSlice::kSliceNs);
+    });
+    other.join();
+  }
+  EXPECT_EQ(ShortSlice::current_ns(), before);
 }
 
 TEST(SpoolMemory, ADroppedSpoolsPagesGoToTheNextThatFitsWithinTheBound) {

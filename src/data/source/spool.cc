@@ -6,6 +6,8 @@
 #include <utility>
 #include <vector>
 
+#include "data/source/short_slice.h"
+
 namespace hpct::data {
 namespace {
 
@@ -43,6 +45,7 @@ class RemoteFile final : public RandomAccessFile {
     const std::uint64_t slack = std::min<std::uint64_t>(offset / 4, 1ull << 20);
     const std::uint64_t target = std::min<std::uint64_t>(s_->size, want + slack);
     if (s_->on_stall) (*s_->on_stall)();
+    const ShortSlice woken_at_once;  // short_slice.h
     std::unique_lock<std::mutex> lock(s_->mu);
     s_->waiters += 1;
     const std::uint64_t t0 = now_us();
