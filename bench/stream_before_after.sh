@@ -11,7 +11,9 @@
 #     OUT=/tmp/hpct-stream bench/stream_before_after.sh ['/s/train-{000000..000001}.tar']
 # AFTER defaults to this checkout's build; BEFORE to AFTER (a build against
 # itself shows the noise). The shards and nginx stay in OUT between runs only
-# as files; nginx is stopped at exit.
+# as files; nginx is stopped at exit. With RATE (e.g. RATE=1gbit) the
+# shards are served from namespace host 1 and read on host 2 across a link
+# capped at RATE (scripts/netns-cluster.sh), torn down at exit.
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 AFTER=${AFTER:-$B} BEFORE=${BEFORE:-$AFTER} PAIRS=${PAIRS:-5} ROUNDS=${ROUNDS:-15}
@@ -22,19 +24,35 @@ if [[ ! -f $OUT/www/s/train-000001.tar ]]; then
   "$AFTER" data pack --from fashion-mnist --split train -q --max-count 1000000 --max-size 100M \
     -o "$OUT/www/s/train-%06d.tar" > /dev/null || exit 1
 fi
-PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-nginx_conf "127.0.0.1:$PORT" "$OUT/www"
-/usr/sbin/nginx -c "$OUT/nginx/nginx.conf" -p "$OUT/nginx" || exit 1
-stop() { [[ -s $OUT/nginx.pid ]] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null; }
+on_host() { "$@"; }  # where the reader runs: here, or on namespace host 2
+if [[ -n ${RATE:-} ]]; then
+  NAME=sba
+  "$S" up 2 "$NAME" --rate "$RATE" > "$OUT/env" || exit 1
+  eval "$(grep -E '^NETNS_HOSTS=' "$OUT/env")"
+  read -r ADDR _ <<<"$NETNS_HOSTS"
+  PORT=8080
+  nginx_conf "$ADDR:$PORT" "$OUT/www"
+  "$S" exec "$NAME" 1 /usr/sbin/nginx -c "$OUT/nginx/nginx.conf" -p "$OUT/nginx" || exit 1
+  on_host() { "$S" exec "$NAME" 2 "$@"; }
+else
+  ADDR=127.0.0.1
+  PORT=$(/usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  nginx_conf "$ADDR:$PORT" "$OUT/www"
+  /usr/sbin/nginx -c "$OUT/nginx/nginx.conf" -p "$OUT/nginx" || exit 1
+fi
+stop() {
+  [[ -s $OUT/nginx.pid ]] && kill "$(cat "$OUT/nginx.pid")" 2>/dev/null
+  [[ -n ${RATE:-} ]] && "$S" down "$NAME" > /dev/null 2>&1
+}
 trap stop EXIT
 for i in $(seq 1 50); do [[ -s $OUT/nginx.pid ]] && break; sleep 0.1; done
-URL="http://127.0.0.1:$PORT$SHARDS"
+URL="http://$ADDR:$PORT$SHARDS"
 log "source $URL, $PAIRS pairs of $ROUNDS rounds; before $BEFORE, after $AFTER"
 for pair in $(seq 1 "$PAIRS"); do
   order="before after"; (( pair % 2 == 0 )) && order="after before"
   for build in $order; do
     bin=$BEFORE; [[ $build == after ]] && bin=$AFTER
-    line=$(timeout 600 "$bin" bench data --source "$URL" --rounds "$ROUNDS" | grep '"what":"stream"')
+    line=$(on_host timeout 600 "$bin" bench data --source "$URL" --rounds "$ROUNDS" | grep '"what":"stream"')
     [[ -n $line ]] || { log "pair $pair: $build failed"; continue; }
     echo "$line" | sed "s/^{/{\"pair\":$pair,\"build\":\"$build\",\"load\":\"$(cut -d' ' -f1 /proc/loadavg)\",/" \
       >> "$OUT/runs.jsonl"
