@@ -103,12 +103,6 @@ std::string random_name() {
   return buf;
 }
 
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
 // True when pid is gone or a zombie (exited, not yet reaped).
 bool process_gone(pid_t pid) {
   if (::kill(pid, 0) != 0) return errno == ESRCH;

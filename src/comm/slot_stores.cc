@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/futex.h"
+
 namespace hpct::comm {
 
 double SlotStoreChoice::typical(std::size_t bytes) const {
@@ -44,9 +46,7 @@ double time_line_round_trips(std::atomic<std::uint64_t>* mine,
   auto wait_for = [&](std::uint64_t v) {
     for (unsigned i = 1; theirs->load(std::memory_order_acquire) != v; ++i) {
       if (i % 64 == 0 && Clock::now() > give_up) return false;
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      cpu_relax();
     }
     return true;
   };

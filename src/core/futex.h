@@ -22,6 +22,14 @@ inline void futex_wait(const void* word, std::uint32_t expected, std::chrono::na
   ::syscall(SYS_futex, const_cast<void*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
 }
 
+// The spin-wait hint between two looks at a word another CPU will write
+// (the shared-memory allreduce's waits and its cache-line probe).
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 // Wakes every waiter on word.
 inline void futex_wake_all(const void* word) {
   ::syscall(SYS_futex, const_cast<void*>(word), FUTEX_WAKE, INT_MAX, nullptr, nullptr, 0);
