@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <thread>
@@ -204,7 +205,7 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   // Waits for the size and the first bytes together (or the end): the
   // reader reads the first header at once, and one wake-up instead of two
   // is what the first sample waits for (Spool::set_size does not notify).
-  const ShortSlice woken_at_once;  // short_slice.h
+  std::optional<ShortSlice> woken_at_once;  // asked for when it sleeps (short_slice.h)
   std::unique_lock<std::mutex> lock(s->mu);
   s->waiters += 1;
   const auto deadline = SteadyClock::now() + m.read_bound();
@@ -217,6 +218,7 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
     s->wake_at.store(1);  // as RemoteFile::wait_for: lowered before the check
     if (s->error || s->done || (s->size_known && (s->size == 0 || s->available.load() > 0))) break;
     const bool grow_first = grow_at < deadline && !s->started;
+    if (!woken_at_once) woken_at_once.emplace();
     if (s->cv.wait_until(lock, grow_first ? grow_at : deadline) == std::cv_status::timeout) {
       if (grow_first) {
         grow_at = deadline;

@@ -29,7 +29,7 @@ class ShortSlice {
 
   ShortSlice() {
     Attr a{};
-    if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0 || a.policy != SCHED_OTHER) return;
+    if (!get_fair(&a)) return;
     saved_ = a;
     a.size = sizeof a;
     a.runtime = kSliceNs;
@@ -47,9 +47,7 @@ class ShortSlice {
   // reader waited drops the reader's short one for the kernel's default.
   static void drop_inherited() {
     Attr a{};
-    if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0 || a.policy != SCHED_OTHER ||
-        a.runtime != kSliceNs)
-      return;
+    if (!get_fair(&a) || a.runtime != kSliceNs) return;
     a.size = sizeof a;
     a.runtime = 0;
     ::syscall(SYS_sched_setattr, 0, &a, 0);
@@ -58,8 +56,7 @@ class ShortSlice {
   // This thread's slice as the kernel reports it (0: not reported).
   static std::uint64_t current_ns() {
     Attr a{};
-    if (::syscall(SYS_sched_getattr, 0, &a, sizeof a, 0) != 0) return 0;
-    return a.runtime;
+    return get_fair(&a) ? a.runtime : 0;
   }
 
  private:
@@ -74,6 +71,10 @@ class ShortSlice {
     std::uint64_t deadline;
     std::uint64_t period;
   };
+  // This thread's attributes, if it is a fair (SCHED_OTHER) thread.
+  static bool get_fair(Attr* a) {
+    return ::syscall(SYS_sched_getattr, 0, a, sizeof *a, 0) == 0 && a->policy == SCHED_OTHER;
+  }
   Attr saved_{};
   bool set_ = false;
 };
