@@ -1,38 +1,36 @@
 // How a rank of the shared-memory allreduce stores into its slots: plain
 // stores, or non-temporal ones while plain stores are slow (docs/comm.md,
-// "Slow stretches").
+// "Slow stretches" and "A second VM").
 //
 // A rank's copy into its slot writes lines its peer read in the last
 // operation, and each plain store takes such a line back from the peer's
 // cache. On the VMs measured the host sometimes places the two vCPUs where
-// a line takes about five times longer to cross (a round trip of 500-550 ns
-// against 100-120), for seconds at a time; plain stores into the peer's
+// a line takes about five times longer to cross (a round trip of 500-570 ns
+// against 45-125), for seconds to minutes; plain stores into the peer's
 // lines then run at a fifth of their speed (2.5 against 10-12 GB/s on one
-// VM, 6.5 against 31-40 GB/s on another) and the allreduce takes 3-16x its
+// VM, 6.5 against 31-48 GB/s on another) and the allreduce takes 3-16x its
 // time. Non-temporal stores take no line back and keep their speed, but
 // leave the data in memory, not in a cache, so in the usual case the peer's
-// reads make the allreduce 1.4-2.5x slower. So each timed plain copy is
-// noted here; after kSlowInARow slow ones in a row the rank streams for
-// kStreamFor, then tries plain stores again.
+// reads make the allreduce 1.4-2.5x slower. Two signs choose:
 //
-// Two ranks also time the round trip of a cache line between their CPUs
-// (note_round_trip, every 64 pieces from the first): the direct sign of
-// a stretch, which also catches one a process starts in. It decides until
-// the next probe; the pieces' speeds decide for more ranks, and between
-// probes.
+// - Two ranks time the round trip of a cache line between their CPUs
+//   (note_round_trip, every 64 pieces from the first): above
+//   kSlowRoundTripNs the rank streams until the next probe. This is the
+//   direct sign of a stretch, and catches one a process starts in.
+// - Every rank times each plain piece's own work: the copy into the slot,
+//   the reduction and the copy out, its two waits left out
+//   (note_plain_piece). After kSlowInARow slow pieces in a row it streams
+//   for kStreamFor, then tries plain stores again. A piece is slow below
+//   kSlowBytesPerS, or below 1/kSlowFactor of the typical speed of its
+//   kind: the median of the last kKept pieces of that kind that were not
+//   slow, once there are kMinKept of them. This serves more than two ranks
+//   and the time between probes. On the second VM 1 MiB pieces did that
+//   work at a median 20 GB/s (a tenth of them below 10-12) and at 7.8 in a
+//   stretch; the slot copy alone, which the fixed 5 GB/s bound used to
+//   judge, told the two apart less well (512 KiB copies mostly above 17
+//   GB/s against a median of 9.6 in a stretch, above 5 in both).
 //
-// What is timed is a piece's own work: the copy into the slot, the
-// reduction and the copy out, its two waits left out. On the second VM
-// 1 MiB pieces did that work at a median 20 GB/s (a tenth of them below
-// 10-12) and at 7.8 in a stretch (a tenth below 5.9); the slot copy alone
-// separated the two less well (512 KiB copies: most above 17 GB/s against
-// a median of 9.6, a tenth of the stretch's copies above 14). A piece is slow when it ran below
-// kSlowBytesPerS, or below 1/kSlowFactor of the typical speed of its kind:
-// the median of the last kKept pieces of that kind that were not slow, once
-// there are kMinKept of them. The second bound follows the machine (a fixed
-// one caught one VM's stretches and not the other's). A process that starts
-// inside a stretch takes the stretch's speed as typical until the stretch
-// ends. Each rank chooses for itself: the bits are the same either way.
+// Each rank chooses for itself: the bits are the same either way.
 #pragma once
 
 #include <array>
