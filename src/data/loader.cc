@@ -98,18 +98,32 @@ void Loader::Impl::stop_threads() {
   running = false;
 }
 
-void Loader::Impl::announce_reads(std::uint64_t from) {
-  // The shards of this rank's rest of the epoch, in the order it reads them,
-  // so a remote file system fetches those first (source/remote_fs.h).
-  std::vector<std::string> order;
-  std::vector<bool> seen(index->shards().size(), false);
-  for (std::uint64_t pos = from; pos < plan.order.size(); ++pos) {
-    const std::uint32_t shard = index->sample(plan.order[pos]).shard;
-    if (seen[shard]) continue;
-    seen[shard] = true;
-    order.push_back(index->shards()[shard]);
+void Loader::Impl::announce_reads(std::uint64_t from, std::uint64_t to) {
+  // The shards of this rank's plan positions [from, to), in the order it
+  // reads them, and the bytes it reads of each (its part of the epoch may
+  // begin and end mid-shard), so a remote file system fetches those bytes
+  // first and no others (source/remote_fs.h).
+  const size_t shards = index->shards().size();
+  std::vector<std::uint32_t> order;
+  std::vector<ReadRange> range(shards, ReadRange{UINT64_MAX, 0});
+  to = std::min<std::uint64_t>(to, plan.order.size());
+  for (std::uint64_t pos = from; pos < to; ++pos) {
+    const SampleRef& ref = index->sample(plan.order[pos]);
+    ReadRange& r = range[ref.shard];
+    if (r.first == UINT64_MAX) order.push_back(ref.shard);
+    for (const auto& f : ref.fields) {
+      r.first = std::min(r.first, f.header_offset);
+      // A TFRecord frame ends 4 bytes (its CRC) past its data.
+      r.end = std::max(r.end, f.data_offset + f.size + 4);
+    }
   }
-  o.fs->will_read(order);
+  std::vector<std::string> paths;
+  std::vector<ReadRange> ranges;
+  for (std::uint32_t shard : order) {
+    paths.push_back(index->shards()[shard]);
+    ranges.push_back(range[shard]);
+  }
+  o.fs->will_read(paths, ranges);
 }
 
 void Loader::Impl::ensure_started() {
@@ -124,7 +138,7 @@ void Loader::Impl::ensure_started() {
     gen = generation;
   }
   if (first >= batches) return;
-  if (!remote) announce_reads(static_cast<std::uint64_t>(first) * o.batch_size);
+  if (!remote) announce_reads(static_cast<std::uint64_t>(first) * o.batch_size, UINT64_MAX);
   for (int i = 0; i < o.threads; ++i) threads.emplace_back([this] { worker(); });
   if (remote) {
     // The stream set_epoch opened starts where this epoch resumes.
@@ -369,6 +383,44 @@ void Loader::start_elastic_epoch(std::int64_t epoch, std::uint64_t consumed, int
   m.elastic = true;
   m.elastic_consumed = consumed;
   m.set_epoch(epoch, 0);
+}
+
+void Loader::prefetch() {
+  Impl& m = *impl_;
+  if (m.remote) return;
+  std::uint64_t pos;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    pos = static_cast<std::uint64_t>(m.delivered) * m.o.batch_size;
+  }
+  m.announce_reads(pos, UINT64_MAX);
+}
+
+bool Loader::peek(Batch* batch) {
+  Impl& m = *impl_;
+  if (m.remote) return false;
+  std::uint64_t pos;
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    pos = static_cast<std::uint64_t>(m.delivered) * m.o.batch_size;
+  }
+  constexpr std::uint64_t kMaxPassedOver = 64;
+  m.announce_reads(pos, pos + kMaxPassedOver + 1);
+  for (std::uint64_t tries = 0; pos < m.total && tries <= kMaxPassedOver; ++pos, ++tries) {
+    Result r;
+    try {
+      std::vector<RawSample> one;
+      one.push_back(m.index->read(m.plan.order[pos]));
+      r = m.build(static_cast<std::int64_t>(pos / m.o.batch_size), std::move(one));
+    } catch (const Error& e) {
+      m.sample_failed(&r, e);
+    }
+    if (r.error) std::rethrow_exception(r.error);
+    if (r.batch.keys.empty()) continue;  // skipped: damaged
+    *batch = std::move(r.batch);
+    return true;
+  }
+  return false;
 }
 
 bool Loader::next(Batch* batch) {

@@ -147,6 +147,18 @@ class Loader {
   // options.timeout (then Timeout naming the batch).
   bool next(Batch* batch);
 
+  // The first sample this rank reads next, decoded as next() would give it
+  // (a batch of one), without taking it; a remote file system fetches its
+  // bytes, not its shard's. With on_error skip a damaged sample is passed
+  // over (at most 64). False when the rest of the epoch is empty, or for a
+  // data server (only its stream knows the order).
+  bool peek(Batch* batch);
+  // Has a remote file system start downloading what this rank reads in the
+  // rest of the epoch (next() does it too, on its first call): the shards in
+  // reading order, and of each only the bytes this rank reads. A no-op for
+  // local shards and a data server.
+  void prefetch();
+
   std::int64_t epoch() const;
   std::int64_t batches_per_epoch() const;
   std::uint64_t samples_per_epoch() const;  // this rank's, padding included

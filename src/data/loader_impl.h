@@ -35,7 +35,8 @@ struct Loader::Impl {
 
   void set_epoch(std::int64_t e, std::int64_t delivered_batches);
   void ensure_started();
-  void announce_reads(std::uint64_t from);  // fs->will_read of the shards from plan position `from`
+  // fs->will_read of the shards and byte ranges of plan positions [from, to)
+  void announce_reads(std::uint64_t from, std::uint64_t to);
   void open_remote();  // remote: opens this epoch's stream once
   void stop_threads();
   void worker();

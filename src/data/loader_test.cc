@@ -1,6 +1,7 @@
 // The Loader on real Fashion-MNIST shards: ranks as threads partition an
 // epoch, orders are deterministic, batches hold the original pixels, damaged
-// input is named or counted, and a saved position resumes exactly.
+// input is named or counted, a saved position resumes exactly, and what a
+// remote file system is told to fetch is what the rank reads.
 #include "data/loader.h"
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -301,6 +303,108 @@ TEST(Loader, DecodeThreadsRunAtIdlePriorityUnlessTurnedOff) {
   }
 }
 
+
+// Local files that log the byte ranges read of each (once `recording`),
+// and the latest will_read hint: what a remote file system would be told.
+struct ReadLog {
+  std::mutex mu;
+  bool recording = false;
+  std::map<std::string, std::pair<std::uint64_t, std::uint64_t>> read;  // lowest offset, highest end
+  std::vector<std::string> hint_paths;
+  std::vector<ReadRange> hint_ranges;
+};
+
+class LoggedFile final : public RandomAccessFile {
+ public:
+  LoggedFile(std::unique_ptr<RandomAccessFile> f, std::string path, ReadLog* log)
+      : f_(std::move(f)), path_(std::move(path)), log_(log) {}
+  size_t read_at(std::uint64_t offset, char* buf, size_t n) const override {
+    const size_t k = f_->read_at(offset, buf, n);
+    std::lock_guard<std::mutex> lock(log_->mu);
+    if (log_->recording && k > 0) {
+      auto [it, fresh] = log_->read.try_emplace(path_, offset, offset + k);
+      it->second.first = std::min(it->second.first, offset);
+      it->second.second = std::max(it->second.second, offset + k);
+    }
+    return k;
+  }
+  std::uint64_t size() const override { return f_->size(); }
+  const std::string& name() const override { return f_->name(); }
+
+ private:
+  std::unique_ptr<RandomAccessFile> f_;
+  std::string path_;
+  ReadLog* log_;
+};
+
+class LoggingFileSystem final : public FileSystem {
+ public:
+  std::unique_ptr<RandomAccessFile> open_read(const std::string& path) override {
+    return std::make_unique<LoggedFile>(PosixFileSystem().open_read(path), path, &log);
+  }
+  std::unique_ptr<WritableFile> open_write(const std::string& path) override {
+    return PosixFileSystem().open_write(path);
+  }
+  void will_read(const std::vector<std::string>& paths, const std::vector<ReadRange>& ranges) override {
+    std::lock_guard<std::mutex> lock(log.mu);
+    if (!log.recording) return;
+    log.hint_paths = paths;
+    log.hint_ranges = ranges;
+  }
+  ReadLog log;
+};
+
+// What a remote file system is told before an epoch: the shards this rank
+// reads, and of each the bytes it reads (a member's header before its first
+// sample, a TFRecord frame's CRC after its last), not the whole shard.
+TEST(Loader, PrefetchAnnouncesTheShardsItReadsWithTheBytesItReads) {
+  for (int rank : {0, 1}) {
+    auto fs = std::make_shared<LoggingFileSystem>();
+    auto o = options(rank, 2);
+    o.fs = fs;
+    Loader l(o);  // the index reads every shard whole: not logged
+    l.start_epoch(1);
+    fs->log.recording = true;
+    l.prefetch();
+    read_epoch(l);
+    std::lock_guard<std::mutex> lock(fs->log.mu);
+    ASSERT_EQ(fs->log.hint_paths.size(), fs->log.hint_ranges.size());
+    std::set<std::string> hinted(fs->log.hint_paths.begin(), fs->log.hint_paths.end());
+    std::set<std::string> read;
+    for (const auto& [path, range] : fs->log.read) read.insert(path);
+    EXPECT_EQ(hinted, read) << "rank " << rank;
+    EXPECT_LT(read.size(), shards().paths.size()) << "rank " << rank << " of 2 read every shard";
+    for (size_t i = 0; i < fs->log.hint_paths.size(); ++i) {
+      const auto& path = fs->log.hint_paths[i];
+      const ReadRange& r = fs->log.hint_ranges[i];
+      const auto& [lowest, highest] = fs->log.read[path];
+      EXPECT_LE(r.first, lowest) << path;
+      EXPECT_LE(lowest - r.first, 1024u) << path << ": more than a member's headers before the first read";
+      EXPECT_GE(r.end, highest) << path;
+      EXPECT_LE(r.end - highest, 4u) << path;
+    }
+  }
+}
+
+// The model's probe: the sample next() gives first, decoded the same, and
+// the epoch is still whole after it.
+TEST(Loader, PeekGivesTheSampleNextGivesWithoutTakingIt) {
+  Loader a(options(1, 2)), b(options(1, 2));
+  a.start_epoch(3);
+  b.start_epoch(3);
+  Batch p;
+  ASSERT_TRUE(a.peek(&p));
+  ASSERT_EQ(p.keys.size(), 1u);
+  std::vector<Batch> batches;
+  const auto keys = read_epoch(a, &batches);
+  EXPECT_EQ(keys, read_epoch(b));
+  ASSERT_FALSE(keys.empty());
+  EXPECT_EQ(p.keys[0], keys[0]);
+  EXPECT_TRUE(at::equal(p.images[0], batches[0].images[0]));
+  EXPECT_EQ(p.labels[0].item<std::int64_t>(), batches[0].labels[0].item<std::int64_t>());
+  Batch after;
+  EXPECT_FALSE(a.peek(&after)) << "the epoch is over: nothing is next";
+}
 
 TEST(Loader, JobConfigReachesTheLoaderOptions) {
   Config c;

@@ -42,7 +42,8 @@ torch::Tensor probe_sample(const TrainOptions& o, const Logger& log, std::shared
   lo.logger = log;
   data::Loader probe(lo);
   data::Batch b;
-  if (!probe.next(&b)) throw_invalid_argument("the training shards hold no samples");
+  // peek: a remote file system fetches this sample's bytes, not its shard.
+  if (!probe.peek(&b) && !probe.next(&b)) throw_invalid_argument("the training shards hold no samples");
   return b.images;
 }
 

@@ -162,6 +162,9 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   lo.normalize = true;
   lo.logger = log;
   data::Loader loader(lo);
+  // Remote shards start downloading now, this rank's bytes of them, while
+  // the world and the optimizer are set up.
+  loader.prefetch();
   std::unique_ptr<data::Loader> val = open_validation_loader(lo, o.val, ctx.rank(), ctx.size());
   const std::int64_t steps_per_epoch = loader.batches_per_epoch();
   if (steps_per_epoch < 1) throw_invalid_argument("the training shards hold less than one batch per rank");

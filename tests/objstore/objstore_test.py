@@ -274,6 +274,27 @@ class ObjectStore(unittest.TestCase):
         self.assertLess(streamed["bytes"], 0.75 * total, out)
         self.assertNotIn("for want of one", out)
 
+    def test_ranks_fetch_only_the_bytes_they_read(self):
+        # Two ranks over one epoch from nginx (which answers byte ranges):
+        # each rank fetches the bytes of its own part of the epoch, so the
+        # two together fetch the shards about once (each its sidecars, and
+        # its probe's first samples), not twice; the parameters are those of
+        # the same epoch from local disk.
+        shards = ["%s/fm/fm-%06d.tar" % (self.www, i) for i in range(SHARDS)]
+        total = sum(os.path.getsize(f) for f in shards)
+        val = "%s/fm/fm-%06d.tar" % (self.www, SHARDS)  # --val: the ranks split it too
+        sidecars = sum(os.path.getsize(f + ".idx") for f in shards + [val])
+        steps = SHARDS * 500 // 64
+        local, out = self.train(self.www + "/fm", steps=steps)
+        https, out = self.train("https://127.0.0.1:%d/fm" % self.srv.https_port, steps=steps)
+        self.assertEqual(https["params_crc32c"], local["params_crc32c"], out)
+        whole = total + os.path.getsize(val)
+        self.assertGreaterEqual(https["remote_reads"]["bytes"], whole, out)
+        # Beyond the shards once: the sidecars twice and each rank's probe
+        # (up to 65 samples of the first shard, Loader::peek); whole shards
+        # per rank would be twice the shards.
+        self.assertLess(https["remote_reads"]["bytes"], 1.25 * whole + 2 * sidecars, out)
+
     def test_sidecars_with_faults_lose_nothing(self):
         # The proxy answers every object's first 2 GETs with 503 and cuts the
         # next 3, sidecars included: the same parameters as from local disk.

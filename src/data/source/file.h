@@ -61,6 +61,12 @@ class WritableFile {
   virtual const std::string& name() const = 0;
 };
 
+// The bytes [first, end) of a file a reader will read (FileSystem::will_read).
+struct ReadRange {
+  std::uint64_t first = 0;
+  std::uint64_t end = UINT64_MAX;  // UINT64_MAX: to the file's end
+};
+
 class FileSystem {
  public:
   virtual ~FileSystem() = default;
@@ -69,10 +75,12 @@ class FileSystem {
   // Writes go to "<path>.tmp-<pid>" until commit(); creates missing parent
   // directories. Dropping the file uncommitted removes the temporary.
   virtual std::unique_ptr<WritableFile> open_write(const std::string& path) = 0;
-  // A hint: these paths will be opened, in this order. A remote file system
-  // starts fetching them ahead (those of the latest hint first); a local one
-  // ignores it.
-  virtual void will_read(const std::vector<std::string>& /*paths*/) {}
+  // A hint: these paths will be opened, in this order, and of each the
+  // bytes ranges[i] read (the whole file when not given). A remote file
+  // system starts fetching those bytes ahead (the latest hint's first); a
+  // local one ignores it.
+  virtual void will_read(const std::vector<std::string>& /*paths*/,
+                         const std::vector<ReadRange>& /*ranges*/ = {}) {}
   // Whether the shard index looks for a remote shard's sidecar index
   // (formats/shard_toc.h) before reading the shard (HPCT_DATA_SIDECARS).
   virtual bool sidecars() const { return true; }

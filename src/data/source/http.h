@@ -84,6 +84,7 @@ struct HttpRequest {
   std::vector<std::string> headers;
   std::string body;              // sent with PUT and POST
   std::uint64_t range_from = 0;  // > 0: "Range: bytes=<range_from>-"
+  std::uint64_t range_end = 0;   // > 0: the range stops before this byte ("...-<range_end - 1>")
   DownloadLoad* load = nullptr;  // sampled while the body arrives, when set
 };
 
@@ -107,9 +108,12 @@ HttpResult http_perform(const HttpRequest& r, const HttpOptions& o, const BodySi
 // Reads an object from byte `offset` to its end by the fault policy above.
 // on_size gets the object's size once, before any body byte; on_body gets the
 // bytes in order, each once. Returns early (no error) when *cancel is set.
+// With `end`, the bytes [offset, end) only (the object's end if it is
+// shorter).
 void fetch_object(const HttpRequest& r, const HttpOptions& o, std::uint64_t offset,
                   SourceCounters* counters, const std::function<void(std::uint64_t)>& on_size,
-                  const BodySink& on_body, const std::atomic<bool>* cancel);
+                  const BodySink& on_body, const std::atomic<bool>* cancel,
+                  std::uint64_t end = UINT64_MAX);
 
 // A small request (listing, multipart calls) with the same retries; returns
 // the 2xx answer's body, and its headers in *headers when given.

@@ -40,10 +40,18 @@ namespace fs = std::filesystem;
 
 }  // namespace
 
-std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, bool front) {
+std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, bool front,
+                                                        const ReadRange* hint) {
   HttpRequest r = request_for(url);  // may read AWS settings: outside the lock below
   std::lock_guard<std::mutex> lock(mu);
   auto& s = spools[url];
+  if (s && hint != nullptr && o.cache_dir.empty() && worth_restarting(*s, *hint)) {
+    // A few bytes read from elsewhere (the model's probe reads one sample
+    // of the first shard): a new spool fetches from where this hint's
+    // reader starts; holders of the old one keep it.
+    if (s->in_memory) memory_used -= s->size;
+    s.reset();
+  }
   if (!s) {
     s = std::make_shared<Spool>();
     s->url = url;
@@ -52,7 +60,11 @@ std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, 
     s->on_stall = stall_hook;
     s->request.load = &load;
   }
+  // A reader's open counts at once: a later hint never drops a shard a
+  // reader waits for (will_read).
+  if (front) s->last_open = ++open_clock;
   std::lock_guard<std::mutex> sl(s->mu);
+  if (hint != nullptr && o.cache_dir.empty()) want_range(*s, *hint);  // the cache keeps whole shards
   if (!s->queued) {
     s->queued = true;
     if (front) {
@@ -70,8 +82,48 @@ std::shared_ptr<Spool> ShardFileSystem::Impl::spool_for(const std::string& url, 
       queue.erase(it);
       queue.push_front(s);
     }
+  } else if (s->parked && s->written < s->wanted) {
+    // A parked spool the hint wants more of: on from where it stopped.
+    s->parked = false;
+    queue.push_back(s);
+    cv.notify_all();
   }
   return s;
+}
+
+bool ShardFileSystem::Impl::worth_restarting(Spool& s, const ReadRange& r) {
+  std::lock_guard<std::mutex> sl(s.mu);
+  // Its own fetch, if still in flight, stops at its small `wanted` anyway.
+  return s.size_known && !s.done && !s.error && s.wanted <= kRestartBytes && r.first != s.first &&
+         r.first < s.size && s.needed(r.first, std::min(r.end, s.size)) > s.wanted + kRestartBytes;
+}
+
+void ShardFileSystem::Impl::want_range(Spool& s, const ReadRange& r) {
+  if (!s.started) {
+    // Not begun: it starts where its reader does and stops where it ends.
+    s.first = r.first;
+    s.wanted = r.end == UINT64_MAX || r.end <= r.first ? UINT64_MAX : r.end - r.first;
+  } else if (!s.size_known) {
+    // Its order is set, its size not yet known: bytes from `first` on are
+    // counted from there; bytes before it come after the end, so all.
+    s.wanted = r.first < s.first || r.end == UINT64_MAX ? UINT64_MAX : std::max(s.wanted, r.end - s.first);
+  } else if (s.wanted != UINT64_MAX) {
+    const std::uint64_t end = std::min(r.end, s.size);
+    if (r.first < end) s.wanted = std::max(s.wanted, s.needed(r.first, end));
+  }
+}
+
+void ShardFileSystem::Impl::resume(const std::shared_ptr<Spool>& s) {
+  std::lock_guard<std::mutex> lock(mu);
+  if (stopping) return;
+  {
+    std::lock_guard<std::mutex> sl(s->mu);
+    if (!s->parked) return;
+    s->parked = false;
+  }
+  queue.push_front(s);
+  cv.notify_all();
+  grow_locked(true);
 }
 
 void ShardFileSystem::Impl::fetcher(int) {
@@ -105,9 +157,76 @@ void ShardFileSystem::Impl::fetcher(int) {
   }
 }
 
+bool ShardFileSystem::Impl::fetch_body(Spool& s, SourceCounters* c,
+                                      const std::function<void(std::uint64_t)>& on_size) {
+  auto sink = [&](const char* data, size_t n) {
+    s.append(data, n);
+    return !stopping.load();
+  };
+  auto same_size = [&](std::uint64_t size) {
+    if (size != s.size) {
+      throw_data_corrupt(s.url + ": the object changed while it was read (" + std::to_string(s.size) +
+                         " bytes, now " + std::to_string(size) + ")");
+    }
+  };
+  // Each round asks for one stretch in fetch order: [first + written, ...)
+  // of the part from `first` to the end, or [written - tail, ...) of the
+  // part before `first`, up to `wanted`; then parks, or ends when whole.
+  for (int round = 0; round < 8; ++round) {
+    std::uint64_t first = 0, wanted = 0;
+    bool known = false;
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      known = s.size_known;
+      if (known && s.written >= s.size) return true;
+      if (s.written >= s.wanted) {
+        s.parked = true;
+        s.cv.notify_all();  // a reader waiting for more than it asked sees it must ask
+        return false;
+      }
+      first = s.first;
+      wanted = s.wanted;
+    }
+    const std::uint64_t before = s.written;
+    if (!known) {
+      const std::uint64_t end = wanted == UINT64_MAX ? UINT64_MAX : first + wanted;
+      fetch_object(s.request, o.http, first, c, on_size, sink, &stopping, end);
+      if (stopping.load()) return true;
+      if (!s.size_known) {
+        if (first == 0) throw Error(ErrorCode::kIo, s.url + ": the server sent no size");
+        // Nothing at `first` (the object is no longer than that): in order.
+        std::lock_guard<std::mutex> lock(s.mu);
+        s.first = 0;
+        s.wanted = UINT64_MAX;
+      }
+      continue;
+    }
+    const std::uint64_t tail = s.size - first, goal = std::min(wanted, s.size);
+    std::uint64_t from, to;
+    if (s.written < tail) {
+      from = first + s.written;
+      to = first + std::min(goal, tail);
+    } else {
+      from = s.written - tail;
+      to = goal - tail;
+    }
+    fetch_object(s.request, o.http, from, c, same_size, sink, &stopping, to >= s.size ? UINT64_MAX : to);
+    if (stopping.load()) return true;
+    if (s.written == before && round > 0) break;
+  }
+  throw Error(ErrorCode::kIo, s.url + ": the download made no progress at byte " + std::to_string(s.written) +
+                                  " of " + std::to_string(s.size) + " (in fetch order)");
+}
+
 void ShardFileSystem::Impl::fetch(Spool& s) {
   SourceCounters* c = counters_for(s.source);
-  if (!o.cache_dir.empty() && fetch_cached(s, c)) return;
+  if (!o.cache_dir.empty()) {
+    {
+      std::lock_guard<std::mutex> lock(s.mu);
+      s.wanted = UINT64_MAX;  // a cache entry is a whole shard
+    }
+    if (fetch_cached(s, c)) return;
+  }
   auto on_size = [&](std::uint64_t size) {
     std::uint64_t in_use = 0;
     if (reserve_memory(size, &in_use)) {
@@ -125,13 +244,7 @@ void ShardFileSystem::Impl::fetch(Spool& s) {
     }
     s.set_size(size, SpoolBacking::kNewFile);
   };
-  fetch_object(
-      s.request, o.http, 0, c, on_size,
-      [&](const char* data, size_t n) {
-        s.append(data, n);
-        return !stopping.load();
-      },
-      &stopping);
+  if (!fetch_body(s, c, on_size)) return;  // parked: the rest when wanted
   s.finish(
       s.written < s.size || !s.size_known
           ? std::make_exception_ptr(Error(ErrorCode::kIo, s.url + ": the download was cancelled"))
@@ -179,17 +292,28 @@ ShardFileSystem::ShardFileSystem(ShardSourceOptions options, std::shared_ptr<con
   impl_->env = std::move(env);
   Impl* m = impl_.get();
   impl_->stall_hook->call = [m] { m->grow_on_stall(); };
+  impl_->stall_hook->resume = [m](const std::shared_ptr<Spool>& s) { m->resume(s); };
 }
 
 ShardFileSystem::~ShardFileSystem() {
   {
     std::lock_guard<std::mutex> lock(impl_->stall_hook->mu);
     impl_->stall_hook->call = nullptr;
+    impl_->stall_hook->resume = nullptr;
   }
   std::unique_lock<std::mutex> lock(impl_->mu);
   impl_->stopping = true;
   impl_->cv.notify_all();
   impl_->loops_ended.wait(lock, [&] { return impl_->loops == 0; });
+  // A reader still holding a parked spool is told at once, not at its bound.
+  for (auto& [url, s] : impl_->spools) {
+    bool parked = false;
+    {
+      std::lock_guard<std::mutex> sl(s->mu);
+      parked = s->parked && !s->done;
+    }
+    if (parked) s->finish(std::make_exception_ptr(Error(ErrorCode::kIo, url + ": its file system was closed")));
+  }
 }
 
 std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& path) {
@@ -197,10 +321,6 @@ std::unique_ptr<RandomAccessFile> ShardFileSystem::open_read(const std::string& 
   Impl& m = *impl_;
   auto s = m.spool_for(path, true);
   m.start_threads();
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    s->last_open = ++m.open_clock;
-  }
   SourceCounters* c = m.counters_for(s->source);
   // Waits for the size and the first bytes together (or the end): the
   // reader reads the first header at once, and one wake-up instead of two
@@ -263,16 +383,21 @@ std::unique_ptr<WritableFile> ShardFileSystem::open_write(const std::string& pat
 
 bool ShardFileSystem::sidecars() const { return impl_->o.sidecars; }
 
-void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
+void ShardFileSystem::will_read(const std::vector<std::string>& paths, const std::vector<ReadRange>& ranges) {
   std::vector<std::shared_ptr<Spool>> order;
-  for (const auto& p : paths) {
-    if (is_remote_url(p)) order.push_back(impl_->spool_for(p, false));
+  for (size_t i = 0; i < paths.size(); ++i) {
+    const ReadRange whole;
+    const ReadRange& range = i < ranges.size() ? ranges[i] : whole;
+    if (is_remote_url(paths[i])) order.push_back(impl_->spool_for(paths[i], false, &range));
   }
   if (order.empty()) return;
   Impl& m = *impl_;
   std::unique_lock<std::mutex> lock(m.mu);
-  // The latest hint is what a reader will open next: its shards still
-  // waiting go ahead of earlier hints, in its order.
+  // The latest hint is what the readers will open next: its shards still
+  // waiting take the queue, in its order. An earlier hint's shards that no
+  // reader has opened leave it (a shard announced for a probe or a past
+  // epoch would otherwise take the link from the shards the epoch reads);
+  // those a reader opened stay, after the hint's.
   std::set<const Spool*> waiting, wanted;
   for (const auto& s : m.queue) waiting.insert(s.get());
   std::deque<std::shared_ptr<Spool>> queue;
@@ -280,7 +405,13 @@ void ShardFileSystem::will_read(const std::vector<std::string>& paths) {
     if (waiting.count(s.get()) != 0 && wanted.insert(s.get()).second) queue.push_back(s);
   }
   for (auto& s : m.queue) {
-    if (wanted.count(s.get()) == 0) queue.push_back(std::move(s));
+    if (wanted.count(s.get()) != 0) continue;
+    if (s->last_open > 0) {
+      queue.push_back(std::move(s));
+    } else {
+      std::lock_guard<std::mutex> sl(s->mu);
+      s->queued = false;  // a later hint or open queues it again
+    }
   }
   m.queue = std::move(queue);
   m.cv.notify_all();

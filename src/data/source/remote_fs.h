@@ -8,8 +8,15 @@
 // returns as soon as the bytes it asks for have arrived, so a shard's first
 // sample is read while the rest is still on the wire. will_read() queues the
 // shards in reading order, so the next few download while the current one
-// is read (a later hint's shards go ahead of an earlier one's); open_read()
-// moves a shard to the front. A finished spool is kept for the file
+// is read; a later hint replaces an earlier one (the earlier hint's shards
+// no reader has opened leave the queue); open_read() moves a shard to the
+// front. A hint may give the bytes of each shard its reader reads: the
+// shard is fetched from the first of them (spool.h: to its end, then the
+// bytes before it), so a rank whose part of an epoch begins mid-shard reads
+// at once, and only up to the last of them (the rest of a shard other
+// ranks read is not downloaded). A reader that reads past what a hint
+// asked for, or a later hint, has the rest fetched from where it stopped.
+// With a cache, shards are always fetched whole. A finished spool is kept for the file
 // system's life (a second Loader over the same shards reads it, not the
 // server), except that a spool in memory that no reader holds is dropped,
 // least recently opened first, when a new one needs its room (a later read
@@ -83,7 +90,7 @@ class ShardFileSystem final : public FileSystem {
   // missing bucket/key/page or after the retries.
   std::unique_ptr<RandomAccessFile> open_read(const std::string& path) override;
   std::unique_ptr<WritableFile> open_write(const std::string& path) override;
-  void will_read(const std::vector<std::string>& paths) override;
+  void will_read(const std::vector<std::string>& paths, const std::vector<ReadRange>& ranges = {}) override;
   bool sidecars() const override;
   std::vector<std::string> glob(const std::string& pattern) override;
 

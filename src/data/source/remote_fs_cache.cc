@@ -88,17 +88,10 @@ bool ShardFileSystem::Impl::fetch_cached(Spool& s, SourceCounters* c) {
   }
   bool too_big = false;
   try {
-    fetch_object(
-        s.request, o.http, 0, c,
-        [&](std::uint64_t n) {
-          too_big = n > o.cache_bytes;
-          s.set_size(n, SpoolBacking::kNewFile);
-        },
-        [&](const char* data, size_t n) {
-          s.append(data, n);
-          return !stopping.load();
-        },
-        &stopping);
+    fetch_body(s, c, [&](std::uint64_t n) {  // whole: fetch() set wanted to all
+      too_big = n > o.cache_bytes;
+      s.set_size(n, SpoolBacking::kNewFile);
+    });
   } catch (...) {
     ::unlink(part.c_str());
     throw;

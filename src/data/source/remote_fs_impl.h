@@ -145,10 +145,24 @@ struct ShardFileSystem::Impl {
     }
     return r;
   }
-  // The spool of a URL, made (and queued unless `front`) on first sight.
-  std::shared_ptr<Spool> spool_for(const std::string& url, bool front);
+  // The spool of a URL, made and queued on first sight (at the front for
+  // a reader: `front`). A hint's range (want_range) sets where a spool not
+  // yet begun starts and stops, and queues a parked one again when it
+  // wants more of it.
+  std::shared_ptr<Spool> spool_for(const std::string& url, bool front, const ReadRange* hint = nullptr);
+  void want_range(Spool& s, const ReadRange& r);  // under s.mu
+  // A spool that asked for at most kRestartBytes and that a hint wants
+  // read from elsewhere, more than kRestartBytes away in its fetch order
+  // (under mu).
+  bool worth_restarting(Spool& s, const ReadRange& r);
+  static constexpr std::uint64_t kRestartBytes = 1 << 20;
+  // A reader needs bytes past a parked spool's `wanted`: to the front.
+  void resume(const std::shared_ptr<Spool>& s);
   void fetcher(int index);
   void fetch(Spool& s);
+  // The object's bytes into the spool in its fetch order (spool.h) up to
+  // its `wanted`: true when whole (or cancelled), false when parked.
+  bool fetch_body(Spool& s, SourceCounters* c, const std::function<void(std::uint64_t)>& on_size);
   bool fetch_cached(Spool& s, SourceCounters* c);
   void evict(const std::string& keep);
   // The first fetch thread (once), made outside mu: it takes the queue at

@@ -1,8 +1,9 @@
 // ShardFileSystem's spools against a real HTTP server (Python's http.server,
 // started on loopback by the test): bytes read back exactly, spools in
 // memory kept within their bound by dropping read shards no reader holds,
-// a shard with no room in memory spooled to a file instead, and a second
-// download started only when a reader needs it.
+// a shard with no room in memory spooled to a file instead, a second
+// download started only when a reader needs it, and hints: a range fetched
+// alone, a later hint replacing an earlier one.
 #include "data/source/remote_fs.h"
 
 #include <arpa/inet.h>
@@ -334,6 +335,114 @@ TEST(SpoolMemory, ADroppedSpoolsPagesGoToTheNextThatFitsWithinTheBound) {
   SpoolMemory::give(d, len4, 1 << 20);
   SpoolMemory::give(c, len3, bound);
   EXPECT_LE(SpoolMemory::kept_bytes(), bound);
+}
+
+// Bytes delivered into spools, from the file system's counters.
+std::uint64_t bytes_of(ShardFileSystem& sfs, const std::string& source) {
+  auto st = sfs.stats();
+  return st.contains(source) ? st[source]["bytes"].get<std::uint64_t>() : 0;
+}
+
+// A hint's range is what is fetched: a rank whose part of an epoch starts
+// mid-shard reads there at once, and the bytes it does not read are not
+// downloaded; a read outside the range has them fetched, each byte once.
+// (Python's http.server ignores Range: the file system skips and cuts the
+// answer, as for any such server; nginx and s3rver answer ranges in
+// objstore_test.py.)
+TEST(ShardFileSystem, AHintedRangeIsAllThatIsFetchedUntilAReaderWantsMore) {
+  const fs::path dir = fs::temp_directory_path() / ("hpct-range-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string bytes = random_bytes(3 << 20, 5);
+  std::ofstream(dir / "r.tar", std::ios::binary) << bytes;
+  HttpServer server(dir.string());
+  ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
+  ShardSourceOptions o;
+  o.fetches = 1;
+  ShardFileSystem sfs(o, std::make_shared<ProcessEnv>());
+  const std::string url = server.base() + "/r.tar";
+  const std::uint64_t first = 1 << 20, end = 2 << 20;
+  sfs.will_read({url}, {ReadRange{first, end}});
+  auto f = sfs.open_read(url);
+  std::string got(end - first, '\0');
+  ASSERT_EQ(f->read_at(first, got.data(), got.size()), got.size());
+  EXPECT_EQ(got, bytes.substr(first, end - first));
+  // Parked at the range's end: nothing more comes while nobody asks.
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(bytes_of(sfs, server.base()), end - first);
+  // Before the range and after it: fetched now, on from where it stopped.
+  char head[100], tail[100];
+  ASSERT_EQ(f->read_at(10, head, sizeof head), sizeof head);
+  EXPECT_EQ(std::string(head, sizeof head), bytes.substr(10, sizeof head));
+  ASSERT_EQ(f->read_at(bytes.size() - 100, tail, sizeof tail), sizeof tail);
+  EXPECT_EQ(std::string(tail, sizeof tail), bytes.substr(bytes.size() - 100));
+  EXPECT_EQ(read_all(*f), bytes);
+  EXPECT_EQ(bytes_of(sfs, server.base()), bytes.size()) << "a byte was fetched twice";
+  fs::remove_all(dir);
+}
+
+// The latest hint is what the readers read next: an earlier hint's shards
+// that no reader opened leave the queue and are never requested.
+TEST(ShardFileSystem, ALaterHintDropsTheShardsOfAnEarlierOneNoReaderOpened) {
+  const fs::path dir = fs::temp_directory_path() / ("hpct-hints-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  std::vector<std::string> bytes;
+  for (int i = 0; i < 3; ++i) {
+    bytes.push_back(random_bytes(200000 + i, static_cast<unsigned>(20 + i)));
+    std::ofstream(dir / ("h" + std::to_string(i)), std::ios::binary) << bytes.back();
+  }
+  HttpServer server(dir.string());
+  ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
+  SilentServer stuck;  // holds the first fetch thread, so the queue stays as hinted
+  ShardSourceOptions o;
+  o.fetches = 2;
+  o.http.attempts = 1;
+  o.http.timeout = Millis(30000);
+  ShardFileSystem sfs(o, std::make_shared<ProcessEnv>());
+  const std::string base = server.base() + "/h";
+  sfs.will_read({stuck.url(), base + "0", base + "1"});
+  ASSERT_TRUE(stuck.accept_one(std::chrono::seconds(15)))
+      << "the first announced shard was not requested within 15 s";
+  sfs.will_read({base + "2"});
+  EXPECT_EQ(read_all(*sfs.open_read(base + "2")), bytes[2]);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(sfs.stats()[server.base()]["requests"].get<int>(), 1) << "an earlier hint's shard was fetched";
+  // Opened later, such a shard is fetched then.
+  EXPECT_EQ(read_all(*sfs.open_read(base + "0")), bytes[0]);
+  EXPECT_EQ(sfs.stats()[server.base()]["requests"].get<int>(), 2);
+  fs::remove_all(dir);
+}
+
+// A shard of which a few bytes were read from its start (the model's probe
+// reads one sample) and which a hint then wants from its middle is fetched
+// from there, not on from the start.
+TEST(ShardFileSystem, AShardBarelyReadIsFetchedAgainFromWhereTheNextHintStarts) {
+  const fs::path dir = fs::temp_directory_path() / ("hpct-restart-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string bytes = random_bytes(4 << 20, 6);
+  std::ofstream(dir / "p.tar", std::ios::binary) << bytes;
+  HttpServer server(dir.string());
+  ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
+  ShardSourceOptions o;
+  o.fetches = 1;
+  ShardFileSystem sfs(o, std::make_shared<ProcessEnv>());
+  const std::string url = server.base() + "/p.tar";
+  {
+    sfs.will_read({url}, {ReadRange{0, 10000}});
+    auto probe = sfs.open_read(url);
+    char b[5000];
+    ASSERT_EQ(probe->read_at(2000, b, sizeof b), sizeof b);
+    EXPECT_EQ(std::string(b, sizeof b), bytes.substr(2000, sizeof b));
+  }
+  const std::uint64_t mid = 3 << 20;
+  sfs.will_read({url}, {ReadRange{mid, bytes.size()}});
+  auto f = sfs.open_read(url);
+  std::string got(bytes.size() - mid, '\0');
+  ASSERT_EQ(f->read_at(mid, got.data(), got.size()), got.size());
+  EXPECT_EQ(got, bytes.substr(mid));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(bytes_of(sfs, server.base()), 10000 + bytes.size() - mid);
+  EXPECT_EQ(read_all(*f), bytes);
+  fs::remove_all(dir);
 }
 
 TEST(ShardSourceOptions, SpoolMemoryIsASettingAndAFlag) {

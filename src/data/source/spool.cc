@@ -23,27 +23,42 @@ class RemoteFile final : public RandomAccessFile {
       : s_(std::move(s)), c_(c), bound_(bound) {}
   size_t read_at(std::uint64_t offset, char* buf, size_t n) const override {
     const std::uint64_t want = std::min<std::uint64_t>(s_->size, offset + n);
-    if (s_->available.load() < want) wait_for(offset, want);
     if (offset >= want) return 0;
+    if (s_->available.load() < s_->needed(offset, want)) wait_for(offset, want);
     std::memcpy(buf, s_->map + offset, want - offset);
     return want - offset;
   }
   const char* view(std::uint64_t offset, size_t n) const override {
     if (offset > s_->size || n > s_->size - offset) return nullptr;
-    if (s_->available.load() < offset + n) wait_for(offset, offset + n);
+    if (s_->available.load() < s_->needed(offset, offset + n)) wait_for(offset, offset + n);
     return s_->map + offset;
   }
   std::uint64_t size() const override { return s_->size; }
   const std::string& name() const override { return s_->url; }
 
  private:
-  // Waits for bytes up to `want` (a stall, counted) or the download's error.
-  // It asks to be woken a little past `want`: a quarter of the offset, at
-  // most 1 MiB, so the first samples come at once and a reader that keeps
-  // pace with the wire sleeps through most network reads.
-  void wait_for(std::uint64_t offset, std::uint64_t want) const {
-    const std::uint64_t slack = std::min<std::uint64_t>(offset / 4, 1ull << 20);
-    const std::uint64_t target = std::min<std::uint64_t>(s_->size, want + slack);
+  // Waits for bytes [offset, want_byte) (a stall, counted) or the
+  // download's error. It asks to be woken a little past them: a quarter of
+  // the bytes before them in fetch order, at most 1 MiB, so the first
+  // samples come at once and a reader that keeps pace with the wire sleeps
+  // through most network reads.
+  void wait_for(std::uint64_t offset, std::uint64_t want_byte) const {
+    // In fetch order from here on (Spool::needed).
+    const std::uint64_t want = s_->needed(offset, want_byte);
+    const std::uint64_t slack = std::min<std::uint64_t>(want / 4, 1ull << 20);
+    std::uint64_t target = std::min<std::uint64_t>(s_->size, want + slack);
+    bool resume = false;
+    {
+      // Bytes its hint did not ask for: all of the rest, then. No slack
+      // past where the fetch parks: it would never come.
+      std::lock_guard<std::mutex> lock(s_->mu);
+      if (want > s_->wanted) {
+        s_->wanted = UINT64_MAX;
+        resume = s_->parked;
+      }
+      target = std::max(want, std::min(target, s_->wanted));
+    }
+    if (resume && s_->on_stall) s_->on_stall->resume_spool(s_);
     if (s_->on_stall) (*s_->on_stall)();
     const ShortSlice woken_at_once;  // short_slice.h
     std::unique_lock<std::mutex> lock(s_->mu);
@@ -150,11 +165,14 @@ char* SpoolMemory::take(std::uint64_t n, std::uint64_t in_use, std::uint64_t bou
   void* m = ::mmap(nullptr, want, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED) return nullptr;
-  // Huge pages (a hint; fine if refused) past the first 2 MiB: the first
-  // sample should not wait for a whole huge page to be cleared.
-  const std::uintptr_t at = reinterpret_cast<std::uintptr_t>(m);
-  const std::uintptr_t from = (at + (4u << 20) - 1) & ~std::uintptr_t(kHuge - 1);
-  if (from < at + want) ::madvise(reinterpret_cast<void*>(from), at + want - from, MADV_HUGEPAGE);
+  // No huge pages asked for: on a VM whose balloon takes free memory back
+  // (virtio free page reporting, 2 MiB blocks), a fresh huge page is
+  // faulted in by the host, and perf put 0.3 CPU-s of clear_page under the
+  // spools' copies in the first 4 s of a 2-rank training from a namespace
+  // host (194 MB); with small pages it was 0.1% of the samples
+  // (2026-11-27, 2-vCPU EPYC). A 100 MB region took 7-8 ms to fill with
+  // huge pages the host still backed, 208 ms with ones it did not, and
+  // 44-47 ms with small pages either way.
   *len = want;
   return static_cast<char*>(m);
 }

@@ -29,9 +29,10 @@
 
 namespace hpct::data {
 
-// Where a spool's bytes live. Memory (anonymous, huge pages advised) is the
-// fast case: measured 2026-11-26 on the 2-vCPU EPYC, 100 MB in 512 KiB
-// pieces took 11-16 ms to copy into fresh memory with huge pages, 32-40 ms
+// Where a spool's bytes live. Memory (anonymous, small pages: spool.cc,
+// SpoolMemory::take, says why) is the fast case: measured 2026-11-26 on
+// the 2-vCPU EPYC, 100 MB in 512 KiB pieces took 11-16 ms to copy into
+// fresh memory with huge pages (44-47 ms with small ones), 32-40 ms
 // by pwrite into a file in /tmp (ext4: a page cache page, buffer heads and
 // a delayed allocation per 4 KiB), and 40-240 ms through a shared mapping
 // of that file (each first store faults, and the kernel zero-fills the page
@@ -63,23 +64,38 @@ class SpoolMemory {
   static std::uint64_t kept_bytes();
 };
 
+struct Spool;
+
 // What a reader's wait tells its file system (remote_fs.cc: it may start
-// another download). Outlives the file system in spools a reader still
-// holds: the file system clears `call` (under mu) before it goes.
+// another download, or fetch the rest of a parked spool). Outlives the
+// file system in spools a reader still holds: the file system clears the
+// calls (under mu) before it goes.
 struct StallHook {
   std::mutex mu;
-  std::function<void()> call;  // guarded by mu
+  std::function<void()> call;                                 // guarded by mu
+  std::function<void(const std::shared_ptr<Spool>&)> resume;  // guarded by mu
   void operator()() {
     std::lock_guard<std::mutex> lock(mu);
     if (call) call();
   }
+  void resume_spool(const std::shared_ptr<Spool>& s) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (resume) resume(s);
+  }
 };
 
-// One remote shard on its way to the reader: bytes [0, available) are in
-// `map`, so a read of bytes already there is a memcpy, with no lock and no
-// system call (a tar walk reads two small pieces per member). A file spool
-// is written with pwrite and read through a read-only mapping of the same
-// page cache.
+// One remote shard on its way to the reader: the first `available` bytes
+// in fetch order are in `map`, so a read of bytes already there is a
+// memcpy, with no lock and no system call (a tar walk reads two small
+// pieces per member). A file spool is written with pwrite and read
+// through a read-only mapping of the same page cache.
+//
+// Fetch order: bytes [first, size), then [0, first). `first` is where the
+// reader starts (a rank whose part of the epoch begins mid-shard), so its
+// first sample does not wait for the bytes before it; 0 is plain order.
+// The fetch stops (parks) once it holds `wanted` bytes in that order, the
+// bytes its hint asked for; a reader that needs more, or a later hint,
+// raises `wanted` and the file system fetches on from where it stopped.
 struct Spool {
   std::string url;     // as the user wrote it
   std::string source;  // metrics key
@@ -91,7 +107,10 @@ struct Spool {
   bool size_known = false;                  // guarded by mu
   bool done = false;                        // guarded by mu
   std::uint64_t size = 0;                   // written once under mu before size_known
-  std::atomic<std::uint64_t> available{0};  // bytes [0, available) are in map
+  std::uint64_t first = 0;                  // guarded by mu until size_known, then fixed
+  std::uint64_t wanted = UINT64_MAX;        // guarded by mu: fetch order bytes to fetch
+  bool parked = false;                      // guarded by mu: stopped at `wanted`, not done
+  std::atomic<std::uint64_t> available{0};  // bytes in fetch order in map
   std::atomic<int> waiters{0};              // readers waiting for bytes
   // The least byte count a waiting reader wakes for (UINT64_MAX: none). A
   // reader far into the shard asks for more than it needs, so the fetch
@@ -105,7 +124,7 @@ struct Spool {
   std::uint64_t memory_bound = 0;  // in memory: the bound its region goes back under
   std::uint64_t memory_in_use = 0; // in memory: the owner's spools in memory, this one's included
   std::uint64_t last_open = 0;  // guarded by the file system's mu (LRU; 0: never opened)
-  std::uint64_t written = 0;    // the fetch thread's
+  std::uint64_t written = 0;    // the fetch thread's, in fetch order
   // Called (without mu) when a reader is about to wait for bytes not yet
   // here; set before the spool is shared. May be empty.
   std::shared_ptr<StallHook> on_stall;
@@ -145,21 +164,31 @@ struct Spool {
     // No wake-up here: open_read waits for the first bytes too (publish,
     // or finish for an empty or failed object, wakes it).
   }
-  // The fetch thread: the next bytes of the object.
+  // How many bytes in fetch order hold bytes [offset, want) of the object
+  // (readers, after size_known).
+  std::uint64_t needed(std::uint64_t offset, std::uint64_t want) const {
+    if (offset >= first) return want - first;
+    if (want <= first) return size - first + want;
+    return size;  // both sides of `first`: all of it
+  }
+  // The fetch thread: the next bytes of the object, in fetch order.
   void append(const char* data, size_t n) {
     if (written + n > size)
       throw_data_corrupt(url + ": the server sent more than the " + std::to_string(size) +
                          " bytes it announced");
+    const std::uint64_t tail = size - first;  // [first, size) comes first
     while (n > 0) {
-      // The shard's first bytes are published a piece at a time, so the
+      // The reader's first bytes are published a piece at a time, so the
       // first sample need not wait for a whole network read (up to 512 KiB)
       // to be written.
-      const size_t piece = written < kEagerBytes ? std::min<size_t>(n, kEagerPiece) : n;
+      size_t piece = written < kEagerBytes ? std::min<size_t>(n, kEagerPiece) : n;
+      if (written < tail) piece = static_cast<size_t>(std::min<std::uint64_t>(piece, tail - written));
+      const std::uint64_t at = written < tail ? first + written : written - tail;
       size_t k = piece;
       if (in_memory) {
-        std::memcpy(map + written, data, piece);
+        std::memcpy(map + at, data, piece);
       } else {
-        const ssize_t w = ::pwrite(fd.get(), data, piece, static_cast<off_t>(written));
+        const ssize_t w = ::pwrite(fd.get(), data, piece, static_cast<off_t>(at));
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) throw_io("write the spool of " + url, w < 0 ? errno : ENOSPC);
         k = static_cast<size_t>(w);
