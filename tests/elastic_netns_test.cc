@@ -11,6 +11,11 @@
 // from the dead worker: they then learn of it when their operation times
 // out (HPCT_TIMEOUT_S=6 here; elastic jobs should keep it short,
 // docs/elastic.md).
+//
+// 8 epochs: the job must outlast the host's return (the failure is seen
+// about 8 s after the kill, then the 3 s blacklist and discovery). With 3
+// epochs a run on a fast machine ended 2.5 s after the failure, before the
+// host was taken back (CI on 2026-11-27).
 #include <gtest/gtest.h>
 #include <signal.h>
 
@@ -84,7 +89,7 @@ TEST_F(ElasticNetns, WholeHostKilledJobGoesOnWithTwoAndTakesItBack) {
       work_ + "/hosts\" --discovery-interval 0.5 -i " + env_["NETNS_KEY"] +
       " --ssh-option StrictHostKeyChecking=no --ssh-option UserKnownHostsFile=/dev/null -- " + b +
       " train --elastic --model cnn --data " + work_ + "/fm-{000000..000002}.tar --val " + work_ +
-      "/fm-000003.tar --epochs 3 --batch 32 --lr 0.05 --threads 1 --seed 3 --log-every 10 "
+      "/fm-000003.tar --epochs 8 --batch 32 --lr 0.05 --threads 1 --seed 3 --log-every 10 "
       "--progress lines "
       "--commit-every 5 & echo $! > " +
       work_ + "/launcher.pid; wait $!; echo launcher-exit=$?";
