@@ -385,25 +385,20 @@ void Loader::start_elastic_epoch(std::int64_t epoch, std::uint64_t consumed, int
   m.set_epoch(epoch, 0);
 }
 
+std::uint64_t Loader::Impl::next_position() const {
+  std::lock_guard<std::mutex> lock(mu);
+  return static_cast<std::uint64_t>(delivered) * o.batch_size;
+}
+
 void Loader::prefetch() {
   Impl& m = *impl_;
-  if (m.remote) return;
-  std::uint64_t pos;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    pos = static_cast<std::uint64_t>(m.delivered) * m.o.batch_size;
-  }
-  m.announce_reads(pos, UINT64_MAX);
+  if (!m.remote) m.announce_reads(m.next_position(), UINT64_MAX);
 }
 
 bool Loader::peek(Batch* batch) {
   Impl& m = *impl_;
   if (m.remote) return false;
-  std::uint64_t pos;
-  {
-    std::lock_guard<std::mutex> lock(m.mu);
-    pos = static_cast<std::uint64_t>(m.delivered) * m.o.batch_size;
-  }
+  std::uint64_t pos = m.next_position();
   constexpr std::uint64_t kMaxPassedOver = 64;
   m.announce_reads(pos, pos + kMaxPassedOver + 1);
   for (std::uint64_t tries = 0; pos < m.total && tries <= kMaxPassedOver; ++pos, ++tries) {

@@ -37,6 +37,7 @@ struct Loader::Impl {
   void ensure_started();
   // fs->will_read of the shards and byte ranges of plan positions [from, to)
   void announce_reads(std::uint64_t from, std::uint64_t to);
+  std::uint64_t next_position() const;  // the plan position after the batches delivered
   void open_remote();  // remote: opens this epoch's stream once
   void stop_threads();
   void worker();

@@ -38,6 +38,7 @@ struct Transfer {
   std::int64_t cpu_ns = -1;        // the thread's CPU time at the last sample
   std::int64_t wall_ns = 0;        // and the wall time
   int lowat = 1;                   // the socket's SO_RCVLOWAT as last set
+  curl_off_t body_length = -2;     // this answer's Content-Length (-1: none; -2: not looked up)
 };
 
 // Once a body is well under way, the fetch thread is woken per
@@ -55,9 +56,12 @@ constexpr std::int64_t kTailMargin = 64 << 10;
 
 void batch_wakeups(Transfer* t) {
   if (t->result->body_bytes < kBatchedWakeAfter) return;
-  curl_off_t length = -1;  // this answer's body (a range's length)
-  if (curl_easy_getinfo(t->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &length) != CURLE_OK || length < 0) return;
-  const std::int64_t left = static_cast<std::int64_t>(length) - static_cast<std::int64_t>(t->result->body_bytes);
+  if (t->body_length == -2 &&
+      curl_easy_getinfo(t->curl, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &t->body_length) != CURLE_OK)
+    t->body_length = -1;  // the body's length (a range's), looked up once
+  if (t->body_length < 0) return;
+  const std::int64_t left =
+      static_cast<std::int64_t>(t->body_length) - static_cast<std::int64_t>(t->result->body_bytes);
   const int want = left - kTailMargin >= kBatchedWake ? kBatchedWake : 1;
   if (want == t->lowat) return;
   curl_socket_t fd = CURL_SOCKET_BAD;
@@ -91,6 +95,7 @@ size_t on_header(char* data, size_t size, size_t n, void* user) {
   while (!line.empty() && (line.back() == '\n' || line.back() == '\r')) line.pop_back();
   if (line.rfind("HTTP/", 0) == 0) {
     t->result->headers.clear();  // a new response (after 100 Continue or a redirect)
+    t->body_length = -2;
   } else {
     const size_t colon = line.find(':');
     if (colon != std::string::npos) {

@@ -20,6 +20,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <thread>
@@ -337,6 +339,28 @@ TEST(SpoolMemory, ADroppedSpoolsPagesGoToTheNextThatFitsWithinTheBound) {
   EXPECT_LE(SpoolMemory::kept_bytes(), bound);
 }
 
+// Files written into a directory of their own and served from it by
+// python3 -m http.server; the directory goes with it.
+class ServedFiles {
+ public:
+  ServedFiles(const std::string& tag, const std::map<std::string, std::string>& files)
+      : dir_(fs::temp_directory_path() / ("hpct-" + tag + "-" + std::to_string(::getpid()))) {
+    fs::create_directories(dir_);
+    for (const auto& [name, bytes] : files) std::ofstream(dir_ / name, std::ios::binary) << bytes;
+    server_ = std::make_unique<HttpServer>(dir_.string());
+  }
+  ~ServedFiles() {
+    server_.reset();
+    fs::remove_all(dir_);
+  }
+  bool up() const { return server_->up(); }
+  std::string base() const { return server_->base(); }
+
+ private:
+  fs::path dir_;
+  std::unique_ptr<HttpServer> server_;
+};
+
 // Bytes delivered into spools, from the file system's counters.
 std::uint64_t bytes_of(ShardFileSystem& sfs, const std::string& source) {
   auto st = sfs.stats();
@@ -350,11 +374,8 @@ std::uint64_t bytes_of(ShardFileSystem& sfs, const std::string& source) {
 // answer, as for any such server; nginx and s3rver answer ranges in
 // objstore_test.py.)
 TEST(ShardFileSystem, AHintedRangeIsAllThatIsFetchedUntilAReaderWantsMore) {
-  const fs::path dir = fs::temp_directory_path() / ("hpct-range-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
   const std::string bytes = random_bytes(3 << 20, 5);
-  std::ofstream(dir / "r.tar", std::ios::binary) << bytes;
-  HttpServer server(dir.string());
+  ServedFiles server("range", {{"r.tar", bytes}});
   ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
   ShardSourceOptions o;
   o.fetches = 1;
@@ -377,20 +398,18 @@ TEST(ShardFileSystem, AHintedRangeIsAllThatIsFetchedUntilAReaderWantsMore) {
   EXPECT_EQ(std::string(tail, sizeof tail), bytes.substr(bytes.size() - 100));
   EXPECT_EQ(read_all(*f), bytes);
   EXPECT_EQ(bytes_of(sfs, server.base()), bytes.size()) << "a byte was fetched twice";
-  fs::remove_all(dir);
 }
 
 // The latest hint is what the readers read next: an earlier hint's shards
 // that no reader opened leave the queue and are never requested.
 TEST(ShardFileSystem, ALaterHintDropsTheShardsOfAnEarlierOneNoReaderOpened) {
-  const fs::path dir = fs::temp_directory_path() / ("hpct-hints-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
   std::vector<std::string> bytes;
+  std::map<std::string, std::string> files;
   for (int i = 0; i < 3; ++i) {
     bytes.push_back(random_bytes(200000 + i, static_cast<unsigned>(20 + i)));
-    std::ofstream(dir / ("h" + std::to_string(i)), std::ios::binary) << bytes.back();
+    files["h" + std::to_string(i)] = bytes.back();
   }
-  HttpServer server(dir.string());
+  ServedFiles server("hints", files);
   ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
   SilentServer stuck;  // holds the first fetch thread, so the queue stays as hinted
   ShardSourceOptions o;
@@ -409,18 +428,14 @@ TEST(ShardFileSystem, ALaterHintDropsTheShardsOfAnEarlierOneNoReaderOpened) {
   // Opened later, such a shard is fetched then.
   EXPECT_EQ(read_all(*sfs.open_read(base + "0")), bytes[0]);
   EXPECT_EQ(sfs.stats()[server.base()]["requests"].get<int>(), 2);
-  fs::remove_all(dir);
 }
 
 // A shard of which a few bytes were read from its start (the model's probe
 // reads one sample) and which a hint then wants from its middle is fetched
 // from there, not on from the start.
 TEST(ShardFileSystem, AShardBarelyReadIsFetchedAgainFromWhereTheNextHintStarts) {
-  const fs::path dir = fs::temp_directory_path() / ("hpct-restart-" + std::to_string(::getpid()));
-  fs::create_directories(dir);
   const std::string bytes = random_bytes(4 << 20, 6);
-  std::ofstream(dir / "p.tar", std::ios::binary) << bytes;
-  HttpServer server(dir.string());
+  ServedFiles server("restart", {{"p.tar", bytes}});
   ASSERT_TRUE(server.up()) << "python3 -m http.server did not listen within 15 s";
   ShardSourceOptions o;
   o.fetches = 1;
@@ -442,7 +457,6 @@ TEST(ShardFileSystem, AShardBarelyReadIsFetchedAgainFromWhereTheNextHintStarts) 
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(bytes_of(sfs, server.base()), 10000 + bytes.size() - mid);
   EXPECT_EQ(read_all(*f), bytes);
-  fs::remove_all(dir);
 }
 
 TEST(ShardSourceOptions, SpoolMemoryIsASettingAndAFlag) {
