@@ -1,6 +1,7 @@
 #include "comm/reduce_simd.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
 
@@ -127,8 +128,8 @@ __attribute__((target("avx2,f16c"))) void from_16_loop(const std::uint16_t* src,
 
 // 128 bytes a turn through four 32-byte registers, the rest by memcpy.
 // kStream: dst gets the bytes with non-temporal stores from its first
-// 32-byte boundary on, the head and the tail with plain ones, then a store
-// fence (copy_to_shared).
+// 32-byte boundary on, the head and the tail with plain ones, and no fence
+// (copy_to_shared: the caller fences once).
 template <bool kStream>
 __attribute__((target("avx2"))) void copy_loop(std::uint8_t* dst, const std::uint8_t* src,
                                                size_t n) {
@@ -151,11 +152,10 @@ __attribute__((target("avx2"))) void copy_loop(std::uint8_t* dst, const std::uin
     }
   }
   if (i < n) std::memcpy(dst + i, src + i, n - i);
-  if constexpr (kStream) _mm_sfence();
 }
 
 // a[i] = b[i] = x[i] + y[i], 16 a turn. kStream: a gets non-temporal
-// stores from its first 32-byte boundary on, then a store fence
+// stores from its first 32-byte boundary on, and no fence
 // (sum_floats_to_shared_and); b plain stores.
 template <bool kStream>
 __attribute__((target("avx2"))) void sum_to_both_loop(float* a, float* b, const float* x,
@@ -178,7 +178,6 @@ __attribute__((target("avx2"))) void sum_to_both_loop(float* a, float* b, const 
     _mm256_storeu_ps(b + i + 8, v1);
   }
   for (; i < n; ++i) a[i] = b[i] = x[i] + y[i];
-  if constexpr (kStream) _mm_sfence();
 }
 
 }  // namespace
@@ -200,6 +199,8 @@ void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y
   }
   for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
 }
+
+void store_fence() { _mm_sfence(); }
 
 void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
@@ -250,6 +251,8 @@ void bf16_to_floats(const std::uint16_t* src, float* dst, size_t n, float scale)
 bool available() { return false; }
 void copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void copy_to_shared(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
+void store_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
 void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
   for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
 }

@@ -32,14 +32,20 @@ void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size
 // copy() and sum_floats_to_both() for stores into memory another core reads
 // next and has read before (a shared-memory slot): dst (a) is written with
 // non-temporal stores, which take no ownership of lines the other core
-// still holds, then a store fence, so a release store after the call
-// publishes the data. On the VM measured the normal stores into such lines
-// ran at 12 GB/s and, in stretches where a cache line took 5x longer to
-// cross between its two vCPUs, at 2.5 GB/s; the non-temporal ones at 28 GB/s
-// in both (docs/comm.md). The same bits as copy() and sum_floats_to_both();
-// plain stores on CPUs without AVX2.
+// still holds. They are not ordered before later stores: the caller calls
+// store_fence() once after its last such copy and before the store that
+// publishes them. A fence after each call cost more than the copies: an
+// sfence waits until the stores in flight reach memory, and with one per 4
+// KiB a 512 KiB copy took 31 us instead of 12 (2026-11-27, docs/comm.md).
+// On the VM measured the normal stores into such lines ran at 12 GB/s and,
+// in stretches where a cache line took 5x longer to cross between its two
+// vCPUs, at 2.5-7 GB/s; the non-temporal ones at 28-44 GB/s in both
+// (docs/comm.md). The same bits as copy() and sum_floats_to_both(); plain
+// stores on CPUs without AVX2.
 void copy_to_shared(void* dst, const void* src, size_t bytes);
 void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n);
+// Orders the non-temporal stores above before every later store (sfence).
+void store_fence();
 
 // out[i] = round16(float(a[i]) op float(b[i])); kAvg reduces as kSum.
 void reduce_half(std::uint16_t* out, const std::uint16_t* a, const std::uint16_t* b, size_t n,

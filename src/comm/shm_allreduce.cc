@@ -39,14 +39,12 @@ constexpr std::size_t kBlockBytes = 16 << 10;  // step 2 reduces in L1-sized blo
 // ones (for side-by-side measurements).
 constexpr std::size_t kStreamFromBytes = 256 << 10;
 
-// -1: choose by the copies' speed; 0: plain stores; 1: non-temporal.
-int stream_setting() {
-  static const int v = [] {
-    const char* e = std::getenv("HPCT_SHM_STREAM");
-    if (e == nullptr) return -1;
-    return std::string(e) == "0" ? 0 : std::string(e) == "1" ? 1 : -1;
-  }();
-  return v;
+// HPCT_SHM_STREAM, read when a rank maps the segment. -1: choose by the
+// copies' speed; 0: plain stores; 1: non-temporal.
+int read_stream_setting() {
+  const char* e = std::getenv("HPCT_SHM_STREAM");
+  if (e == nullptr) return -1;
+  return std::string(e) == "0" ? 0 : std::string(e) == "1" ? 1 : -1;
 }
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr auto kLivenessPeriod = std::chrono::milliseconds(50);
@@ -131,7 +129,8 @@ ShmAllreduce::ShmAllreduce(std::string name, int rank, int size, std::size_t slo
       base_(base),
       mapped_(mapped),
       linked_(owner),
-      pids_(static_cast<std::size_t>(size), 0) {}
+      pids_(static_cast<std::size_t>(size), 0),
+      stream_setting_(read_stream_setting()) {}
 
 ShmAllreduce::~ShmAllreduce() {
   unlink();
@@ -463,7 +462,7 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
     // 1. Every chunk but this rank's own goes to its slot.
     const bool big = n * es >= kStreamFromBytes;
     const auto copy_start = std::chrono::steady_clock::now();
-    const int setting = stream_setting();
+    const int setting = stream_setting_;
     const bool stream = big && (setting == 1 || (setting == -1 && stores_.stream(copy_start)));
     io.read(base, lo, mine, stream);
     io.read(base + hi, n - hi, mine + hi * es, stream);
@@ -472,6 +471,7 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
     const bool timed = big && !stream && setting == -1;
     auto work = timed ? std::chrono::steady_clock::now() - copy_start
                       : std::chrono::steady_clock::duration{};
+    if (stream) simd::store_fence();  // the slot's bytes before the arrival
     arrive_and_wait(++generation_, deadline, "contribute its share", count, dtype);
     // Both ranks are here (the same piece number on each): time how lines
     // cross between their CPUs now and then.
@@ -484,6 +484,7 @@ void ShmAllreduce::run(Io& io, std::size_t count, DataType dtype, ReduceOp op,
     // 2. This rank's chunk, reduced in rank order, into the slot and the output.
     reduce_chunk(io, base, lo, hi, piece, dtype, op, stream);
     if (timed) work += std::chrono::steady_clock::now() - reduce_start;
+    if (stream) simd::store_fence();
     arrive_and_wait(++generation_, deadline, "reduce its chunk", count, dtype);
     const auto out_start = timed ? std::chrono::steady_clock::now() : copy_start;
 

@@ -159,6 +159,7 @@ class ShmAllreduce {
   void note_piece_work(std::chrono::steady_clock::duration work, std::size_t bytes);
   // Stores into the slots: plain, or non-temporal while plain ones are slow.
   SlotStoreChoice stores_;
+  int stream_setting_;  // HPCT_SHM_STREAM: -1 choose, 0 plain, 1 non-temporal
   std::uint64_t probes_ = 0;  // round-trip probes done (their values on the probe lines)
 };
 

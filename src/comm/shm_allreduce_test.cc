@@ -174,6 +174,59 @@ TEST(ShmAllreduce, LargeBufferAcrossManyPiecesWithDefaultSlots) {
   EXPECT_EQ(data[0][n - 1], static_cast<float>((n - 1) % 1000) + 0.5f);
 }
 
+// Slot stores kept plain or forced non-temporal (HPCT_SHM_STREAM, read
+// when a rank maps the segment): pieces of 256 KiB and more go through the
+// non-temporal copies and sums, whose stores are fenced once per step before
+// the arrival that publishes them. Every rank must see every peer's bytes:
+// the same bits as the serial fold, over many pieces, in place and as
+// segments, for two to four ranks.
+TEST(ShmAllreduce, PlainAndNonTemporalSlotStoresGiveTheSerialFoldsBits) {
+  // 4 MiB of float32 and 5 more: 9 pieces of 455 KiB (streamed from 256 KiB).
+  const std::size_t count = (4u << 20) / 4 + 5;
+  for (const char* setting : {"0", "1"}) {
+    for (int size = 2; size <= 4; ++size) {
+      ::setenv("HPCT_SHM_STREAM", setting, 1);
+      auto ranks = open_all(size, 1 << 20);
+      ::unsetenv("HPCT_SHM_STREAM");
+      const std::vector<std::uint8_t> expected[] = {
+          reference(size, count, DataType::kFloat32, ReduceOp::kSum),
+          reference(size, count, DataType::kFloat32, ReduceOp::kAvg)};
+      std::vector<std::string> failures(static_cast<size_t>(size));
+      std::vector<std::thread> threads;
+      for (int r = 0; r < size; ++r) {
+        threads.emplace_back([&, r] {
+          auto& me = *ranks[static_cast<size_t>(r)];
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            for (int round = 0; round < 3; ++round) {
+              auto data = input_of(r, count, DataType::kFloat32);
+              if (round == 2) {  // as segments that split pieces
+                const std::size_t cut = count / 3 + 1;
+                std::vector<BufferSegment> segs = {
+                    {data.data(), cut}, {data.data() + cut * 4, count - cut}};
+                me.allreduce(segs, DataType::kFloat32, op, Deadline(Millis(20000)));
+              } else {
+                me.allreduce(nullptr, data.data(), count, DataType::kFloat32, op,
+                             Deadline(Millis(20000)));
+              }
+              if (data != expected[op == ReduceOp::kSum ? 0 : 1]) {
+                failures[static_cast<size_t>(r)] = std::string("differs from the serial fold: ") +
+                                                   reduce_op_name(op) + " round " +
+                                                   std::to_string(round);
+                return;
+              }
+            }
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < size; ++r) {
+        EXPECT_EQ(failures[static_cast<size_t>(r)], "")
+            << "HPCT_SHM_STREAM=" << setting << " size " << size << " rank " << r;
+      }
+    }
+  }
+}
+
 // Segments (empty ones, ones that cross piece and block bounds) give the
 // bits of the same allreduce over their concatenation.
 TEST(ShmAllreduce, SegmentsGiveTheSameBitsAsTheirConcatenation) {
