@@ -10,6 +10,11 @@
 # trip and each size's time against MPI_Allreduce's (paired median ratio);
 # then per setting the runs at 0.5x or better at every size, and the
 # ratios of the runs in a slow stretch (round trip above 300 ns).
+# "base" runs another build's hpctrain ($BASE_BIN/hpctrain) with its own
+# choice of stores, beside "auto" (this build's), to compare two commits:
+#   git worktree add /tmp/base <commit> && cmake -S /tmp/base -B /tmp/base/build \
+#     -G Ninja -DCMAKE_BUILD_TYPE=Release && ninja -C /tmp/base/build tools/hpctrain/hpctrain
+#   RUNS=20 SETTINGS="base auto" BASE_BIN=/tmp/base/build/tools/hpctrain bench/shm_slow_lines.sh
 #   RUNS=20 SETTINGS="reused fresh" OUT=/tmp/hpct-shm-lines bench/shm_slow_lines.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -25,11 +30,13 @@ for k in $(seq 1 "${RUNS:-20}"); do
   for setting in $SETTINGS; do
     rt=$(round_trip)
     log "run $k setting $setting round trip ${rt} ns"
+    binary=$B
     case $setting in
       reused|fresh) stream=auto input=$setting ;;
+      base) stream=auto input=fresh binary=${BASE_BIN:?set BASE_BIN to the tools/hpctrain folder of the other build}/hpctrain ;;
       *) stream=$setting input=fresh ;;
     esac
-    HPCT_SHM_STREAM=$stream timeout 120 "$B" bench comm --backend mpi --np 2 --sizes 1M,4M,16M,64M \
+    HPCT_SHM_STREAM=$stream timeout 120 "$binary" bench comm --backend mpi --np 2 --sizes 1M,4M,16M,64M \
       --budget-s 1.0 --input "$input" 2>/dev/null | /usr/bin/python3 -c '
 import json, sys
 for l in sys.stdin:

@@ -34,9 +34,9 @@ void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size
 // non-temporal stores, which take no ownership of lines the other core
 // still holds. They are not ordered before later stores: the caller calls
 // store_fence() once after its last such copy and before the store that
-// publishes them. A fence after each call cost more than the copies: an
-// sfence waits until the stores in flight reach memory, and with one per 4
-// KiB a 512 KiB copy took 31 us instead of 12 (2026-11-27, docs/comm.md).
+// publishes them. An sfence waits until the stores in flight have left
+// the core: a 512 KiB copy with one per 4 KiB took 31 us instead of 12, and
+// one per 16 KiB block made a 1 MiB allreduce 4-8% slower (docs/comm.md).
 // On the VM measured the normal stores into such lines ran at 12 GB/s and,
 // in stretches where a cache line took 5x longer to cross between its two
 // vCPUs, at 2.5-7 GB/s; the non-temporal ones at 28-44 GB/s in both
