@@ -137,25 +137,39 @@ TEST_F(BenchNetns, TrainWithHostOptionsAndTheDdpPeerOnTheSameHosts) {
 
 // DDP's PowerSGD hook on the MLP (gloo in torch 1.13) aborts on one host,
 // and launch stops the other rank; or both ranks hang, and the peer's bound
-// on a step ends them. Either way the peer's line says failed and why.
+// on a step ends them. Either way the peer's line says failed and why. The
+// crash comes from the two buckets' hook collectives going in a different
+// order on the two ranks, a race the hook sometimes wins: in 1 of about 8
+// runs it trained its 3 steps (2026-11-27). Such a run must read as a normal
+// result, and the job runs again, up to 4 times, until the hook crashes.
 TEST_F(BenchNetns, ACrashingDdpHookAcrossHostsIsReportedFailedNotHung) {
-  Outcome r = run(H + " bench train --model mlp --np 2 --steps 3 --warmup 2 --batch 32 --max-samples 2048" +
-                      hosts_opt_ + "--peer ddp --peer-hook powersgd:4 --peer-timeout-s 45 2>&1", 170);
-  ASSERT_EQ(r.exit_code, 0) << r.out;
-  nlohmann::json ddp, summary;
-  for (const auto& j : json_lines(r.out)) {
-    if (j.contains("summary")) summary = j;
-    else if (j.value("impl", "") == "pytorch-ddp") ddp = j;
+  bool crashed = false;
+  for (int attempt = 1; attempt <= 4 && !crashed; ++attempt) {
+    Outcome r = run(H + " bench train --model mlp --np 2 --steps 3 --warmup 2 --batch 32 --max-samples 2048" +
+                        hosts_opt_ + "--peer ddp --peer-hook powersgd:4 --peer-timeout-s 45 2>&1", 170);
+    ASSERT_EQ(r.exit_code, 0) << r.out;
+    nlohmann::json ddp, summary;
+    for (const auto& j : json_lines(r.out)) {
+      if (j.contains("summary")) summary = j;
+      else if (j.value("impl", "") == "pytorch-ddp") ddp = j;
+    }
+    ASSERT_TRUE(ddp.is_object() && summary.is_object()) << r.out;
+    EXPECT_EQ(ddp["hook"], "powersgd:4");
+    EXPECT_GT(summary["hpctrain_samples_per_s"].get<double>(), 0.0);
+    if (!ddp["failed"].get<bool>()) {  // the hook won the race this time
+      EXPECT_EQ(ddp["steps"], 3) << ddp.dump();
+      EXPECT_GT(ddp["samples_per_s"].get<double>(), 0.0) << ddp.dump();
+      EXPECT_FALSE(summary.value("ddp_failed", false)) << summary.dump();
+      continue;
+    }
+    crashed = true;
+    const std::string error = ddp["error"].get<std::string>();
+    EXPECT_TRUE(error.find("op.preamble.length <= op.nbytes") != std::string::npos ||
+                error.find("made no progress for 45 s and was ended") != std::string::npos)
+        << r.out;
+    EXPECT_TRUE(summary["ddp_failed"].get<bool>()) << summary.dump();
   }
-  ASSERT_TRUE(ddp.is_object() && summary.is_object()) << r.out;
-  EXPECT_EQ(ddp["hook"], "powersgd:4");
-  EXPECT_TRUE(ddp["failed"].get<bool>()) << ddp.dump();
-  const std::string error = ddp["error"].get<std::string>();
-  EXPECT_TRUE(error.find("op.preamble.length <= op.nbytes") != std::string::npos ||
-              error.find("made no progress for 45 s and was ended") != std::string::npos)
-      << r.out;
-  EXPECT_TRUE(summary["ddp_failed"].get<bool>()) << summary.dump();
-  EXPECT_GT(summary["hpctrain_samples_per_s"].get<double>(), 0.0);
+  EXPECT_TRUE(crashed) << "DDP's PowerSGD hook trained in 4 runs of 4: the failure path went unexercised";
 }
 
 // 2 hosts x 2 ranks: large allreduces go hierarchically (shared memory in
