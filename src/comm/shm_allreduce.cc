@@ -129,8 +129,8 @@ ShmAllreduce::ShmAllreduce(std::string name, int rank, int size, std::size_t slo
       base_(base),
       mapped_(mapped),
       linked_(owner),
-      pids_(static_cast<std::size_t>(size), 0),
-      stream_setting_(read_stream_setting()) {}
+      stream_setting_(read_stream_setting()),
+      pids_(static_cast<std::size_t>(size), 0) {}
 
 ShmAllreduce::~ShmAllreduce() {
   unlink();
