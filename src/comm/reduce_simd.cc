@@ -154,19 +154,29 @@ __attribute__((target("avx2"))) void copy_loop(std::uint8_t* dst, const std::uin
   if (i < n) std::memcpy(dst + i, src + i, n - i);
 }
 
-// a[i] = b[i] = x[i] + y[i], 16 a turn. kStream: a gets non-temporal
-// stores from its first 32-byte boundary on, and no fence
-// (sum_floats_to_shared_and); b plain stores.
-template <bool kStream>
+// a[i] = b[i] = (x[i] + y[i]) * scale, 16 a turn (kScale false: the sum,
+// no multiply). kStream: a gets non-temporal stores from its first 32-byte
+// boundary on, and no fence (sum_floats_to_shared_and); b plain stores.
+template <bool kStream, bool kScale>
 __attribute__((target("avx2"))) void sum_to_both_loop(float* a, float* b, const float* x,
-                                                      const float* y, size_t n) {
+                                                      const float* y, size_t n, float scale) {
+  auto one = [&](size_t k) {
+    float v = x[k] + y[k];
+    if constexpr (kScale) v *= scale;
+    a[k] = b[k] = v;
+  };
+  const __m256 s = _mm256_set1_ps(scale);
   size_t i = 0;
   if constexpr (kStream) {
-    for (; i < n && reinterpret_cast<std::uintptr_t>(a + i) % 32 != 0; ++i) a[i] = b[i] = x[i] + y[i];
+    for (; i < n && reinterpret_cast<std::uintptr_t>(a + i) % 32 != 0; ++i) one(i);
   }
   for (; i + 16 <= n; i += 16) {
-    const __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
-    const __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+    __m256 v0 = _mm256_add_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i));
+    __m256 v1 = _mm256_add_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(y + i + 8));
+    if constexpr (kScale) {
+      v0 = _mm256_mul_ps(v0, s);
+      v1 = _mm256_mul_ps(v1, s);
+    }
     if constexpr (kStream) {
       _mm256_stream_ps(a + i, v0);
       _mm256_stream_ps(a + i + 8, v1);
@@ -177,7 +187,19 @@ __attribute__((target("avx2"))) void sum_to_both_loop(float* a, float* b, const 
     _mm256_storeu_ps(b + i, v0);
     _mm256_storeu_ps(b + i + 8, v1);
   }
-  for (; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+  for (; i < n; ++i) one(i);
+}
+
+template <bool kStream>
+void sum_to_both(float* a, float* b, const float* x, const float* y, size_t n, float scale) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  if (!avx2) {
+    for (size_t i = 0; i < n; ++i) a[i] = b[i] = scale == 1 ? x[i] + y[i] : (x[i] + y[i]) * scale;
+  } else if (scale == 1) {
+    sum_to_both_loop<kStream, false>(a, b, x, y, n, scale);
+  } else {
+    sum_to_both_loop<kStream, true>(a, b, x, y, n, scale);
+  }
 }
 
 }  // namespace
@@ -191,24 +213,16 @@ void copy_to_shared(void* dst, const void* src, size_t bytes) {
   copy_loop<true>(static_cast<std::uint8_t*>(dst), static_cast<const std::uint8_t*>(src), bytes);
 }
 
-void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) {
-    sum_to_both_loop<true>(a, b, x, y, n);
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n,
+                              float scale) {
+  sum_to_both<true>(a, b, x, y, n, scale);
 }
 
 void store_fence() { _mm_sfence(); }
 
-void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
-  static const bool avx2 = __builtin_cpu_supports("avx2");
-  if (avx2) {
-    sum_to_both_loop<false>(a, b, x, y, n);
-    return;
-  }
-  for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n,
+                        float scale) {
+  sum_to_both<false>(a, b, x, y, n, scale);
 }
 
 void copy(void* dst, const void* src, size_t bytes) {
@@ -253,11 +267,13 @@ void copy(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, byte
 void copy_to_shared(void* dst, const void* src, size_t bytes) { std::memcpy(dst, src, bytes); }
 void store_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
-void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n) {
-  for (size_t i = 0; i < n; ++i) a[i] = b[i] = x[i] + y[i];
+void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n,
+                        float scale) {
+  for (size_t i = 0; i < n; ++i) a[i] = b[i] = scale == 1 ? x[i] + y[i] : (x[i] + y[i]) * scale;
 }
-void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n) {
-  sum_floats_to_both(a, b, x, y, n);
+void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n,
+                              float scale) {
+  sum_floats_to_both(a, b, x, y, n, scale);
 }
 void reduce_half(std::uint16_t*, const std::uint16_t*, const std::uint16_t*, size_t, ReduceOp) {}
 void reduce_bf16(std::uint16_t*, const std::uint16_t*, const std::uint16_t*, size_t, ReduceOp) {}

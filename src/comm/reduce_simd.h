@@ -24,10 +24,13 @@ bool available();
 // the AMD EPYC hosts measured (docs/comm.md); memcpy elsewhere. Any CPU.
 void copy(void* dst, const void* src, size_t bytes);
 
-// a[i] = b[i] = x[i] + y[i] (float32, the same bits as a scalar sum): the
-// two-rank shared-memory allreduce's one pass that stores the sum to its
-// slot and to the output. 8 lanes on CPUs with AVX2; scalar elsewhere.
-void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n);
+// a[i] = b[i] = (x[i] + y[i]) * scale (float32, the same bits as the scalar
+// expression): the two-rank shared-memory allreduce's one pass that stores
+// the sum (scale 1) or the average (0.5: the same bits as the sum divided
+// by 2, as sum_and_average() gives) to its slot and to the output. 8 lanes
+// on CPUs with AVX2; scalar elsewhere.
+void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n,
+                        float scale);
 
 // copy() and sum_floats_to_both() for stores into memory another core reads
 // next and has read before (a shared-memory slot): dst (a) is written with
@@ -43,7 +46,8 @@ void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size
 // (docs/comm.md). The same bits as copy() and sum_floats_to_both(); plain
 // stores on CPUs without AVX2.
 void copy_to_shared(void* dst, const void* src, size_t bytes);
-void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n);
+void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n,
+                              float scale);
 // Orders the non-temporal stores above before every later store (sfence).
 void store_fence();
 

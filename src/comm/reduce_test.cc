@@ -167,7 +167,12 @@ std::vector<std::uint8_t> random_bytes(size_t n, std::uint32_t seed) {
       std::memcpy(&h, v.data() + i * 2, 2);
       return std::isnan(t == DataType::kFloat16 ? half_to_float(h) : bfloat16_to_float(h));
     }
-    return false;  // float32/64 and integers run the same code on both paths
+    if (t == DataType::kFloat32) {  // the two-rank average: a vector kernel against reduce.cc
+      float f;
+      std::memcpy(&f, v.data() + i * 4, 4);
+      return std::isnan(f);
+    }
+    return false;  // float64 and integers run the same code on both paths
   };
   for (size_t i = 0; i < got.size(); ++i) {
     if (got[i] == want[i]) continue;
@@ -220,11 +225,28 @@ TEST(ReduceVector, SumToBothStoresThePortableSumTwice) {
     std::vector<std::uint8_t> a(n * 4 + 4, 0xab), b(n * 4 + 4, 0xcd), want(n * 4 + 4, 0xab);
     simd::sum_floats_to_both(reinterpret_cast<float*>(a.data()), reinterpret_cast<float*>(b.data()),
                              reinterpret_cast<const float*>(x.data()),
-                             reinterpret_cast<const float*>(y.data()), n);
+                             reinterpret_cast<const float*>(y.data()), n, 1.0f);
     reduce_elements_portable(want.data(), x.data(), y.data(), n, DataType::kFloat32,
                              ReduceOp::kSum);
     ASSERT_TRUE(SameBits(a, want, x, y, n, DataType::kFloat32)) << "slot, n=" << n;
     b[n * 4] = 0xab, b[n * 4 + 1] = 0xab, b[n * 4 + 2] = 0xab, b[n * 4 + 3] = 0xab;
+    ASSERT_TRUE(SameBits(b, want, x, y, n, DataType::kFloat32)) << "output, n=" << n;
+    EXPECT_EQ(a[n * 4], 0xab) << "wrote past the end, n=" << n;
+  }
+}
+
+// Its average of two ranks (scale 0.5): both outputs hold the bits of
+// sum_and_average() over 2, the general path's average.
+TEST(ReduceVector, AverageToBothStoresTheSumDividedByTwoTwice) {
+  for (size_t n : kCounts) {
+    auto x = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 3 + 5));
+    auto y = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 17 + 6));
+    std::vector<std::uint8_t> a(n * 4 + 4, 0xab), b(n * 4 + 4, 0xab), want(n * 4 + 4, 0xab);
+    simd::sum_floats_to_both(reinterpret_cast<float*>(a.data()), reinterpret_cast<float*>(b.data()),
+                             reinterpret_cast<const float*>(x.data()),
+                             reinterpret_cast<const float*>(y.data()), n, 0.5f);
+    sum_and_average(want.data(), x.data(), y.data(), n, DataType::kFloat32, 2);
+    ASSERT_TRUE(SameBits(a, want, x, y, n, DataType::kFloat32)) << "slot, n=" << n;
     ASSERT_TRUE(SameBits(b, want, x, y, n, DataType::kFloat32)) << "output, n=" << n;
     EXPECT_EQ(a[n * 4], 0xab) << "wrote past the end, n=" << n;
   }
@@ -243,11 +265,11 @@ TEST(ReduceVector, StoresIntoSharedMemoryGiveThePlainKernelsBits) {
       auto* slot = reinterpret_cast<float*>(a.data() + shift);
       simd::sum_floats_to_shared_and(slot, reinterpret_cast<float*>(b.data()),
                                      reinterpret_cast<const float*>(x.data()),
-                                     reinterpret_cast<const float*>(y.data()), n);
+                                     reinterpret_cast<const float*>(y.data()), n, 0.5f);
       simd::sum_floats_to_both(reinterpret_cast<float*>(want_a.data() + shift),
                                reinterpret_cast<float*>(want_b.data()),
                                reinterpret_cast<const float*>(x.data()),
-                               reinterpret_cast<const float*>(y.data()), n);
+                               reinterpret_cast<const float*>(y.data()), n, 0.5f);
       ASSERT_EQ(a, want_a) << "slot, n=" << n << " shift=" << shift;
       ASSERT_EQ(b, want_b) << "output, n=" << n << " shift=" << shift;
 

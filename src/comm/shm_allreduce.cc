@@ -395,16 +395,18 @@ void ShmAllreduce::reduce_chunk(Io& io, std::size_t base, std::size_t lo, std::s
       return q == rank_ ? own : slot_half(q, piece) + b * es;
     };
     std::uint8_t* acc = mine + b * es;
-    // Two float32 ranks summing (gradients): the sum is stored to the slot
-    // and the output in one pass, where the output is one span.
-    std::uint8_t* out = size_ == 2 && dtype == DataType::kFloat32 && op == ReduceOp::kSum
+    // Two float32 ranks summing or averaging (gradients): the result is
+    // stored to the slot and the output in one pass, where the output is
+    // one span.
+    const bool sum_or_avg = op == ReduceOp::kSum || op == ReduceOp::kAvg;
+    std::uint8_t* out = size_ == 2 && dtype == DataType::kFloat32 && sum_or_avg
                             ? io.span(base + b, m)
                             : nullptr;
     if (out != nullptr) {
       auto* sum = stream ? simd::sum_floats_to_shared_and : simd::sum_floats_to_both;
       sum(reinterpret_cast<float*>(acc), reinterpret_cast<float*>(out),
           reinterpret_cast<const float*>(input_of(0)),
-          reinterpret_cast<const float*>(input_of(1)), m);
+          reinterpret_cast<const float*>(input_of(1)), m, op == ReduceOp::kAvg ? 0.5f : 1.0f);
       continue;
     }
     for (int q = 1; q < size_; ++q) {
