@@ -25,7 +25,8 @@
 //   2. when all have arrived, it reduces chunk r over the ranks in rank order
 //      (its own input and the others' slots) into its slot half, in blocks
 //      that stay in L1 (kAvg divides right there), copies each block to its
-//      output (two float32 ranks summing store both in one pass), and arrives;
+//      output (two float32 ranks summing or averaging store both in one
+//      pass), and arrives;
 //   3. when all have arrived, it copies every other chunk q from rank q's
 //      slot half into its output.
 // Step 1 of piece k+2 reuses the half of piece k only after every rank
