@@ -216,18 +216,19 @@ TEST(ReduceVector, EveryDtypeOpAndSizeGivesThePortableBits) {
   }
 }
 
-// The two-rank shared-memory sum's fused store: both outputs hold the
-// portable float32 sum's bits (random bits: NaN, infinities, subnormals).
-TEST(ReduceVector, SumToBothStoresThePortableSumTwice) {
+// sum_floats_to_both() with `scale` against `reference` (out, x, y, n), on
+// random bits (NaN, infinities, subnormals): both outputs hold its bits,
+// nothing is written past the end.
+void expect_to_both_gives(float scale, std::uint32_t seed,
+                          void (*reference)(void*, const void*, const void*, size_t)) {
   for (size_t n : kCounts) {
-    auto x = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 7 + 1));
-    auto y = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 13 + 2));
+    auto x = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 7 + seed));
+    auto y = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 13 + seed + 1));
     std::vector<std::uint8_t> a(n * 4 + 4, 0xab), b(n * 4 + 4, 0xcd), want(n * 4 + 4, 0xab);
     simd::sum_floats_to_both(reinterpret_cast<float*>(a.data()), reinterpret_cast<float*>(b.data()),
                              reinterpret_cast<const float*>(x.data()),
-                             reinterpret_cast<const float*>(y.data()), n, 1.0f);
-    reduce_elements_portable(want.data(), x.data(), y.data(), n, DataType::kFloat32,
-                             ReduceOp::kSum);
+                             reinterpret_cast<const float*>(y.data()), n, scale);
+    reference(want.data(), x.data(), y.data(), n);
     ASSERT_TRUE(SameBits(a, want, x, y, n, DataType::kFloat32)) << "slot, n=" << n;
     b[n * 4] = 0xab, b[n * 4 + 1] = 0xab, b[n * 4 + 2] = 0xab, b[n * 4 + 3] = 0xab;
     ASSERT_TRUE(SameBits(b, want, x, y, n, DataType::kFloat32)) << "output, n=" << n;
@@ -235,21 +236,20 @@ TEST(ReduceVector, SumToBothStoresThePortableSumTwice) {
   }
 }
 
+// The two-rank shared-memory sum's fused store: both outputs hold the
+// portable float32 sum's bits.
+TEST(ReduceVector, SumToBothStoresThePortableSumTwice) {
+  expect_to_both_gives(1.0f, 1, [](void* out, const void* x, const void* y, size_t n) {
+    reduce_elements_portable(out, x, y, n, DataType::kFloat32, ReduceOp::kSum);
+  });
+}
+
 // Its average of two ranks (scale 0.5): both outputs hold the bits of
 // sum_and_average() over 2, the general path's average.
 TEST(ReduceVector, AverageToBothStoresTheSumDividedByTwoTwice) {
-  for (size_t n : kCounts) {
-    auto x = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 3 + 5));
-    auto y = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 17 + 6));
-    std::vector<std::uint8_t> a(n * 4 + 4, 0xab), b(n * 4 + 4, 0xab), want(n * 4 + 4, 0xab);
-    simd::sum_floats_to_both(reinterpret_cast<float*>(a.data()), reinterpret_cast<float*>(b.data()),
-                             reinterpret_cast<const float*>(x.data()),
-                             reinterpret_cast<const float*>(y.data()), n, 0.5f);
-    sum_and_average(want.data(), x.data(), y.data(), n, DataType::kFloat32, 2);
-    ASSERT_TRUE(SameBits(a, want, x, y, n, DataType::kFloat32)) << "slot, n=" << n;
-    ASSERT_TRUE(SameBits(b, want, x, y, n, DataType::kFloat32)) << "output, n=" << n;
-    EXPECT_EQ(a[n * 4], 0xab) << "wrote past the end, n=" << n;
-  }
+  expect_to_both_gives(0.5f, 5, [](void* out, const void* x, const void* y, size_t n) {
+    sum_and_average(out, x, y, n, DataType::kFloat32, 2);
+  });
 }
 
 // The non-temporal stores into a shared slot: the same bits as the plain
