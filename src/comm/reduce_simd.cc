@@ -194,7 +194,7 @@ template <bool kStream>
 void sum_to_both(float* a, float* b, const float* x, const float* y, size_t n, float scale) {
   static const bool avx2 = __builtin_cpu_supports("avx2");
   if (!avx2) {
-    for (size_t i = 0; i < n; ++i) a[i] = b[i] = scale == 1 ? x[i] + y[i] : (x[i] + y[i]) * scale;
+    for (size_t i = 0; i < n; ++i) a[i] = b[i] = (x[i] + y[i]) * scale;  // * 1: the sum's bits
   } else if (scale == 1) {
     sum_to_both_loop<kStream, false>(a, b, x, y, n, scale);
   } else {
@@ -269,7 +269,7 @@ void store_fence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
 
 void sum_floats_to_both(float* a, float* b, const float* x, const float* y, size_t n,
                         float scale) {
-  for (size_t i = 0; i < n; ++i) a[i] = b[i] = scale == 1 ? x[i] + y[i] : (x[i] + y[i]) * scale;
+  for (size_t i = 0; i < n; ++i) a[i] = b[i] = (x[i] + y[i]) * scale;  // * 1: the sum's bits
 }
 void sum_floats_to_shared_and(float* a, float* b, const float* x, const float* y, size_t n,
                               float scale) {

@@ -260,18 +260,20 @@ TEST(ReduceVector, StoresIntoSharedMemoryGiveThePlainKernelsBits) {
     for (size_t shift : {0, 4, 12, 28}) {
       auto x = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 5 + shift));
       auto y = random_bytes(n * 4 + 4, static_cast<std::uint32_t>(n * 11 + shift));
-      std::vector<std::uint8_t> a(n * 4 + 64, 0xab), b(n * 4 + 4, 0xcd), want_a(n * 4 + 64, 0xab),
-          want_b(n * 4 + 4, 0xcd);
-      auto* slot = reinterpret_cast<float*>(a.data() + shift);
-      simd::sum_floats_to_shared_and(slot, reinterpret_cast<float*>(b.data()),
-                                     reinterpret_cast<const float*>(x.data()),
-                                     reinterpret_cast<const float*>(y.data()), n, 0.5f);
-      simd::sum_floats_to_both(reinterpret_cast<float*>(want_a.data() + shift),
-                               reinterpret_cast<float*>(want_b.data()),
-                               reinterpret_cast<const float*>(x.data()),
-                               reinterpret_cast<const float*>(y.data()), n, 0.5f);
-      ASSERT_EQ(a, want_a) << "slot, n=" << n << " shift=" << shift;
-      ASSERT_EQ(b, want_b) << "output, n=" << n << " shift=" << shift;
+      for (float scale : {1.0f, 0.5f}) {  // the sum and the average of two ranks
+        std::vector<std::uint8_t> a(n * 4 + 64, 0xab), b(n * 4 + 4, 0xcd),
+            want_a(n * 4 + 64, 0xab), want_b(n * 4 + 4, 0xcd);
+        auto* slot = reinterpret_cast<float*>(a.data() + shift);
+        simd::sum_floats_to_shared_and(slot, reinterpret_cast<float*>(b.data()),
+                                       reinterpret_cast<const float*>(x.data()),
+                                       reinterpret_cast<const float*>(y.data()), n, scale);
+        simd::sum_floats_to_both(reinterpret_cast<float*>(want_a.data() + shift),
+                                 reinterpret_cast<float*>(want_b.data()),
+                                 reinterpret_cast<const float*>(x.data()),
+                                 reinterpret_cast<const float*>(y.data()), n, scale);
+        ASSERT_EQ(a, want_a) << "slot, n=" << n << " shift=" << shift << " scale=" << scale;
+        ASSERT_EQ(b, want_b) << "output, n=" << n << " shift=" << shift << " scale=" << scale;
+      }
 
       std::vector<std::uint8_t> c(n * 4 + 64, 0xee), want_c(n * 4 + 64, 0xee);
       simd::copy_to_shared(c.data() + shift, x.data(), n * 4 + 3);
