@@ -59,7 +59,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 sys.dont_write_bytecode = True
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-PY = "/usr/bin/python3"
+PY = sys.executable  # the python3 with torch that runs this script
 HERE = os.path.abspath(__file__)
 BATCH = 32
 

@@ -22,7 +22,7 @@ def run(build, mode, model, steps):
     env = dict(os.environ, PYTHONPATH=os.path.join(build, "python"), OMP_NUM_THREADS="1",
                OPENBLAS_NUM_THREADS="1")
     cmd = [os.path.join(build, "tools", "hpctrain", "hpctrain"), "launch", "-np", "2", "--prefix", "none",
-           "--", "/usr/bin/python3", os.path.join(HERE, "python_peers.py"), "rank", "--mode", mode,
+           "--", sys.executable, os.path.join(HERE, "python_peers.py"), "rank", "--mode", mode,
            "--model", model, "--steps", str(steps), "--batch", "64", "--threads", "1"]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=env).stdout
     return json.loads([l for l in out.splitlines() if l.startswith("{")][-1])

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Offline checks of the deploy recipes (deploy/ by default, or the files and
 # folders given): YAML/JSON parse, CloudFormation references and resource
-# properties, ParallelCluster config, Terraform through a real HCL parser,
+# properties, ParallelCluster config, Terraform through python-hcl2 (from the
+# environment scripts/install-deps.sh makes; HPCT_TEST_TOOLS_ENV names another),
 # Kubernetes manifests against the MPIJob v2beta1 schema and the core API,
 # Dockerfiles, shellcheck, ansible-lint. Exits non-zero naming the file, the
 # line and place, and the broken name. See scripts/check_deploy/.

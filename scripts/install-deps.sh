@@ -1,33 +1,57 @@
 #!/usr/bin/env bash
-# Installs, with apt-get, everything hpctrain needs to build, test and run its demo.
-# Idempotent: packages already present are not fetched again, and apt's lists are
-# refreshed only when something is missing. Must run as root on Debian 12.
+# Installs everything hpctrain needs to build, test and run its demo:
+#   - Debian 12 packages, with apt-get;
+#   - PyTorch from the Python package index, into a virtual environment kept in
+#     a machine-wide cache folder (so a second checkout or a CI clone reuses it);
+#   - for the tests only: the test servers and parsers from the index (moto's S3
+#     server, python-hcl2), into a second environment in the same cache folder.
+# Idempotent: packages already present are not fetched again, apt's lists are
+# refreshed only when something is missing, and an environment is built again
+# only when its stamp (written last, after every install in it succeeded) is absent.
+# Must run as root on Debian 12.
 #
 #   scripts/install-deps.sh          everything: the build, the tests, the benchmarks' peers
-#   scripts/install-deps.sh --demo   only what configuring, building the two programs and
-#                                    running the demo take (`make demo`): no browser, servers,
-#                                    Slurm, Ansible or PyTorch peer; `make test` adds the rest
+#   scripts/install-deps.sh --demo   only what configuring, building and the demo take
+#                                    (`make demo`): no browser, servers, Slurm or Ansible;
+#                                    `make test` adds the rest
+#   scripts/install-deps.sh --print-python
+#                                    prints the torch environment's python3 and exits
+#
+# HPCT_CACHE (default /var/cache/hpctrain) chooses the cache folder.
 set -euo pipefail
 
 demo_only=0
 case "${1:-}" in
   --demo) demo_only=1 ;;
+  --print-python) ;;
   "") ;;
-  *) echo "usage: $0 [--demo]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--demo|--print-python]" >&2; exit 2 ;;
 esac
+
+# The one pinned torch: the newest release on the index (2026-10). Its default
+# Linux build is the CUDA 13 one, which runs on the CPU too.
+torch_version=2.15.0
+cache=${HPCT_CACHE:-/var/cache/hpctrain}
+torch_env="$cache/torch-$torch_version"
+tools_env="$cache/test-tools-1"
+
+if [ "${1:-}" = --print-python ]; then
+  echo "$torch_env/bin/python3"
+  exit 0
+fi
 
 # Configure (every REQUIRED find_package of CMakeLists.txt), build and the demo.
 demo_packages=(
   g++ cmake make ninja-build pkg-config git ccache
-  # libtorch, on OpenBLAS (the reference BLAS is 5-20x slower here)
-  libtorch-dev libopenblas0-pthread
-  # communication
+  # the environment torch goes into, and the headers the Python module builds with
+  python3 python3-venv python3-dev
+  # communication (libgloo-dev: see src/comm/gloo/CMakeLists.txt)
   libopenmpi-dev openmpi-bin libgloo-dev
   # CLI, JSON, crypto, HTTP, images, metrics endpoints (prometheus-cpp)
   libcli11-dev nlohmann-json3-dev libssl-dev libcurl4-openssl-dev libjpeg62-turbo-dev libpng-dev zlib1g-dev
   libdeflate-dev prometheus-cpp-dev
   # the tests' framework is found at configure time (the same build folder serves make test)
-  libgtest-dev libgmock-dev python3
+  libgtest-dev libgmock-dev
   # the demo's data
   dataset-fashion-mnist
 )
@@ -52,22 +76,15 @@ packages=(
   binutils xz-utils zstd
   # hpctrain cluster setup: the playbooks' engine and linter, sshfs for the shared directory
   ansible-core ansible-lint sshfs
-  # offline checks of the deploy recipes (scripts/check-deploy.sh; HCL through npm's @cdktf/hcl2json)
-  python3-yaml python3-jsonschema shellcheck nodejs
-  # shards in object storage (tests/objstore): nginx for HTTP(S), the AWS CLI and botocore
-  # (the signature check in front of s3rver), boto3 for scripts
+  # offline checks of the deploy recipes (scripts/check-deploy.sh)
+  python3-yaml python3-jsonschema shellcheck
+  # shards in object storage (tests/objstore): nginx for HTTP(S), the AWS CLI and
+  # botocore to cross-check, boto3 for scripts
   nginx awscli python3-botocore python3-boto3 openssl
-  # the peer baseline (PyTorch DDP) for benchmarks only
-  python3-torch
-  # the Python package hpctrain.torch (python/) and its tests
-  pybind11-dev python3-dev python3-numpy
 )
 if [ "$demo_only" = 1 ]; then
   packages=("${demo_packages[@]}")
 fi
-
-# Debian's npm, unless a nodejs from elsewhere brings its own (it then conflicts with Debian's npm).
-[ "$demo_only" = 1 ] || command -v npm >/dev/null || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -76,49 +93,75 @@ for p in "${packages[@]}"; do
   fi
 done
 
-# The HCL parser for scripts/check-deploy.sh, into a cache folder once (npm is
-# the only source; without it the Terraform check says it skipped).
-hcl_cache=/var/cache/hpctrain/hcl2json
-hcl_parser() {
-  [ -f "$hcl_cache/node_modules/@cdktf/hcl2json/package.json" ] && return 0
-  command -v npm >/dev/null || return 0
-  mkdir -p "$hcl_cache" 2>/dev/null || return 0
-  timeout 180 npm install --prefix "$hcl_cache" --no-audit --no-fund @cdktf/hcl2json@0.21.0 >/dev/null 2>&1 ||
-    echo "install-deps: npm could not install @cdktf/hcl2json; check-deploy will skip Terraform" >&2
-}
-
-# s3rver, the S3 server of tests/objstore, into a cache folder once (npm only).
-s3rver_cache=/var/cache/hpctrain/s3rver
-s3rver_server() {
-  [ -f "$s3rver_cache/node_modules/s3rver/package.json" ] && return 0
-  command -v npm >/dev/null || return 0
-  mkdir -p "$s3rver_cache" 2>/dev/null || return 0
-  timeout 300 npm install --prefix "$s3rver_cache" --no-audit --no-fund s3rver@3.7.1 >/dev/null 2>&1 ||
-    echo "install-deps: npm could not install s3rver; the objstore tests will fail" >&2
-}
-
-# The npm caches serve the tests only.
-npm_caches() {
-  [ "$demo_only" = 1 ] && return 0
-  hcl_parser
-  s3rver_server
-}
-
-if [ ${#missing[@]} -eq 0 ]; then
-  npm_caches
-  echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run as root (sudo $0) to install them" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+  echo "install-deps: all ${#packages[@]} Debian packages present"
 fi
 
-if [ "$(id -u)" -ne 0 ]; then
-  echo "install-deps: missing packages: ${missing[*]}" >&2
-  echo "install-deps: run as root (sudo $0) to install them" >&2
-  exit 1
-fi
+# pip inside an environment, bounded: a stalled download fails instead of hanging.
+pip_in() {
+  local env=$1; shift
+  timeout 900 "$env/bin/pip" install --quiet --disable-pip-version-check --no-input \
+    --timeout 60 --retries 3 "$@"
+}
 
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -q
-apt-get install -y -q --no-install-recommends "${missing[@]}"
-npm_caches
-echo "install-deps: done"
+# A fresh environment at $1 (any half-built one from an interrupted run is removed).
+new_env() {
+  rm -rf "$1"
+  mkdir -p "$(dirname "$1")"
+  /usr/bin/python3 -m venv "$1"
+}
+
+# torch without the CUDA wheels it names that this machine already has under
+# /usr/local/cuda (cuBLAS, cuDNN, cuFFT, cuSPARSE, ...; about 3 GB less to
+# fetch and unpack): only the CUDA libraries that are missing there, or older
+# there than torch needs, come from the index. On a machine without that
+# toolkit, torch comes with every dependency it names. docs/python.md says
+# what each way costs.
+torch_env_install() {
+  [ -f "$torch_env/.hpct-ready" ] && return 0
+  [ "$(id -u)" -eq 0 ] || [ -w "$cache" ] || {
+    echo "install-deps: $torch_env is missing; run as root (sudo $0) to create it" >&2; exit 1; }
+  echo "install-deps: torch $torch_version into $torch_env"
+  new_env "$torch_env"
+  pip_in "$torch_env" --upgrade "pip>=23"
+  if ldconfig -p | grep -q "libcublas.so.13 " && ldconfig -p | grep -q "libcudnn.so.9 "; then
+    pip_in "$torch_env" --no-deps "torch==$torch_version"
+    pip_in "$torch_env" filelock "typing-extensions>=4.13.0" "setuptools>=77.0.3" "sympy>=1.13.3" \
+      "networkx>=2.5.1" jinja2 "fsspec>=0.8.5" \
+      "nvidia-nccl-cu13==2.30.7" "nvidia-cusparselt-cu13==0.8.1" "nvidia-nvshmem-cu13==3.7.2" \
+      "nvidia-cufile==1.17.1.22.*"
+  else
+    pip_in "$torch_env" "torch==$torch_version"
+  fi
+  # numpy for torch's tensor interop in the tests and examples; wheel and
+  # setuptools let `pip install ./python` build the package in this environment.
+  pip_in "$torch_env" numpy wheel
+  "$torch_env/bin/python3" -c "import torch, torch.distributed as d; assert d.is_gloo_available()" || {
+    echo "install-deps: torch $torch_version in $torch_env does not import; see the error above" >&2; exit 1; }
+  touch "$torch_env/.hpct-ready"
+}
+
+# The tests' servers and parsers: moto's S3 server (it checks every SigV4
+# signature once INITIAL_NO_AUTH_ACTION_COUNT is set; tests/objstore) and
+# python-hcl2 (scripts/check-deploy.sh's Terraform check).
+tools_env_install() {
+  [ -f "$tools_env/.hpct-ready" ] && return 0
+  echo "install-deps: the test servers (moto, python-hcl2) into $tools_env"
+  new_env "$tools_env"
+  pip_in "$tools_env" "moto[server]==5.2.1" "python-hcl2==7.3.1" "boto3" "pyyaml"
+  touch "$tools_env/.hpct-ready"
+}
+
+torch_env_install
+[ "$demo_only" = 1 ] || tools_env_install
+echo "install-deps: done (torch: $torch_env/bin/python3)"

@@ -1,11 +1,11 @@
 // `hpctrain train --model FILE.pt` end to end: a Fashion-MNIST CNN with batch
 // norm and dropout, exported from Python by scripts/export_torchscript.py
-// (Debian's python3-torch), trained from C++ on 2 ranks under `hpctrain
+// (torch from the index, HPCT_TORCH_PYTHON), trained from C++ on 2 ranks under `hpctrain
 // launch` on real shards (the test split, packed once). Loss falls; every
 // rank's final model, saved as TorchScript and compared tensor by tensor in
 // Python, has the same parameters and the same buffers; resuming from the
 // first epoch's checkpoint (which holds the buffers) ends bit-identical.
-// Broken models fail with one readable line. Skipped when no python3 can
+// Broken models fail with one readable line. Fails when that python3 cannot
 // import torch.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -32,17 +32,12 @@ using hpct::test::CliRun;
 CliRun shell(const std::string& cmd) { return hpct::test::run_with_summary(cmd); }
 CliRun run(const std::string& args) { return hpct::test::run_hpctrain(args); }
 
-// A python3 that imports torch: $HPCT_TEST_PYTHON, Debian's /usr/bin/python3
-// (a pyenv or venv python3 first on PATH may not see python3-torch), python3.
+// The python3 with torch that hpctrain was built against (HPCT_TORCH_PYTHON),
+// or $HPCT_TEST_PYTHON; empty when it cannot import torch.
 std::string find_torch_python() {
-  std::vector<std::string> candidates;
-  if (const char* p = std::getenv("HPCT_TEST_PYTHON")) candidates.emplace_back(p);
-  candidates.emplace_back("/usr/bin/python3");
-  candidates.emplace_back("python3");
-  for (const auto& py : candidates) {
-    if (shell(py + " -c 'import torch' >/dev/null").exit_code == 0) return py;
-  }
-  return "";
+  std::string py = HPCT_TORCH_PYTHON;
+  if (const char* p = std::getenv("HPCT_TEST_PYTHON")) py = p;
+  return shell(py + " -c 'import torch' >/dev/null").exit_code == 0 ? py : "";
 }
 
 class TrainTorchScript : public ::testing::Test {
@@ -58,7 +53,7 @@ class TrainTorchScript : public ::testing::Test {
   }
   static void TearDownTestSuite() { shards_.reset(); }
   void SetUp() override {
-    if (python_.empty()) GTEST_SKIP() << "no python3 with torch (Debian's python3-torch) to export the model";
+    ASSERT_FALSE(python_.empty()) << HPCT_TORCH_PYTHON << " cannot import torch: run scripts/install-deps.sh";
   }
 
   // 7500 training samples, 2500 for validation, batch 32 per rank.

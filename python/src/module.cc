@@ -88,13 +88,13 @@ PYBIND11_MODULE(_C, m) {
       .def("broadcast", &Runtime::broadcast, py::arg("tensor"), py::arg("name"), py::arg("root"))
       .def("shutdown", &Runtime::shutdown, py::call_guard<py::gil_scoped_release>());
 
-  // The torch.distributed backend's process group (process_group.h),
-  // returned as torch's own ProcessGroup type.
+  // The torch.distributed backend (process_group.h), returned as torch's own
+  // Backend type; torch.distributed wraps it in a ProcessGroup.
   m.def(
       "create_process_group",
       [](std::shared_ptr<Runtime> runtime, int rank, int size, int index)
-          -> c10::intrusive_ptr<c10d::ProcessGroup> {
-        return c10::make_intrusive<hpct::py::EngineProcessGroup>(std::move(runtime), rank, size, index);
+          -> c10::intrusive_ptr<c10d::Backend> {
+        return c10::make_intrusive<hpct::py::EngineBackend>(std::move(runtime), rank, size, index);
       },
       py::arg("runtime"), py::arg("rank"), py::arg("size"), py::arg("index"));
 

@@ -64,9 +64,8 @@ void EngineWork::finish(std::exception_ptr error) {
   }
 }
 
-EngineProcessGroup::EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size,
-                                       int index)
-    : ProcessGroup(rank, size),
+EngineBackend::EngineBackend(std::shared_ptr<Runtime> runtime, int rank, int size, int index)
+    : Backend(rank, size),
       runtime_(std::move(runtime)),
       prefix_("pg" + std::to_string(index) + "/") {
   if (rank != runtime_->rank() || size != runtime_->size()) {
@@ -80,7 +79,7 @@ EngineProcessGroup::EngineProcessGroup(std::shared_ptr<Runtime> runtime, int ran
   completer_ = std::thread([this] { complete_loop(); });
 }
 
-EngineProcessGroup::~EngineProcessGroup() {
+EngineBackend::~EngineBackend() {
   {
     std::lock_guard<std::mutex> lk(mu_);
     stop_ = true;
@@ -89,11 +88,11 @@ EngineProcessGroup::~EngineProcessGroup() {
   completer_.join();
 }
 
-std::string EngineProcessGroup::next_name(const char* op) {
+std::string EngineBackend::next_name(const char* op) {
   return prefix_ + op + "/" + std::to_string(seq_++);
 }
 
-std::string EngineProcessGroup::stable_name(const std::string& op, const at::Tensor& t,
+std::string EngineBackend::stable_name(const std::string& op, const at::Tensor& t,
                                             const std::string& detail) {
   std::string signature = prefix_ + op + "/" + std::string(c10::toString(t.scalar_type())) + "/" +
                           detail + "/" + std::to_string(t.numel());
@@ -113,9 +112,9 @@ std::string EngineProcessGroup::stable_name(const std::string& op, const at::Ten
   return name;
 }
 
-void EngineProcessGroup::hold(const Operation& op) { name_holder_[op.name()] = op.handle(); }
+void EngineBackend::hold(const Operation& op) { name_holder_[op.name()] = op.handle(); }
 
-c10::intrusive_ptr<c10d::Work> EngineProcessGroup::enqueue(c10d::OpType type,
+c10::intrusive_ptr<c10d::Work> EngineBackend::enqueue(c10d::OpType type,
                                                            std::vector<at::Tensor> outputs,
                                                            std::vector<Operation> ops,
                                                            std::function<void()> after) {
@@ -128,7 +127,7 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::enqueue(c10d::OpType type,
   return work;
 }
 
-void EngineProcessGroup::complete_loop() {
+void EngineBackend::complete_loop() {
   std::unique_lock<std::mutex> lk(mu_);
   for (;;) {
     cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
@@ -156,7 +155,7 @@ void EngineProcessGroup::complete_loop() {
   }
 }
 
-c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allreduce(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> EngineBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                              const c10d::AllreduceOptions& opts) {
   const std::string op = op_name(opts.reduceOp);
   std::vector<Operation> ops;
@@ -178,7 +177,7 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allreduce(std::vector<at::Ten
   return enqueue(c10d::OpType::ALLREDUCE, tensors, std::move(ops), std::move(after));
 }
 
-c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allreduce_coalesced(
+c10::intrusive_ptr<c10d::Work> EngineBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
   c10d::AllreduceOptions o;
   o.reduceOp = opts.reduceOp;
@@ -186,7 +185,7 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allreduce_coalesced(
   return allreduce(tensors, o);
 }
 
-c10::intrusive_ptr<c10d::Work> EngineProcessGroup::broadcast(std::vector<at::Tensor>& tensors,
+c10::intrusive_ptr<c10d::Work> EngineBackend::broadcast(std::vector<at::Tensor>& tensors,
                                                              const c10d::BroadcastOptions& opts) {
   std::vector<Operation> ops;
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;
@@ -209,7 +208,7 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::broadcast(std::vector<at::Ten
   return enqueue(c10d::OpType::BROADCAST, tensors, std::move(ops), std::move(after));
 }
 
-c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allgather(
+c10::intrusive_ptr<c10d::Work> EngineBackend::allgather(
     std::vector<std::vector<at::Tensor>>& outputs, std::vector<at::Tensor>& inputs,
     const c10d::AllgatherOptions& /*opts*/) {
   if (inputs.size() != outputs.size()) {
@@ -242,7 +241,7 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::allgather(
   return enqueue(c10d::OpType::ALLGATHER, flat_outputs, std::move(ops), std::move(after));
 }
 
-c10::intrusive_ptr<c10d::Work> EngineProcessGroup::_allgather_base(
+c10::intrusive_ptr<c10d::Work> EngineBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& /*opts*/) {
   check_cpu(input, "_allgather_base");
   at::Tensor flat = input.contiguous().reshape({1, -1});
@@ -258,7 +257,7 @@ c10::intrusive_ptr<c10d::Work> EngineProcessGroup::_allgather_base(
   return enqueue(c10d::OpType::_ALLGATHER_BASE, {output}, std::move(ops), std::move(after));
 }
 
-c10::intrusive_ptr<c10d::Work> EngineProcessGroup::barrier(const c10d::BarrierOptions& /*opts*/) {
+c10::intrusive_ptr<c10d::Work> EngineBackend::barrier(const c10d::BarrierOptions& /*opts*/) {
   at::Tensor token = at::zeros({1}, at::kFloat);
   std::vector<Operation> ops;
   {

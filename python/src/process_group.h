@@ -1,5 +1,6 @@
-// The "hpctrain" torch.distributed backend: a c10d::ProcessGroup whose
-// collectives are the engine's named operations (engine/engine.h), so DDP's
+// The "hpctrain" torch.distributed backend: a c10d::Backend (torch 2.x wraps
+// it in its own ProcessGroup, as for gloo and nccl) whose collectives are the
+// engine's named operations (engine/engine.h), so DDP's
 // buckets go through the same negotiation, shared memory and compression as
 // the C++ DistributedOptimizer.
 //
@@ -36,7 +37,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <unordered_map>
 #include <vector>
@@ -65,14 +66,14 @@ class EngineWork : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-class EngineProcessGroup : public c10d::ProcessGroup {
+class EngineBackend : public c10d::Backend {
  public:
   // rank and size must be the runtime's (InvalidArgument naming both
   // otherwise: groups of a subset of the ranks are not supported). index:
   // this group's place among the process's hpctrain groups (the same on every
   // rank), which keeps two groups' names apart.
-  EngineProcessGroup(std::shared_ptr<Runtime> runtime, int rank, int size, int index);
-  ~EngineProcessGroup() override;
+  EngineBackend(std::shared_ptr<Runtime> runtime, int rank, int size, int index);
+  ~EngineBackend() override;
 
   const std::string getBackendName() const override { return "hpctrain"; }
 

@@ -5,7 +5,8 @@ this): YAML and JSON parse; CloudFormation (cfn.py), ParallelCluster
 Dockerfiles (dockerfile.py); shellcheck on shell scripts and sbatch files,
 with the #SBATCH options checked against sbatch's; ansible-lint on a
 playbook folder. Prints one line per finding, FILE:LINE: PLACE: MESSAGE,
-and exits 1 when there is any, 0 otherwise."""
+and exits 1 when there is any, 0 otherwise, 2 when a check cannot run (a
+tool is missing)."""
 
 import json
 import os
@@ -28,7 +29,7 @@ import terraform  # noqa: E402
 from report import Report  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SKIP_DIRS = {"node_modules", ".terraform", ".git", "__pycache__"}
+SKIP_DIRS = {".terraform", ".git", "__pycache__"}
 # sbatch's long options (Slurm 22.05 man page) the recipes may use.
 SBATCH_OPTIONS = {
     "account", "array", "begin", "chdir", "comment", "constraint", "cpus-per-task", "dependency", "error",
@@ -159,7 +160,11 @@ def main(argv):
                 check_sbatch_options(f, text, report)
             run_shellcheck(f, report)
             counts["shell"] += 1
-    terraform.check_modules(tf_modules, report)
+    try:
+        terraform.check_modules(tf_modules, report)
+    except terraform.ParserUnavailable as e:
+        print(f"check-deploy: {e}", file=sys.stderr)
+        return 2
     if tf_modules:
         counts["terraform modules"] += len(tf_modules)
     if manifests:

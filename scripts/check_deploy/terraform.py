@@ -1,8 +1,14 @@
-"""Terraform checks: every .tf file is parsed by HashiCorp's HCL parser
-(@cdktf/hcl2json from npm, run by tf_refs.js under node), then, per module
-directory, every var., local., resource, data and module reference must be
-declared, every variable used, and the resources of the listed google types
-must carry their required arguments and no unknown one."""
+"""Terraform checks: every .tf file is parsed by python-hcl2 (tf_parse.py,
+run by the python of the test tools environment that scripts/install-deps.sh
+makes: HPCT_TEST_TOOLS_ENV, default /var/cache/hpctrain/test-tools-1), then,
+per module directory: the top-level block types and their labels are
+Terraform's; each variable, local, resource, data source, module and output
+is declared once; every var., local., resource, data. and module. reference
+(in arguments, ${...} and %{...} of strings and heredocs) names a declaration;
+every variable is used; variable and output blocks hold only their arguments;
+modules have a source; the resources of the listed google types carry their
+required arguments and no unknown one (dynamic blocks included); startup
+scripts pass shellcheck."""
 
 import json
 import os
@@ -54,141 +60,93 @@ BLOCK_KEYS = {
 # Roots a reference may start with that are not declarations.
 BUILTIN_ROOTS = {"count", "each", "self", "path", "terraform"}
 
-NODE_CACHE = os.environ.get("HPCT_HCL2JSON_DIR", "/var/cache/hpctrain/hcl2json")
-HCL2JSON_VERSION = "0.21.0"
+# Top-level block types of Terraform (1.3 and later) and how many labels each takes.
+TOP_BLOCKS = {"terraform": 0, "provider": 1, "variable": 1, "locals": 0, "output": 1, "module": 1,
+              "resource": 2, "data": 2, "moved": 0, "import": 0, "removed": 0, "check": 1, "ephemeral": 2}
+TOOLS_ENV = os.environ.get("HPCT_TEST_TOOLS_ENV") or "/var/cache/hpctrain/test-tools-1"
+PARSE_TIMEOUT_S = 300
 
 
-def ensure_parser(report):
-    """The node_modules holding @cdktf/hcl2json, installed once into a cache
-    folder; None (with a note saying why) when npm cannot fetch it."""
-    mods = os.path.join(NODE_CACHE, "node_modules")
-    if os.path.isfile(os.path.join(mods, "@cdktf", "hcl2json", "package.json")):
-        return mods
-    if subprocess.run(["sh", "-c", "command -v node && command -v npm"], capture_output=True).returncode:
-        report.note("terraform: SKIPPED: node and npm are not installed (apt-get install nodejs npm)")
-        return None
-    os.makedirs(NODE_CACHE, exist_ok=True)
+class ParserUnavailable(Exception):
+    """python-hcl2 cannot run: the check cannot be made (not a finding in the recipes)."""
+
+
+def parse_files(files):
+    """{file: tf_parse.py's result} for every file, from one run of the tools
+    environment's python; raises ParserUnavailable when that run fails."""
+    python = os.path.join(TOOLS_ENV, "bin", "python3")
+    if not os.access(python, os.X_OK):
+        raise ParserUnavailable(
+            f"terraform: {python} is missing, so python-hcl2 cannot parse the .tf files: run scripts/install-deps.sh "
+            f"(it makes that environment), or set HPCT_TEST_TOOLS_ENV to an environment that has python-hcl2 7")
+    here = os.path.dirname(os.path.abspath(__file__))
     try:
-        r = subprocess.run(["npm", "install", "--prefix", NODE_CACHE, "--no-audit", "--no-fund",
-                            f"@cdktf/hcl2json@{HCL2JSON_VERSION}"], capture_output=True, text=True, timeout=180)
+        # -I: nothing from the caller's PYTHON* settings; -B: no __pycache__ in the source tree.
+        r = subprocess.run([python, "-I", "-B", os.path.join(here, "tf_parse.py"), *files], capture_output=True,
+                           text=True, timeout=PARSE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        r = None
-    if r is None or r.returncode != 0:
-        lines = [] if r is None else r.stderr.strip().splitlines()
-        named = [ln for ln in lines if re.search(r"E[A-Z]{4,}|code|network|registry", ln)]
-        why = "timed out after 180 s" if r is None else ((named or lines or ["?"])[0])
-        report.note(f"terraform: SKIPPED: npm could not install @cdktf/hcl2json ({why}); "
-                    "the HCL files were not checked")
-        return None
-    return mods
-
-
-def _line_of(text, needle):
-    i = text.find(needle)
-    return text.count("\n", 0, i) + 1 if i >= 0 else 0
-
-
-def _line_after(text, start, key):
-    """The line of argument or block `key` after the line holding `start`."""
-    i = text.find(start)
-    if i < 0:
-        return 0
-    m = re.compile(r"^\s*" + re.escape(key) + r"\b", re.M).search(text, i)
-    return text.count("\n", 0, m.start()) + 1 if m else text.count("\n", 0, i) + 1
+        raise ParserUnavailable(f"terraform: the HCL parser did not finish within {PARSE_TIMEOUT_S} s")
+    if r.returncode == 3:
+        raise ParserUnavailable(f"terraform: {r.stderr.strip()}")
+    if r.returncode != 0:
+        raise ParserUnavailable(f"terraform: the HCL parser ({python} tf_parse.py) failed: {r.stderr.strip()[-600:]}")
+    return json.loads(r.stdout)
 
 
 def check_modules(modules, report):
-    """modules: {folder: [.tf files]}; one parser run for all, then each folder alone."""
-    mods = ensure_parser(report)
-    if mods is None or not modules:
+    """modules: {folder: [.tf files]}; one parser run for all, then each folder
+    alone. Raises ParserUnavailable when python-hcl2 cannot run."""
+    if not modules:
         return
-    here = os.path.dirname(os.path.abspath(__file__))
-    every = [f for files in modules.values() for f in files]
-    try:
-        r = subprocess.run(["node", os.path.join(here, "tf_refs.js"), *every], capture_output=True, text=True,
-                           timeout=300, env={**os.environ, "NODE_PATH": mods})
-    except subprocess.TimeoutExpired:
-        report.error(every[0], 0, "", "the HCL parser did not finish within 300 s")
-        return
-    if r.returncode != 0:
-        report.error(every[0], 0, "", f"the HCL parser failed: {r.stderr.strip()[-400:]}")
-        return
-    parsed = json.loads(r.stdout)
+    parsed = parse_files([f for files in modules.values() for f in files])
     for _, files in sorted(modules.items()):
         check_module(files, parsed, report)
 
 
+def _keys(block):
+    """A block's argument and nested block names, each with its line; a
+    dynamic block counts as the block it makes."""
+    keys = [(k, a["line"]) for k, a in block["attrs"].items()]
+    for b in block["blocks"]:
+        keys.append((b["type"], b["line"]))
+        if b["type"] == "dynamic" and b["labels"]:
+            keys.append((b["labels"][0], b["line"]))
+    return keys
+
+
 def check_module(files, parsed, report):
-    texts = {f: open(f, encoding="utf-8").read() for f in files}
-    declared = defaultdict(set)  # kind -> names; kind: var, local, resource, data, module
-    where = {}
+    declared = defaultdict(dict)  # kind -> {name: (file, line)}; kind: var, local, resource, data, module, output
     used_vars = set()
+
+    def declare(kind, name, f, line, place):
+        if name in declared[kind]:
+            first = declared[kind][name]
+            report.error(f, line, place, f"{place} is already declared at {first[0]}:{first[1]}")
+        else:
+            declared[kind][name] = (f, line)
+
     for f in files:
         res = parsed[f]
         if "error" in res:
-            m = re.search(r":(\d+),\d+", res["error"])
-            report.error(f, int(m.group(1)) if m else 0, "", f"HCL does not parse: {res['error']}")
+            report.error(f, res["line"], "", f"HCL does not parse: {res['error']}")
             continue
-        body = res["body"]
-        for name in body.get("variable", {}):
-            declared["var"].add(name)
-            where[("var", name)] = (f, _line_of(texts[f], f'variable "{name}"'))
-        for block in body.get("locals", []):
-            declared["local"].update(block)
-        for rtype, named in body.get("resource", {}).items():
-            for name, blocks in named.items():
-                declared["resource"].add(f"{rtype}.{name}")
-                spec = GOOGLE.get(rtype)
-                line = _line_of(texts[f], f'resource "{rtype}" "{name}"')
-                if spec is None:
-                    report.error(f, line, f"resource.{rtype}.{name}",
-                                 f"resource type '{rtype}' is not in the checked set (scripts/check_deploy/terraform.py)")
-                    continue
-                required, allowed = spec
-                for block in blocks:
-                    script = block.get("metadata_startup_script")
-                    if embedded_shell.is_script(script):
-                        first = embedded_shell.line_of_script(texts[f], script.split("\n", 1)[0], line)
-                        embedded_shell.check(f, embedded_shell.tf_template_to_shell(script), first,
-                                             f"resource.{rtype}.{name}.metadata_startup_script", report)
-                    for req in sorted(required - set(block)):
-                        report.error(f, line, f"resource.{rtype}.{name}",
-                                     f"{rtype} requires argument '{req}', which is missing")
-                    for k in block:
-                        if k not in allowed and k not in META:
-                            report.error(f, _line_after(texts[f], f'resource "{rtype}" "{name}"', k),
-                                         f"resource.{rtype}.{name}.{k}", f"{rtype} has no argument '{k}'")
-        for dtype, named in body.get("data", {}).items():
-            for name in named:
-                declared["data"].add(f"{dtype}.{name}")
-        for name in body.get("module", {}):
-            declared["module"].add(name)
-        for kind, keys in BLOCK_KEYS.items():
-            for name, blocks in body.get(kind, {}).items():
-                for block in blocks:
-                    for k in block:
-                        if k not in keys:
-                            report.error(f, _line_of(texts[f], f'{kind} "{name}"'), f"{kind}.{name}.{k}",
-                                         f"a {kind} block has no argument '{k}'")
+        for name, attr in res["attrs"].items():
+            report.error(f, attr["line"], name, f"Terraform has no top-level argument '{name}'")
+        for block in res["blocks"]:
+            check_block(f, block, declare, report)
     if any("error" in parsed[f] for f in files):
         return  # as terraform does: names are checked once every file parses
     for f in files:
-        res = parsed[f]
-        body = res["body"]
-        # Iterators of dynamic blocks (their label, or their `iterator`) are local names.
-        iterators = set(re.findall(r'dynamic\s+"([A-Za-z0-9_-]+)"', texts[f]))
-        iterators |= set(re.findall(r'\biterator\s*=\s*([A-Za-z0-9_]+)', texts[f]))
-        for item in res["refs"]:
-            ref, place = item["ref"], item["place"]
+        for item in parsed[f]["refs"]:
+            ref, place, line = item["ref"], item["place"], item["line"]
             if ref is None:
-                report.error(f, 0, place, f"expression does not parse: {item.get('error')}")
+                report.error(f, line, place, f"expression does not parse: {item.get('error')}")
                 continue
             # A variable's type is a type constraint (string, list(number)), not an expression.
             if re.fullmatch(r"variable\.[^.]+\.type", place):
                 continue
-            parts = ref.split(".")
+            parts = item["parts"]
             root = parts[0]
-            line = _line_of(texts[f], ref)
             if root == "var":
                 used_vars.add(parts[1] if len(parts) > 1 else "")
                 if len(parts) < 2 or parts[1] not in declared["var"]:
@@ -202,10 +160,62 @@ def check_module(files, parsed, report):
             elif root == "module":
                 if len(parts) < 2 or parts[1] not in declared["module"]:
                     report.error(f, line, place, f"'{ref}' names no declared module")
-            elif root in BUILTIN_ROOTS or root in iterators:
+            elif root in BUILTIN_ROOTS:
                 pass
             elif ".".join(parts[:2]) not in declared["resource"]:
                 report.error(f, line, place, f"'{ref}' names no declared resource")
-    for name in sorted(declared["var"] - used_vars):
-        f, line = where[("var", name)]
+    for name in sorted(set(declared["var"]) - used_vars):
+        f, line = declared["var"][name]
         report.error(f, line, f"variable.{name}", f"variable '{name}' is never used")
+
+
+def check_block(f, block, declare, report):
+    """One top-level block of file f: its type and labels, what it declares, its arguments."""
+    kind, labels, line = block["type"], block["labels"], block["line"]
+    place = ".".join([kind, *labels])
+    if kind not in TOP_BLOCKS:
+        report.error(f, line, place, f"Terraform has no top-level block type '{kind}'")
+        return
+    if len(labels) != TOP_BLOCKS[kind]:
+        report.error(f, line, place, f"a {kind} block takes {TOP_BLOCKS[kind]} label(s), not {len(labels)}")
+        return
+    if kind == "variable":
+        declare("var", labels[0], f, line, place)
+    elif kind == "locals":
+        for name, attr in block["attrs"].items():
+            declare("local", name, f, attr["line"], f"local.{name}")
+    elif kind == "output":
+        declare("output", labels[0], f, line, place)
+    elif kind == "module":
+        declare("module", labels[0], f, line, place)
+        if "source" not in block["attrs"]:
+            report.error(f, line, place, "a module block requires argument 'source', which is missing")
+    elif kind == "data":
+        declare("data", ".".join(labels), f, line, place)
+    elif kind == "resource":
+        declare("resource", ".".join(labels), f, line, place)
+        check_resource(f, block, report)
+    for k, k_line in _keys(block) if kind in BLOCK_KEYS else []:
+        if k not in BLOCK_KEYS[kind]:
+            report.error(f, k_line, f"{place}.{k}", f"a {kind} block has no argument '{k}'")
+
+
+def check_resource(f, block, report):
+    (rtype, name), line = block["labels"], block["line"]
+    place = f"resource.{rtype}.{name}"
+    spec = GOOGLE.get(rtype)
+    if spec is None:
+        report.error(f, line, place,
+                     f"resource type '{rtype}' is not in the checked set (scripts/check_deploy/terraform.py)")
+        return
+    required, allowed = spec
+    keys = _keys(block)
+    for req in sorted(required - {k for k, _ in keys}):
+        report.error(f, line, place, f"{rtype} requires argument '{req}', which is missing")
+    for k, k_line in keys:
+        if k not in allowed and k not in META:
+            report.error(f, k_line, f"{place}.{k}", f"{rtype} has no argument '{k}'")
+    script = block["attrs"].get("metadata_startup_script")
+    if script and embedded_shell.is_script(script["text"]):
+        embedded_shell.check(f, embedded_shell.tf_template_to_shell(script["text"]), script["text_line"],
+                             f"{place}.metadata_startup_script", report)

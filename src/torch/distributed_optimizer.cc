@@ -65,7 +65,8 @@ struct DistributedOptimizer::Impl {
     std::string engine_name;  // "grad/" + name, built once (a step submits it)
     std::string what;         // "gradient of " + name, for errors
     torch::Tensor tensor;
-    std::shared_ptr<torch::autograd::Node> accumulator;  // kept alive: the Variable holds it weakly
+    // kept alive: the Variable holds it weakly (torch 2.15 returns an intrusive_ptr, earlier releases a shared_ptr)
+    decltype(torch::autograd::impl::grad_accumulator(std::declval<const torch::Tensor&>())) accumulator;
     std::uintptr_t hook_key = 0;
     int passes = 0;
     bool submitted = false;

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""An HTTP proxy that misbehaves on purpose, in front of nginx or the S3
-front, to test how hpctrain reads shards over a bad network.
+"""An HTTP proxy that misbehaves on purpose, in front of nginx or moto's S3
+server, to test how hpctrain reads shards over a bad network.
 
 For each path (query ignored), counting GET requests:
   --fail N      the first N are answered with --fail-status (503) and an
@@ -10,7 +10,7 @@ For each path (query ignored), counting GET requests:
   --delay S     every answer's first byte waits S seconds;
   --rate B      bodies are sent at about B bytes per second.
 Everything else (other methods, later requests) passes through. Requests
-keep their Host header, so signed S3 requests still verify behind it.
+keep their Host header, so moto still verifies signed S3 requests behind it.
 
 Each fault is logged as one JSON line on stdout ({"fault": "cut", "path":
 ..., "at": byte}); the first line is "listening on PORT".

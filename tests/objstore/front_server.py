@@ -1,6 +1,6 @@
-"""The threaded HTTP server under the test's fronts (s3_sigcheck.py,
-fault_proxy.py): a client that hangs up mid-answer is not logged as an
-error, since the fault proxy does that on purpose."""
+"""The threaded HTTP server under the test's fault proxy (fault_proxy.py):
+a client that hangs up mid-answer is not logged as an error, since the
+fault proxy does that on purpose."""
 import argparse
 import http.server
 import sys
@@ -15,8 +15,8 @@ class Server(http.server.ThreadingHTTPServer):
 
 
 def arguments():
-    """The options every front takes: --listen PORT (0: any free port) and
-    --upstream PORT; a front adds its own."""
+    """The options the proxy takes: --listen PORT (0: any free port) and
+    --upstream PORT; it adds its own."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--listen", type=int, default=0)
     ap.add_argument("--upstream", type=int, required=True)

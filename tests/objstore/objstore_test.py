@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Shards in object storage, end to end with real servers on loopback
 (label objstore): nginx over HTTP and HTTPS (a CA made by the test),
-s3rver behind a front that checks every request's SigV4 signature with
-botocore, the AWS CLI as a second client, and our fault proxy.
+moto's S3 server checking every request's SigV4 signature itself, the AWS
+CLI as a second client, and our fault proxy.
 
   - the cnn trained from s3:// and from https:// on 2 ranks ends with the
     same parameter CRC as from the same shards on local disk (same seed);
   - through the fault proxy (every shard's first 2 GETs answered 503, the
     next 3 cut at random offsets) the CRC is the same again, and the
     summary counts exactly those retries and resumes;
+  - moto itself refuses a wrong secret, an unknown key, an unsigned
+    request and a request changed after signing (403), so the refusals
+    below are the server's;
   - a wrong secret, a missing bucket, a missing key and an expired
     certificate each end in under 10 s with one line naming the URL, exit
     code 7 (credentials, certificate) or 5 (missing);
@@ -21,7 +24,8 @@ botocore, the AWS CLI as a second client, and our fault proxy.
     it keep its bound, a download killed midway leaves only a part file;
   - data pack -o s3:// uploads the bytes a local pack writes (the AWS CLI
     reads them back), and an interrupted pack leaves no object behind.
-HPCTRAIN names the hpctrain binary."""
+HPCTRAIN names the hpctrain binary; HPCT_TEST_TOOLS_ENV the environment
+with moto (scripts/install-deps.sh makes it)."""
 import json
 import os
 import shutil
@@ -70,8 +74,8 @@ class ObjectStore(unittest.TestCase):
         try:
             cls.srv.start_nginx()
             cls.srv.start_s3()
-            # The AWS CLI creates the bucket and uploads the shards through the
-            # signature check: a real client's signatures pass it.
+            # The AWS CLI creates the bucket and uploads the shards, signed
+            # with the IAM user's key: a real client's signatures pass moto.
             cls.srv.aws("s3", "mb", "s3://" + BUCKET)
             cls.srv.aws("s3", "cp", "--recursive", "--quiet", cls.www + "/fm", "s3://%s/fm/" % BUCKET)
             # The same shards without their sidecar indexes, as a user who
@@ -119,18 +123,56 @@ class ObjectStore(unittest.TestCase):
     # Acceptance 1.
     def test_s3_and_https_train_like_local_disk(self):
         local = self.local_crc()
-        refusals_before = os.path.getsize(self.dir + "/sigcheck.log")
+        log_at = self.srv.s3_log_size()
         s3, out = self.train("s3://%s/fm" % BUCKET, env=self.srv.aws_env())
         self.assertEqual(s3["params_crc32c"], local, out)
         self.assertGreater(s3["remote_reads"]["bytes"], 0, out)
         https, out = self.train("https://127.0.0.1:%d/fm" % self.srv.https_port)
         self.assertEqual(https["params_crc32c"], local, out)
         self.assertGreater(https["remote_reads"]["bytes"], 0, out)
-        # The front refused nothing: every request hpctrain and the AWS CLI
-        # made carried a good signature.
-        with open(self.dir + "/sigcheck.log") as f:
-            f.seek(refusals_before)
-            self.assertEqual(f.read(), "")
+        # moto refused nothing: every request hpctrain made carried a good signature.
+        self.assertEqual(self.srv.s3_refusals(log_at), [])
+
+    def test_the_server_itself_refuses_bad_signatures(self):
+        # Straight to moto, no proxy: the IAM user's key reads a range of a
+        # shard and lists a prefix; a wrong secret, an unknown key, no
+        # signature, a range or a prefix changed after signing are each
+        # refused by moto with 403, and a PUT with a wrong secret stores nothing.
+        path = "/%s/fm/fm-000000.tar" % BUCKET
+        with open(self.www + "/fm/fm-000000.tar", "rb") as f:
+            want = f.read(1024)
+        log_at = self.srv.s3_log_size()
+        status, body = self.srv.s3_request("GET", path, headers={"Range": "bytes=0-1023"})
+        self.assertEqual((status, body), (206, want))
+        status, body = self.srv.s3_request("GET", path, secret="wrong")
+        self.assertEqual(status, 403, body)
+        self.assertIn(b"<Code>SignatureDoesNotMatch</Code>", body)
+        status, body = self.srv.s3_request("GET", path, access_key="AKIA" + "Z" * 16)
+        self.assertEqual(status, 403, body)
+        self.assertIn(b"<Code>InvalidAccessKeyId</Code>", body)
+        status, body = self.srv.s3_request("GET", path, signed=False)
+        self.assertEqual(status, 403, body)
+        self.assertNotIn(want[:512], body)
+        status, body = self.srv.s3_request("GET", path, headers={"Range": "bytes=0-1023"},
+                                           sent_headers={"Range": "bytes=1024-2047"})
+        self.assertEqual(status, 403, body)
+        self.assertIn(b"<Code>SignatureDoesNotMatch</Code>", body)
+        listing = "/%s?list-type=2&prefix=fm%%2F" % BUCKET  # "/" encoded, as SigV4 signs it
+        status, body = self.srv.s3_request("GET", listing)
+        self.assertEqual(status, 200, body)
+        self.assertIn(b"<Key>fm/fm-000000.tar</Key>", body)
+        status, body = self.srv.s3_request("GET", listing, secret="wrong")
+        self.assertEqual(status, 403, body)
+        status, body = self.srv.s3_request("GET", listing, sent_path=listing.replace("fm%2F", "fm-walk%2F"))
+        self.assertEqual(status, 403, body)
+        self.assertIn(b"<Code>SignatureDoesNotMatch</Code>", body)
+        status, body = self.srv.s3_request("PUT", "/%s/forged/x.tar" % BUCKET, secret="wrong", body=b"forged")
+        self.assertEqual(status, 403, body)
+        status, body = self.srv.s3_request("GET", "/%s/forged/x.tar" % BUCKET)
+        self.assertEqual(status, 404, body)
+        self.assertIn(b"<Code>NoSuchKey</Code>", body)
+        # moto's log counts the seven refusals: each was the server's own answer.
+        self.assertEqual(len(self.srv.s3_refusals(log_at)), 7)
 
     def test_a_second_epoch_reads_nothing_from_the_server(self):
         # 2 epochs (31 steps each): every rank asks for each shard once, and

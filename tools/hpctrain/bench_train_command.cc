@@ -76,7 +76,7 @@ struct TrainArgs {
   int epochs = 5;
   bool steps_given = false;
   std::string ddp_script = HPCT_DDP_PEER_SCRIPT;
-  std::string python = "/usr/bin/python3";
+  std::string python = HPCT_TORCH_PYTHON_DEFAULT;  // the python3 hpctrain was built against
   int ddp_port = 0;  // 0: 29500 + pid % 1000
 };
 

@@ -26,7 +26,9 @@ from . import _build
 if _torch.__version__ != _build.TORCH_VERSION:
     raise ImportError(
         "hpctrain.torch was built for torch %s but this python3 imports torch %s (%s); "
-        "rebuild hpctrain against this torch (make build) or use the python3 it was built for"
+        "rebuild hpctrain against this torch (make build, or "
+        "pip install --no-build-isolation ./python in this environment) "
+        "or use the python3 it was built for"
         % (_build.TORCH_VERSION, _torch.__version__, getattr(_torch, "__file__", "?")))
 
 import torch.distributed as _dist  # noqa: E402,F401  (registers c10d's types before _C)
