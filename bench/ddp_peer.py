@@ -2,7 +2,7 @@
 """The PyTorch DDP peer of `hpctrain bench train`, and the side-by-side run.
 
   ddp_peer.py ddp --model mlp --np 2 --steps 50 --batch 64
-      PyTorch DistributedDataParallel (gloo backend, Debian's python3-torch),
+      PyTorch DistributedDataParallel (gloo backend, the torch of the python3 that runs this),
       the same model, data, optimizer and timing as `hpctrain bench train`;
       prints one JSON line like it.
   hpctrain launch -H h1:1,h2:1 --env GLOO_SOCKET_IFNAME=eth0 --env MASTER_ADDR=<h1's address> \

@@ -3,6 +3,7 @@
 #
 #   /usr/lib/hpctrain/hpctrain, hpctrain-torch   the two executables, side by side
 #                                                (hpctrain execs its sibling)
+#   /usr/lib/hpctrain/torch                      torch's CPU runtime libraries (their rpath)
 #   /usr/bin/hpctrain                            a symlink to the first
 #   /usr/share/hpctrain/ansible                  the playbooks (cluster setup finds them there)
 #   /usr/share/hpctrain/scripts                  package-bundle.sh, package-proxy.sh
@@ -16,6 +17,31 @@
 
 set(HPCT_LIBDIR lib/hpctrain)
 install(TARGETS hpctrain hpctrain-torch RUNTIME DESTINATION ${HPCT_LIBDIR})
+# torch's CPU runtime, beside the programs (torch comes from the package
+# index, not from Debian): libtorch_cpu, libc10, torch's libgomp, and the two
+# CUDA libraries libtorch_cpu names (the runtime and CUPTI, loaded but idle
+# without a GPU), from where this machine's dynamic linker finds them.
+set(HPCT_TORCH_RUNTIME_DIR ${HPCT_LIBDIR}/torch)
+set(_hpct_torch_runtime ${HPCT_TORCH_LIB_DIR}/libtorch_cpu.so ${HPCT_TORCH_LIB_DIR}/libc10.so
+    ${HPCT_TORCH_LIB_DIR}/libgomp.so.1)
+foreach(lib libcudart.so.13 libcupti.so.13)
+  execute_process(COMMAND sh -c "ldconfig -p | awk '$1 == \"${lib}\" {print $NF; exit}'"
+                  OUTPUT_VARIABLE _hpct_lib OUTPUT_STRIP_TRAILING_WHITESPACE)
+  if(NOT _hpct_lib)
+    file(GLOB _hpct_lib ${HPCT_TORCH_LIB_DIR}/../../nvidia/*/lib/${lib})
+  endif()
+  if(_hpct_lib)
+    list(APPEND _hpct_torch_runtime ${_hpct_lib})
+  else()
+    message(STATUS "hpctrain package: ${lib} not found; the package will lack it")
+  endif()
+endforeach()
+foreach(lib ${_hpct_torch_runtime})
+  get_filename_component(_hpct_real ${lib} REALPATH)
+  get_filename_component(_hpct_name ${lib} NAME)
+  install(FILES ${_hpct_real} DESTINATION ${HPCT_TORCH_RUNTIME_DIR} RENAME ${_hpct_name})
+endforeach()
+set_target_properties(hpctrain hpctrain-torch PROPERTIES INSTALL_RPATH "$ORIGIN/torch")
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/packaging)
 file(CREATE_LINK ../${HPCT_LIBDIR}/hpctrain ${CMAKE_BINARY_DIR}/packaging/hpctrain SYMBOLIC)
 install(FILES ${CMAKE_BINARY_DIR}/packaging/hpctrain DESTINATION bin)
@@ -46,6 +72,8 @@ set(CPACK_DEBIAN_PACKAGE_VERSION ${HPCT_DEB_VERSION})
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# torch's libraries are the package's own (no Debian package has them).
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${CMAKE_BINARY_DIR}/_CPack_Packages/Linux/DEB/hpctrain-${HPCT_DEB_VERSION}-Linux/usr/${HPCT_TORCH_RUNTIME_DIR})
 # What hpctrain runs rather than links: mpirun (the mpirun spawner, MPI
 # ranks), ssh (the ssh spawner, doctor), OpenBLAS (libtorch's BLAS; the
 # reference BLAS that libblas.so.3 would otherwise pick is 5-20x slower).

@@ -58,6 +58,21 @@ find_package(Torch REQUIRED)
 message(STATUS "hpctrain: torch ${HPCT_TORCH_VERSION} (CUDA ${HPCT_TORCH_CUDA}) from ${HPCT_TORCH_PYTHON}")
 # torch's directory of libraries, for the rpath of what links it and for torch_python.
 get_filename_component(HPCT_TORCH_LIB_DIR "${TORCH_LIBRARY}" DIRECTORY)
+
+# hpctrain's programs and libraries use torch's CPU library (libtorch_cpu and
+# libc10), with torch's compile settings (C++20, its definitions), not
+# libtorch_cuda: they then run where those two and their few dependencies are
+# installed, which the Debian package carries (cmake/Packaging.cmake).
+# TORCH_LIBRARIES names this target from here on.
+add_library(hpct_libtorch INTERFACE)
+target_link_libraries(hpct_libtorch INTERFACE torch_cpu_library c10)
+target_include_directories(hpct_libtorch SYSTEM INTERFACE ${TORCH_INCLUDE_DIRS})
+target_compile_features(hpct_libtorch INTERFACE cxx_std_20)
+if(TORCH_CXX_FLAGS)
+  separate_arguments(_hpct_torch_flags UNIX_COMMAND "${TORCH_CXX_FLAGS}")
+  target_compile_options(hpct_libtorch INTERFACE ${_hpct_torch_flags})
+endif()
+set(TORCH_LIBRARIES hpct_libtorch)
 # The CUDA libraries that came with torch from the index (NCCL, cuSPARSELt,
 # NVSHMEM, cuFile) are found through libtorch's own rpath when a program runs;
 # the linker must look there too, before the older ones of the CUDA toolkit.

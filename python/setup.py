@@ -33,6 +33,25 @@ def torch_version():
     return torch.__version__
 
 
+def same_torch_python(build):
+    """The python3 an existing build folder was configured with, when it
+    imports the very torch this one does (a venv made with
+    --system-site-packages over it): reusing it keeps that build as it is."""
+    try:
+        with open(os.path.join(build, "CMakeCache.txt")) as f:
+            line = next(l for l in f if l.startswith("HPCT_TORCH_PYTHON:"))
+    except (OSError, StopIteration):
+        return None
+    python = line.split("=", 1)[1].strip()
+    import torch
+    probe = "import torch; print(torch.__file__, torch.__version__)"
+    try:
+        theirs = subprocess.run([python, "-c", probe], capture_output=True, text=True, timeout=120).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return python if theirs == "%s %s" % (torch.__file__, torch.__version__) else None
+
+
 class CMakeBuild(build_ext):
     """Runs the project's CMake for the module and copies build/python/hpctrain."""
 
@@ -42,10 +61,12 @@ class CMakeBuild(build_ext):
             sys.exit("hpctrain: %s is not in an hpctrain checkout (no CMakeLists.txt above it)" % HERE)
         tag = "py%d%d-torch%s" % (sys.version_info[0], sys.version_info[1], version.replace("+", "-"))
         build = os.environ.get("HPCT_PIP_BUILD_DIR") or os.path.join(ROOT, "build-pip", tag)
-        configure = ["cmake", "-S", ROOT, "-B", build, "-DCMAKE_BUILD_TYPE=Release",
-                     "-DHPCT_TORCH_PYTHON=" + sys.executable, "-DHPCT_BUILD_TESTS=OFF"]
-        if shutil.which("ninja"):
-            configure += ["-G", "Ninja"]
+        python = same_torch_python(build) or sys.executable
+        configure = ["cmake", "-S", ROOT, "-B", build, "-DHPCT_TORCH_PYTHON=" + python]
+        if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
+            configure += ["-DCMAKE_BUILD_TYPE=Release", "-DHPCT_BUILD_TESTS=OFF"]
+            if shutil.which("ninja"):
+                configure += ["-G", "Ninja"]
         jobs = os.environ.get("HPCT_PIP_JOBS") or str(os.cpu_count() or 1)
         for cmd in (configure, ["cmake", "--build", build, "--target", "hpct_py_torch", "-j", jobs]):
             print("hpctrain: " + " ".join(cmd), flush=True)

@@ -6,11 +6,13 @@ brings to the C++ trainer: train/eval mode switching, random layers and
 buffers (batch-norm running statistics). Input [N, 1, 28, 28] float, output
 logits [N, 10].
 
-    /usr/bin/python3 scripts/export_torchscript.py -o fm_cnn.pt          # torch.jit.script
-    /usr/bin/python3 scripts/export_torchscript.py -o fm_cnn.pt --trace  # torch.jit.trace
+    PY=$(scripts/install-deps.sh --print-python)
+    $PY scripts/export_torchscript.py -o fm_cnn.pt          # torch.jit.script
+    $PY scripts/export_torchscript.py -o fm_cnn.pt --trace  # torch.jit.trace
 
-Needs Debian's python3-torch (the same 1.13 as libtorch-dev); a pyenv or venv
-python3 earlier on PATH may not see it, hence /usr/bin/python3.
+Run it with the python3 whose torch hpctrain was built against (the
+environment scripts/install-deps.sh makes), so that the file's operators are
+those of the libtorch that trains it.
 """
 import argparse
 

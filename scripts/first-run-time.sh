@@ -7,7 +7,9 @@
 # the root first (untimed); then `apt-get install make` (a minimal image has
 # no make) and `make demo` are timed, and the phases are read off the log:
 #
-#   apt      install-deps.sh --demo (apt-get update and install)
+#   apt      install-deps.sh --demo: Debian's packages (apt-get update and install)
+#   torch    install-deps.sh --demo: torch from the package index into a new
+#            environment in the cache folder (empty in the fresh root)
 #   cmake    the configure step
 #   build    ninja's build of the two programs
 #   demo     packing the shards and training (scripts/demo.sh)
@@ -68,6 +70,7 @@ t0 = float(lines[0][0])
 t = lambda cond: next((float(a) - t0 for a, b in lines if cond(b)), None)
 start = 0.0
 make_demo = t(lambda b: b.startswith("@@ make demo"))
+torch = t(lambda b: b.startswith("install-deps: torch "))
 cmake = t(lambda b: b.startswith("cmake -S ") or b.startswith("-- The C"))
 build = t(lambda b: re.match(r"\[\d+/\d+ ", b) is not None or b.startswith("NINJA_STATUS"))
 demo = t(lambda b: b.startswith("bash scripts/demo.sh"))
@@ -78,7 +81,8 @@ if end is None:
     sys.exit(1)
 out = {"what": "first_run", "ok": True, "commit": sys.argv[2], "seconds": round(end - start, 1),
        "apt_make_s": round(make_demo - start, 1),
-       "apt_s": round((cmake or make_demo) - make_demo, 1),
+       "apt_s": round((torch or cmake or make_demo) - make_demo, 1),
+       "torch_s": round((cmake or torch) - torch, 1) if torch else None,
        "cmake_s": round((build or cmake) - cmake, 1) if cmake else None,
        "build_s": round(demo - build, 1) if build and demo else None,
        "demo_s": round(end - demo, 1) if demo else None}

@@ -16,17 +16,13 @@
 #                                    `make test` adds the rest
 #   scripts/install-deps.sh --print-python
 #                                    prints the torch environment's python3 and exits
+#   scripts/install-deps.sh --torch-env DIR [VERSION]
+#                                    only a torch environment at DIR (torch VERSION,
+#                                    default the pinned one), installed the same way:
+#                                    for building hpctrain against another torch
 #
 # HPCT_CACHE (default /var/cache/hpctrain) chooses the cache folder.
 set -euo pipefail
-
-demo_only=0
-case "${1:-}" in
-  --demo) demo_only=1 ;;
-  --print-python) ;;
-  "") ;;
-  *) echo "usage: $0 [--demo|--print-python]" >&2; exit 2 ;;
-esac
 
 # The one pinned torch: the newest release on the index (2026-10). Its default
 # Linux build is the CUDA 13 one, which runs on the CPU too.
@@ -34,6 +30,18 @@ torch_version=2.15.0
 cache=${HPCT_CACHE:-/var/cache/hpctrain}
 torch_env="$cache/torch-$torch_version"
 tools_env="$cache/test-tools-1"
+
+demo_only=0
+torch_only=0
+case "${1:-}" in
+  --demo) demo_only=1 ;;
+  --print-python) ;;
+  --torch-env)
+    [ -n "${2:-}" ] || { echo "usage: $0 --torch-env DIR [VERSION]" >&2; exit 2; }
+    torch_only=1 torch_env=$2 torch_version=${3:-$torch_version} ;;
+  "") ;;
+  *) echo "usage: $0 [--demo|--print-python|--torch-env DIR [VERSION]]" >&2; exit 2 ;;
+esac
 
 if [ "${1:-}" = --print-python ]; then
   echo "$torch_env/bin/python3"
@@ -108,10 +116,13 @@ else
 fi
 
 # pip inside an environment, bounded: a stalled download fails instead of hanging.
+# pip's note that torch names packages not installed is expected after the
+# light install below, and left out.
 pip_in() {
   local env=$1; shift
   timeout 900 "$env/bin/pip" install --quiet --disable-pip-version-check --no-input \
-    --timeout 60 --retries 3 "$@"
+    --timeout 60 --retries 3 "$@" \
+    2> >(grep -vE "dependency resolver does not currently take|^torch [^ ]+ requires .*which is not installed" >&2)
 }
 
 # A fresh environment at $1 (any half-built one from an interrupted run is removed).
@@ -136,19 +147,46 @@ torch_env_install() {
   pip_in "$torch_env" --upgrade "pip>=23"
   if ldconfig -p | grep -q "libcublas.so.13 " && ldconfig -p | grep -q "libcudnn.so.9 "; then
     pip_in "$torch_env" --no-deps "torch==$torch_version"
-    pip_in "$torch_env" filelock "typing-extensions>=4.13.0" "setuptools>=77.0.3" "sympy>=1.13.3" \
-      "networkx>=2.5.1" jinja2 "fsspec>=0.8.5" \
-      "nvidia-nccl-cu13==2.30.7" "nvidia-cusparselt-cu13==0.8.1" "nvidia-nvshmem-cu13==3.7.2" \
-      "nvidia-cufile==1.17.1.22.*"
+    # torch's own requirements, as its wheel names them, less what the CUDA
+    # toolkit here has (cuda-toolkit's libraries but cuFile, cuDNN) and what
+    # only GPU code generation takes (triton, cuda-bindings).
+    local reqs
+    reqs=$("$torch_env/bin/python3" - <<'PY'
+import importlib.metadata as md, re
+for r in md.requires("torch") or []:
+    spec, _, marker = r.partition(";")
+    if "extra" in marker:
+        continue
+    spec = spec.strip()
+    name = re.split(r"[\[<>=!~ ]", spec, maxsplit=1)[0].lower()
+    if name in ("triton", "cuda-bindings") or name.startswith("nvidia-cudnn"):
+        continue
+    if name == "cuda-toolkit":
+        spec = "cuda-toolkit[cufile]" + spec[spec.index("]") + 1:] if "]" in spec else spec
+    print(spec)
+PY
+)
+    # shellcheck disable=SC2086
+    pip_in "$torch_env" $reqs
   else
     pip_in "$torch_env" "torch==$torch_version"
   fi
-  # numpy for torch's tensor interop in the tests and examples; wheel and
-  # setuptools let `pip install ./python` build the package in this environment.
-  pip_in "$torch_env" numpy wheel
   "$torch_env/bin/python3" -c "import torch, torch.distributed as d; assert d.is_gloo_available()" || {
     echo "install-deps: torch $torch_version in $torch_env does not import; see the error above" >&2; exit 1; }
   touch "$torch_env/.hpct-ready"
+}
+
+# Beside torch: numpy for its tensor interop in the tests and examples; wheel
+# and setuptools let `pip install --no-build-isolation ./python` build the
+# package in this environment; pytest and packaging run Horovod's own test
+# suite against hpctrain.torch (docs/python.md). Installed again whenever
+# this list changes (the stamp holds it).
+torch_env_extras() {
+  local want="numpy wheel pytest packaging"
+  [ "$(cat "$torch_env/.hpct-extras" 2>/dev/null)" = "$want" ] && return 0
+  # shellcheck disable=SC2086
+  pip_in "$torch_env" $want
+  echo "$want" > "$torch_env/.hpct-extras"
 }
 
 # The tests' servers and parsers: moto's S3 server (it checks every SigV4
@@ -163,5 +201,6 @@ tools_env_install() {
 }
 
 torch_env_install
-[ "$demo_only" = 1 ] || tools_env_install
+torch_env_extras
+[ "$demo_only" = 1 ] || [ "$torch_only" = 1 ] || tools_env_install
 echo "install-deps: done (torch: $torch_env/bin/python3)"

@@ -77,6 +77,8 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<Runtime, std::shared_ptr<Runtime>>(m, "Runtime")
       .def(py::init<>(), py::call_guard<py::gil_scoped_release>())
+      .def_static("from_torch_store", &Runtime::from_torch_store, py::arg("store"), py::arg("rank"),
+                  py::arg("size"), py::call_guard<py::gil_scoped_release>())
       .def("rank", &Runtime::rank)
       .def("size", &Runtime::size)
       .def("local_rank", &Runtime::local_rank)

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "c10d_store.h"
+#include "comm/connect.h"
 #include "comm/tensor.h"
 #include "core/env.h"
 #include "core/error.h"
@@ -28,6 +30,49 @@ Runtime::Runtime() {
     return;
   }
   ctx_ = init();
+}
+
+namespace {
+
+int env_int(const Env& env, const std::string& name, int fallback) {
+  const auto v = env.get(name);
+  if (!v || v->empty()) return fallback;
+  try {
+    return std::stoi(*v);
+  } catch (const std::exception&) {
+    throw_invalid_argument(name + "=" + *v + " is not a number (torchrun sets it to one)");
+  }
+}
+
+}  // namespace
+
+std::shared_ptr<Runtime> Runtime::from_torch_store(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                   int size) {
+  ProcessEnv env;
+  const Config config = Config::from_env(env);
+  const Logger logger = Logger::from_config(config, rank);
+  WorldInfo info;
+  info.rank = rank;
+  info.size = size;
+  info.local_rank = env_int(env, "LOCAL_RANK", rank);
+  info.local_size = env_int(env, "LOCAL_WORLD_SIZE", size);
+  if (info.local_size <= 0 || size % info.local_size != 0 || info.local_rank >= info.local_size) {
+    throw_invalid_argument("LOCAL_RANK=" + std::to_string(info.local_rank) + " LOCAL_WORLD_SIZE=" +
+                           std::to_string(info.local_size) + " do not fit " + std::to_string(size) +
+                           " ranks; torchrun sets both");
+  }
+  info.cross_size = size / info.local_size;
+  info.cross_rank = env_int(env, "GROUP_RANK", rank / info.local_size);
+  const std::string host = env.get("MASTER_ADDR").value_or("127.0.0.1");
+  const std::string port = env.get("MASTER_PORT").value_or("?");
+  comm::World world;
+  world.info = info;
+  world.store = std::make_shared<store::PrefixStore>(
+      "hpctrain", std::make_shared<C10dStore>(std::move(store), "torch.distributed's store at " + host +
+                                                                    ":" + port));
+  world.comm = comm::connect_gloo(config, info, world.store, host, seconds_to_millis(config.timeout_s),
+                                  logger);
+  return std::shared_ptr<Runtime>(new Runtime(make_context(std::move(world), config, logger)));
 }
 
 Runtime::~Runtime() { shutdown(); }

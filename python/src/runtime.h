@@ -7,6 +7,7 @@
 // (module.cc releases it around the blocking ones: construction, wait).
 #pragma once
 
+#include <torch/csrc/distributed/c10d/Store.hpp>
 #include <torch/types.h>
 
 #include <memory>
@@ -52,6 +53,12 @@ class Runtime {
   // generation's world to the next, and every method below acts on the
   // current one.
   Runtime();
+  // Under torchrun (no hpctrain launcher): rank of size meet through
+  // torch.distributed's store (c10d_store.h), over Gloo with shared memory
+  // within a host; LOCAL_RANK, LOCAL_WORLD_SIZE and MASTER_ADDR come from
+  // torchrun's variables. Bounded by HPCT_TIMEOUT_S.
+  static std::shared_ptr<Runtime> from_torch_store(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                   int size);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -81,6 +88,7 @@ class Runtime {
   elastic::Worker* elastic_worker() { return worker_.get(); }
 
  private:
+  explicit Runtime(std::unique_ptr<Context> ctx) : ctx_(std::move(ctx)) {}
   Context& live();
   const Context* current() const;
   std::unique_ptr<elastic::Worker> worker_;  // elastic jobs: owns the current world

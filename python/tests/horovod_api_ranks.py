@@ -334,10 +334,11 @@ def optimizer_behaviour():
             h = F.relu(self.body(v))
             return self.a(h), self.b(h)
 
-    # every optimizer torch has (but L-BFGS and SparseAdam), ranks using different heads
+    # every optimizer torch has (but L-BFGS, SparseAdam, and Muon, which takes
+    # 2-D parameters only: this model has biases), ranks using different heads
+    excluded = (torch.optim.LBFGS, torch.optim.SparseAdam, getattr(torch.optim, "Muon", None))
     optimizers = sorted((c for c in torch.optim.Optimizer.__subclasses__()
-                         if c.__module__.startswith("torch.optim")
-                         and c not in (torch.optim.LBFGS, torch.optim.SparseAdam)),
+                         if c.__module__.startswith("torch.optim") and c not in excluded),
                         key=lambda c: c.__name__)
     for cls in optimizers:
         torch.manual_seed(0)

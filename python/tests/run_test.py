@@ -3,6 +3,7 @@
     run_test.py version_check
     run_test.py ranks N SCRIPT [ARGS...]   # hpctrain launch -np N -- python3 SCRIPT ARGS
     run_test.py elastic                    # hpctrain.torch.elastic: a worker killed, a host joins
+    run_test.py pip_install BUILD_DIR      # pip install ./python into a new venv; hpctrain launch and torchrun
 
 Environment (set by CTest): PYTHONPATH=build/python, HPCTRAIN (the CLI), PYTHON_FOR_TESTS (python3).
 """
@@ -88,6 +89,8 @@ def main():
         killed_rank(*sys.argv[2:])
     elif what == "elastic":
         elastic()
+    elif what == "pip_install":
+        pip_install(sys.argv[2])
     else:
         fail("unknown test " + what)
 
@@ -244,6 +247,70 @@ def srun(n, script, *args):
     finally:
         subprocess.run(["bash", slurm, "down", d], timeout=60)
 
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def pip_install(build_dir):
+    """`pip install --no-build-isolation ./python` into a new virtual environment
+    that sees the torch hpctrain is built against (PYTHON_FOR_TESTS's
+    site-packages through a .pth file), reusing BUILD_DIR; then, with no
+    PYTHONPATH, the Horovod example on 2 ranks under hpctrain launch and the
+    DDP example with init_process_group("hpctrain") on 2 ranks under torchrun
+    (torch.distributed.run) from that environment."""
+    src = os.path.dirname(os.path.dirname(HERE))
+    examples = os.path.join(src, "examples", "python")
+    with tempfile.TemporaryDirectory() as d:
+        venv = os.path.join(d, "venv")
+        py = os.path.join(venv, "bin", "python3")
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["HPCT_PIP_BUILD_DIR"] = build_dir
+
+        def run(cmd, timeout, cwd=d):
+            print("+ " + " ".join(cmd), flush=True)
+            t0 = time.monotonic()
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=timeout, env=env, cwd=cwd)
+            print(p.stdout[-6000:])
+            print("exit %d after %.1f s" % (p.returncode, time.monotonic() - t0), flush=True)
+            return p
+
+        if run([PY, "-m", "venv", venv], 120).returncode != 0:
+            fail("python3 -m venv failed")
+        # The torch of PYTHON_FOR_TESTS's environment, seen through a .pth file
+        # (--system-site-packages would show the base interpreter's instead).
+        theirs = subprocess.run([PY, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                capture_output=True, text=True, check=True).stdout.strip()
+        ours = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        with open(os.path.join(ours, "torch-env.pth"), "w") as f:
+            f.write(theirs + "\n")
+        p = run([py, "-m", "pip", "install", "--no-build-isolation", "--no-deps", "--no-input",
+                 "--disable-pip-version-check", os.path.join(src, "python")], 900)
+        if p.returncode != 0:
+            fail("pip install --no-build-isolation ./python exited %d" % p.returncode)
+        p = run([py, "-c", "import hpctrain.torch as h, torch; print(h.__file__); print(h._C.TORCH_BUILD_VERSION)"], 120)
+        lines = p.stdout.split()
+        if p.returncode != 0 or not lines or not lines[0].startswith(venv + "/"):
+            fail("hpctrain.torch does not import from the new environment: %r" % p.stdout)
+        p = run([os.environ["HPCTRAIN"], "launch", "-np", "2", "--", py,
+                 os.path.join(examples, "horovod_fashion_mnist.py"), "--steps", "10"], 300)
+        if p.returncode != 0 or p.stdout.count("identical on all 2 ranks: True") != 2:
+            fail("the Horovod example under hpctrain launch: exit %d, parameters not identical on both ranks"
+                 % p.returncode)
+        env["OMP_NUM_THREADS"] = "1"
+        p = run([py, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+                 "--master-port", str(free_port()), os.path.join(examples, "ddp_fashion_mnist.py"),
+                 "--steps", "10"], 300)
+        if p.returncode != 0 or p.stdout.count("identical on all 2 ranks: True") != 2:
+            fail("the DDP example under torchrun: exit %d, parameters not identical on both ranks"
+                 % p.returncode)
+    print("pip install, hpctrain launch and torchrun: ok")
 
 if __name__ == "__main__":
     main()

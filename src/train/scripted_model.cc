@@ -14,7 +14,10 @@ namespace {
 std::string first_line(const std::exception& e) {
   const auto* c = dynamic_cast<const c10::Error*>(&e);
   std::string s = c ? c->what_without_backtrace() : e.what();
-  return s.substr(0, s.find('\n'));
+  s = s.substr(0, s.find('\n'));
+  // torch 2.x's reader appends a paragraph of guesses to its own first sentence.
+  const auto guess = s.find(". This is an internal miniz error.");
+  return guess == std::string::npos ? s : s.substr(0, guess);
 }
 
 // "a.b.c" -> ("a.b", "c"); "c" -> ("", "c").

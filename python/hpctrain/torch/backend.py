@@ -11,7 +11,12 @@ works with no other argument:
   them: rank and size from the launcher, and rank 0's address and a free port
   of its, broadcast over hpctrain's engine.
 
-torch.distributed's store then only serves its own bookkeeping (the barrier
+Under torchrun, which starts no hpctrain launcher, the ranks meet through
+the store init_process_group made (torchrun's MASTER_ADDR:MASTER_PORT): the
+engine's Gloo connections and shared memory are set up through it
+(python/src/c10d_store.h), with the rank, size and LOCAL_* torchrun gives.
+
+Otherwise torch.distributed's store only serves its own bookkeeping (the barrier
 at the end of init_process_group); the collectives go through the engine
 (python/src/process_group.h): DDP's buckets are allreduced by the same
 negotiation, fusion and shared memory as hpctrain's C++ training.
@@ -28,9 +33,24 @@ NAME = "hpctrain"
 _groups_made = 0  # every rank creates groups in the same order (torch requires it)
 
 
+def _under_torchrun():
+    """Started by torchrun (or another torch.distributed launcher that sets
+    RANK and WORLD_SIZE), not by hpctrain launch, mpirun or srun."""
+    env = os.environ
+    if "HPCT_RANK" in env or "OMPI_COMM_WORLD_RANK" in env or "PMI_RANK" in env or "SLURM_PROCID" in env:
+        return False
+    return "TORCHELASTIC_RUN_ID" in env or ("RANK" in env and "WORLD_SIZE" in env)
+
+
 def _create(store, rank, size, timeout):
     global _groups_made
     from . import _C, _runtime
+    from .mpi_ops import _state
+    if _under_torchrun():
+        with _state.lock:
+            if _state.runtime is None:
+                _state.runtime = _C.Runtime.from_torch_store(store, rank, size)
+                _state.counters.clear()
     index, _groups_made = _groups_made, _groups_made + 1
     return _C.create_process_group(_runtime(), rank, size, index)
 
@@ -72,7 +92,7 @@ _original_init = None
 
 def _init_process_group(backend=None, init_method=None, *args, **kwargs):
     if (backend is not None and str(backend).lower() == NAME and init_method is None
-            and kwargs.get("store") is None):
+            and kwargs.get("store") is None and not _under_torchrun()):
         fill_env()
     return _original_init(backend, init_method, *args, **kwargs)
 
