@@ -64,7 +64,7 @@ class CMakeBuild(build_ext):
         python = same_torch_python(build) or sys.executable
         configure = ["cmake", "-S", ROOT, "-B", build, "-DHPCT_TORCH_PYTHON=" + python]
         if not os.path.isfile(os.path.join(build, "CMakeCache.txt")):
-            configure += ["-DCMAKE_BUILD_TYPE=Release", "-DHPCT_BUILD_TESTS=OFF"]
+            configure += ["-DCMAKE_BUILD_TYPE=Release"]
             if shutil.which("ninja"):
                 configure += ["-G", "Ninja"]
         jobs = os.environ.get("HPCT_PIP_JOBS") or str(os.cpu_count() or 1)
