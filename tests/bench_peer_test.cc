@@ -1,5 +1,5 @@
 // `hpctrain bench train --peer ddp` on this host (label integration): PyTorch
-// DDP (Debian's python3-torch 1.13, gloo) with its own comm hooks beside our
+// DDP (the torch hpctrain builds against, gloo) with its own comm hooks beside our
 // run, and --accuracy for both sides. Short runs on a subset of the real
 // Fashion-MNIST (--max-samples); checks what a user reads in the JSON lines,
 // not the speed (speed is for benchmarks).
