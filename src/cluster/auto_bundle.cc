@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "core/error.h"
+#include "core/file.h"
 #include "core/subprocess.h"
 
 namespace hpct::cluster {
@@ -26,13 +27,6 @@ std::string stamp_of(const std::string& path) {
   if (::stat(path.c_str(), &st) != 0) return "-";
   return std::to_string(st.st_size) + "@" + std::to_string(st.st_mtim.tv_sec) + "." +
          std::to_string(st.st_mtim.tv_nsec);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 std::string last_lines(const std::string& text, int n) {
@@ -93,7 +87,7 @@ std::string make_auto_bundle(const SetupOptions& o, const std::string& playbooks
   const std::string stamp_file = dir + "/.hpctrain-inputs";
   // The stamp: the inputs line, then "features A B ..." (what the bundle holds).
   const std::string inputs = bundle_inputs(o, script);
-  const std::string stamp = read_file(stamp_file);
+  const std::string stamp = read_file_or_empty(stamp_file);
   std::vector<std::string> held;
   bool same_inputs = is_file(dir + "/Packages") && stamp.rfind(inputs, 0) == 0;
   if (same_inputs) {
@@ -119,7 +113,7 @@ std::string make_auto_bundle(const SetupOptions& o, const std::string& playbooks
   if (r.timed_out) {
     throw_timeout("package-bundle.sh did not finish within 15 minutes: run `" + join_command(argv) + "` to see why");
   }
-  std::string out = read_file(log);
+  std::string out = read_file_or_empty(log);
   if (r.exit_code != 0 || r.signal != 0) {
     throw_io("making the bundle failed (" + join_command(argv) + ", log " + log + "):\n" + last_lines(out, 8), EIO);
   }

@@ -16,6 +16,7 @@
 #include "cluster/inventory.h"
 #include "cluster/run_summary.h"
 #include "core/error.h"
+#include "core/file.h"
 #include "core/subprocess.h"
 #include "doctor/net.h"
 
@@ -33,14 +34,6 @@ void write_file(const std::string& path, const std::string& text) {
     if (!f.flush()) throw_io("write " + tmp, errno);
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) throw_io("rename " + tmp, errno);
-}
-
-std::string read_file(const std::string& path) {
-  std::ifstream f(path);
-  if (!f) return "";
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
 }
 
 void make_state_dir(const std::string& dir) {
@@ -95,7 +88,7 @@ RunSummary run_playbooks(const SetupOptions& o, RunMode mode, const std::string&
                   "Ansible's own output");
   }
   *exit_code = r.signal != 0 ? 128 + r.signal : r.exit_code;
-  std::string text = read_file(cmd.summary_file);
+  std::string text = read_file_or_empty(cmd.summary_file);
   if (text.empty()) {
     throw_io("ansible-playbook exited with " + std::to_string(*exit_code) + " and wrote no summary (" +
                  cmd.summary_file + "); run `" + join_command(cmd.argv) + "` with ANSIBLE_CONFIG=" + playbooks +
@@ -198,7 +191,7 @@ int run_setup(const SetupOptions& given, const std::string& playbooks) {
 
 int run_status(const SetupOptions& given, const std::string& playbooks) {
   const std::string state = state_dir_for(given);
-  std::string text = read_file(state + "/cluster.json");
+  std::string text = read_file_or_empty(state + "/cluster.json");
   if (text.empty()) {
     throw_invalid_argument("no setup recorded in " + state + ": run hpctrain cluster setup --hostfile " +
                            given.hostfile + " first (or give its --state-dir)");

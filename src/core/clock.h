@@ -8,6 +8,12 @@ namespace hpct {
 using SteadyClock = std::chrono::steady_clock;
 using Millis = std::chrono::milliseconds;
 
+// Wall-clock time in nanoseconds since the Unix epoch (comparable across hosts).
+inline long long unix_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
 // Milliseconds from a (possibly fractional) number of seconds.
 inline Millis seconds_to_millis(double s) { return Millis(static_cast<long long>(s * 1000.0)); }
 

@@ -1,9 +1,9 @@
 #include "core/env.h"
 
+#include <unistd.h>  // environ
+
 #include <cstdlib>
 #include <cstring>
-
-extern char** environ;
 
 namespace hpct {
 

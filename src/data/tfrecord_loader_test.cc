@@ -74,7 +74,7 @@ struct Seen {
   std::map<int, std::pair<std::string, std::int64_t>> samples;  // id -> (pixels, label)
 };
 
-Seen read_epoch(Loader& l) {
+Seen read_tfrecord_epoch(Loader& l) {
   Seen s;
   Batch b;
   while (l.next(&b)) {
@@ -101,10 +101,10 @@ TEST(TfRecordLoader, TwoRanksReadTheDatasetAsTheTarPathDoes) {
     ranks.emplace_back([&, r] {
       Loader a(options(tf, r, 2));
       a.start_epoch(1);
-      from_tf[r] = read_epoch(a);
+      from_tf[r] = read_tfrecord_epoch(a);
       Loader b(options(tar, r, 2));
       b.start_epoch(1);
-      from_tar[r] = read_epoch(b);
+      from_tar[r] = read_tfrecord_epoch(b);
     });
   }
   for (auto& t : ranks) t.join();
@@ -185,7 +185,7 @@ Outcome read_both_ways(const std::string& good, const std::string& damaged) {
   o.batch_size = 16;
   try {
     Loader l(o);
-    read_epoch(l);
+    read_tfrecord_epoch(l);
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kDataCorrupt) << e.what();
     out.error = e.what();
@@ -320,13 +320,13 @@ TEST(TfRecordLoader, FeatureNamesAreConfigurableAndFormatsMix) {
   auto o = options({dir / "tfds.tfrecord-00000-of-00001", tar[0]}, 0, 1);
   o.shuffle = false;
   Loader mixed(o);
-  Seen s = read_epoch(mixed);
+  Seen s = read_tfrecord_epoch(mixed);
   EXPECT_EQ(s.ids.size(), 16u) << "8 records and 8 tar samples";
 
   o.shards = {dir / "custom.tfr"};
   try {
     Loader l(o);
-    read_epoch(l);
+    read_tfrecord_epoch(l);
     ADD_FAILURE() << "custom feature names found without being named";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("no image feature (image/encoded, image); name it in "

@@ -8,13 +8,6 @@
 namespace hpct::doctor {
 namespace {
 
-std::string join(const std::vector<std::string>& v) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
-  return s;
-}
-
-bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 std::string keyscan_fix(const std::string& host) {
   return "list " + host + "'s key for ssh: ssh-keyscan " + host +

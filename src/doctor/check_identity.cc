@@ -7,12 +7,6 @@
 namespace hpct::doctor {
 namespace {
 
-std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
-
 bool any_loopback(const std::vector<std::string>& addrs) {
   for (const auto& a : addrs) {
     if (is_loopback_address(a)) return true;
@@ -40,7 +34,6 @@ std::string last_line(const std::string& text) {
   return last.empty() ? "no message" : last;
 }
 
-bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
 
 // ssh itself failed (exit 255 or no answer) rather than the command it ran.
 bool ssh_failed(const HostOutcome& h) {

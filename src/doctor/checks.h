@@ -6,6 +6,7 @@
 // explains why, and "skip" in the checks that needed its facts.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "doctor/facts.h"
@@ -35,7 +36,14 @@ std::vector<Row> check_perf(const DoctorInput& in, std::vector<Matrix>* matrices
 // Every check, in order, plus the per-host summary lines.
 Report build_report(const DoctorInput& in);
 
-// Shared by the checks: did this host's probe report its facts?
+// Shared by the checks: a list for a message, "a, b, c".
+inline std::string join(const std::vector<std::string>& v, const char* sep = ", ") {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+inline bool contains(const std::string& s, const char* what) { return s.find(what) != std::string::npos; }
+// Did this host's probe report its facts?
 inline bool probed(const HostOutcome& h) { return h.facts.has_value(); }
 // A row for a host whose facts are missing.
 Row skipped_row(const HostOutcome& h, const std::string& check);

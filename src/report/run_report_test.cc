@@ -14,7 +14,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-size_t count(const std::string& text, const std::string& what) {
+size_t occurrences(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
   return n;
@@ -53,7 +53,7 @@ TEST(RunReport, SelfContainedPageWithEverySection) {
         "Restarts, faults and changes", "Scaling (bench train)", "Chrome trace"}) {
     EXPECT_NE(html.find(std::string("<h2>") + section), std::string::npos) << section;
   }
-  EXPECT_EQ(count(html, "data-series='train' data-x="), 2u);  // the 2 step lines' throughput
+  EXPECT_EQ(occurrences(html, "data-series='train' data-x="), 2u);  // the 2 step lines' throughput
   EXPECT_NE(html.find("data-series='train' data-x='10.0' data-y='420.25'"), std::string::npos);
   EXPECT_NE(html.find("data-series='train training loss' data-x='5.0' data-y='2.25'"),
             std::string::npos);
@@ -61,7 +61,7 @@ TEST(RunReport, SelfContainedPageWithEverySection) {
             std::string::npos);
   // Rank 1's mean sync wait over the two intervals: (4 + 2) / 2.
   EXPECT_NE(html.find("data-row='rank 1' data-part='sync' data-value='3.0'"), std::string::npos);
-  EXPECT_EQ(count(html, "<rect class='part'"), 8u);
+  EXPECT_EQ(occurrences(html, "<rect class='part'"), 8u);
   EXPECT_NE(html.find("data-np='2' data-efficiency='0.833'"), std::string::npos);
   // The trace is linked relative to the page.
   EXPECT_NE(html.find("<a class='trace' href='timeline.json'>"), std::string::npos);
@@ -105,7 +105,7 @@ TEST(RunReport, JsonlPlotOneSeriesPerValueOfTheSeriesKey) {
                  parse_plot_spec(path + ":x=hosts:y=samples_per_s:series=path:title=Predicted"));
   const std::string html = page.html();
   EXPECT_NE(html.find("<h2>Predicted</h2>"), std::string::npos);
-  EXPECT_EQ(count(html, "<circle class='point'"), 3u);
+  EXPECT_EQ(occurrences(html, "<circle class='point'"), 3u);
   EXPECT_NE(html.find("data-series='hierarchical' data-x='2.0' data-y='950.5'"), std::string::npos);
   EXPECT_NE(html.find("data-series='flat' data-x='1.0' data-y='500.0'"), std::string::npos);
   try {

@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/clock.h"
 #include "commands.h"
 #include "core/error.h"
 #include "core/subprocess.h"
@@ -30,12 +31,6 @@ struct BenchLaunchArgs {
   int reps = 5;
   double timeout_s = 60;
 };
-
-long long unix_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Runs argv to its end (bounded) and returns its stdout. Io/Timeout on failure.
 std::string run_capture(const std::vector<std::string>& argv, double timeout_s, int* exit_status) {

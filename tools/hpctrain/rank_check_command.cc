@@ -14,6 +14,7 @@
 
 #include "comm/connect.h"
 #include "commands.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/world.h"
 
@@ -31,12 +32,6 @@ struct RankCheckArgs {
   int fail_restarts_below = 1 << 30;
   double sleep_s = 0;
 };
-
-long long unix_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 int run_rank_check(const RankCheckArgs& a, const Config& config) {
   ProcessEnv env;

@@ -16,7 +16,7 @@ using testing::TempDir;
 
 std::vector<TarMember> walk_tar(const std::string& path) { return testing::read_tar_members(path); }
 
-std::string expect_corrupt(const std::string& text) {
+std::string toc_corrupt_message(const std::string& text) {
   try {
     parse_toc(text, "s3://b/x.tar.idx");
   } catch (const Error& e) {
@@ -104,17 +104,17 @@ TEST(ShardToc, RoundTripsAndRefusesWhatIsNotOne) {
   EXPECT_EQ(back.members[1].data_offset, 1536u);
   EXPECT_EQ(back.shard_bytes, 5120u);
 
-  EXPECT_NE(expect_corrupt("").find("empty"), std::string::npos);
-  const std::string e = expect_corrupt("PK\x03\x04 something else\n");
+  EXPECT_NE(toc_corrupt_message("").find("empty"), std::string::npos);
+  const std::string e = toc_corrupt_message("PK\x03\x04 something else\n");
   EXPECT_NE(e.find("s3://b/x.tar.idx, line 1"), std::string::npos) << e;
   EXPECT_NE(e.find("hpctrain data index"), std::string::npos) << e;
-  EXPECT_NE(expect_corrupt("hpctrain-shard-index 1 tar 5120 3\n0 512 100 a.png\n").find("cut short"),
+  EXPECT_NE(toc_corrupt_message("hpctrain-shard-index 1 tar 5120 3\n0 512 100 a.png\n").find("cut short"),
             std::string::npos);
-  EXPECT_NE(expect_corrupt("hpctrain-shard-index 1 tar 600 1\n0 512 100 a.png\n").find("past the shard"),
+  EXPECT_NE(toc_corrupt_message("hpctrain-shard-index 1 tar 600 1\n0 512 100 a.png\n").find("past the shard"),
             std::string::npos);
-  EXPECT_NE(expect_corrupt("hpctrain-shard-index 1 tar 5120 1\n0 100 10 a.png\n").find("inside its header"),
+  EXPECT_NE(toc_corrupt_message("hpctrain-shard-index 1 tar 5120 1\n0 100 10 a.png\n").find("inside its header"),
             std::string::npos);
-  EXPECT_NE(expect_corrupt("hpctrain-shard-index 2 tar 5120 0\n").find("version"), std::string::npos);
+  EXPECT_NE(toc_corrupt_message("hpctrain-shard-index 2 tar 5120 0\n").find("version"), std::string::npos);
   EXPECT_TRUE(is_toc_path("s3://b/t-000.tar.idx"));
   EXPECT_FALSE(is_toc_path("s3://b/t-000.tar"));
 }
