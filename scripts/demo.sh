@@ -9,7 +9,7 @@ build=${1:-build}
 bin="$build/tools/hpctrain/hpctrain"
 [ -x "$bin" ] || { echo "demo: $bin is missing; run 'make build' first" >&2; exit 1; }
 data="$build/fashion-mnist"
-epochs=${DEMO_EPOCHS:-5}
+epochs=${DEMO_EPOCHS:-3}
 mkdir -p "$data"
 if [ ! -f "$data/test-000000.tar" ] || [ ! -f "$data/train-000005.tar" ]; then
   echo "demo: packing Fashion-MNIST into $data (train: 6 shards, test: 1)"

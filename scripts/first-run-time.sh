@@ -3,7 +3,9 @@
 # this machine: in a fresh root file system (an overlay over the minimal
 # Debian 12 of scripts/bare-root.sh, in its own mount namespace, chrooted),
 # with nothing of hpctrain's installed, an empty apt cache, an empty ccache
-# and packages fetched from the Debian mirror. The checkout is cloned into
+# and packages fetched from the Debian mirror. What the machine kind itself
+# provides comes along: the CUDA toolkit (read-only), DNS, and the CA bundle
+# and pip configuration of its network. The checkout is cloned into
 # the root first (untimed); then `apt-get install make` (a minimal image has
 # no make) and `make demo` are timed, and the phases are read off the log:
 #
@@ -38,7 +40,7 @@ log="$work/first-run.log"
 rev=$(git -C "$repo" rev-parse --short HEAD)
 
 # Everything below runs in a private mount namespace: the mounts vanish with it.
-unshare --mount --propagation private bash -s "$lower" "$work" "$repo" "$log" "${DEMO_EPOCHS:-5}" <<'INNER'
+unshare --mount --propagation private bash -s "$lower" "$work" "$repo" "$log" "${DEMO_EPOCHS:-3}" <<'INNER'
 set -euo pipefail
 lower=$1 work=$2 repo=$3 log=$4 epochs=$5
 root="$work/merged"
@@ -47,7 +49,31 @@ mount -t proc proc "$root/proc"
 mount --rbind /sys "$root/sys"
 mount --rbind /dev "$root/dev"
 mount -t tmpfs -o size=4g tmpfs "$root/tmp"
+# A machine of this kind comes with the CUDA toolkit (CUDA code compiles and
+# links there; install-deps.sh's light torch leaves out what it has): the
+# same toolkit, read-only, and its entry for the dynamic linker.
+if [[ -d /usr/local/cuda/ ]]; then
+  cuda_real=$(readlink -f /usr/local/cuda)
+  mkdir -p "$root$cuda_real"
+  mount --bind -o ro "$cuda_real" "$root$cuda_real"
+  ln -sfn "$cuda_real" "$root/usr/local/cuda"
+  for f in /etc/ld.so.conf.d/*cuda*; do [[ -f $f ]] && cp "$f" "$root/etc/ld.so.conf.d/"; done
+  chroot "$root" /sbin/ldconfig
+fi
+# The machine's own way out to the network, nothing of hpctrain's: its DNS,
+# and where an egress proxy signs with its own CA, its CA bundle and pip's
+# configuration naming it (pip does not read the system's bundle otherwise).
 cp /etc/resolv.conf "$root/etc/resolv.conf"
+if [[ -f /etc/pip.conf ]]; then
+  cp /etc/pip.conf "$root/etc/pip.conf"
+  mkdir -p "$root/etc/ssl/certs"
+  cp /etc/ssl/certs/ca-certificates.crt "$root/etc/ssl/certs/ca-certificates.crt"
+  # Kept when apt's ca-certificates rebuilds the bundle.
+  if compgen -G "/usr/local/share/ca-certificates/*.crt" > /dev/null; then
+    mkdir -p "$root/usr/local/share/ca-certificates"
+    cp /usr/local/share/ca-certificates/*.crt "$root/usr/local/share/ca-certificates/"
+  fi
+fi
 git clone -q "$repo" "$root/root/hpctrain"
 # Every line prefixed with its time (bash's clock, no process per line), for the phases.
 timeout 3600 chroot "$root" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \

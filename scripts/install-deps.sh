@@ -166,10 +166,12 @@ for r in md.requires("torch") or []:
     print(spec)
 PY
 )
+    # numpy with it: torch warns on import without it ("Failed to initialize
+    # NumPy"), and every user's torch environment has it.
     # shellcheck disable=SC2086
-    pip_in "$torch_env" $reqs
+    pip_in "$torch_env" $reqs numpy
   else
-    pip_in "$torch_env" "torch==$torch_version"
+    pip_in "$torch_env" "torch==$torch_version" numpy
   fi
   "$torch_env/bin/python3" -c "import torch, torch.distributed as d; assert d.is_gloo_available()" || {
     echo "install-deps: torch $torch_version in $torch_env does not import; see the error above" >&2; exit 1; }
