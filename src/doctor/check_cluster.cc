@@ -8,7 +8,6 @@
 namespace hpct::doctor {
 namespace {
 
-
 std::string keyscan_fix(const std::string& host) {
   return "list " + host + "'s key for ssh: ssh-keyscan " + host +
          " >> ~/.ssh/known_hosts after checking it (hpctrain cluster setup fills /etc/ssh/ssh_known_hosts)";

@@ -34,7 +34,6 @@ std::string last_line(const std::string& text) {
   return last.empty() ? "no message" : last;
 }
 
-
 // ssh itself failed (exit 255 or no answer) rather than the command it ran.
 bool ssh_failed(const HostOutcome& h) {
   return !h.local && !probed(h) && (h.timed_out || h.exit_code == 255);

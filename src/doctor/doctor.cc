@@ -11,6 +11,7 @@
 #include <random>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/subprocess.h"
 #include "doctor/checks.h"
@@ -21,12 +22,6 @@
 
 namespace hpct::doctor {
 namespace {
-
-std::int64_t wall_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 std::string random_run_id() {
   std::random_device rd;
@@ -204,11 +199,11 @@ void measure_clocks(DoctorInput& in, std::vector<ProbeSession*>& sessions, const
   std::vector<bool> timed(n, true);
   for (size_t i : live) {
     timed[i] = false;
-    sent[i] = wall_ns();
+    sent[i] = unix_ns();
     if (!sessions[i]->send("time")) timed[i] = true;
   }
   pump_until(sessions, Deadline(Millis(3000)), collect(sessions, "time", timed, [&](size_t i, const nlohmann::json& j) {
-               std::int64_t back = wall_ns();
+               std::int64_t back = unix_ns();
                std::int64_t theirs = j.value("time_ns", std::int64_t{0});
                in.hosts[i].clock_skew_s = (theirs - (sent[i] + back) / 2) / 1e9;
                in.hosts[i].clock_error_s = (back - sent[i]) / 2e9;

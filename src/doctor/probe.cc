@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "core/clock.h"
 #include "core/error.h"
 #include "doctor/net.h"
 #include "net/socket.h"
@@ -26,12 +27,6 @@ constexpr int kMaxPorts = 64;
 constexpr size_t kMaxHandlers = 32;  // concurrent connections a listener serves
 constexpr Millis kHandlerIo(5000);   // a listener's bound on each write (and SO_RCVTIMEO)
 constexpr Millis kProbeIo(3000);     // a probe's bound on each write (and connect_one)
-
-std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             std::chrono::system_clock::now().time_since_epoch())
-      .count();
-}
 
 // Listeners on the port range, served by one accept thread; each accepted
 // connection gets a short-lived thread (bounded in count and time). The
@@ -300,7 +295,7 @@ int run_probe(const ProbeOptions& o, int in_fd, int out_fd) {
       std::string arg = line.size() > verb.size() ? line.substr(verb.size() + 1) : "";
       try {
         if (verb == "time") {
-          emit(out_fd, {{"phase", "time"}, {"time_ns", now_ns()}});
+          emit(out_fd, {{"phase", "time"}, {"time_ns", unix_ns()}});
         } else if (verb == "go") {
           emit(out_fd, pair_phase(o, nlohmann::json::parse(arg)));
         } else if (verb == "measure") {

@@ -19,6 +19,7 @@
 
 #include <openssl/evp.h>
 
+#include "core/clock.h"
 #include "core/env.h"
 #include "core/error.h"
 #include "core/subprocess.h"
@@ -233,9 +234,7 @@ HostFacts collect_host_facts(const ProbeOptions& o) {
   f.mpi = find_mpi(env);
   f.blas = find_blas();
   write_token(o, f);
-  f.time_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                  std::chrono::system_clock::now().time_since_epoch())
-                  .count();
+  f.time_ns = unix_ns();
   return f;
 }
 

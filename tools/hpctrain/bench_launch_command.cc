@@ -16,8 +16,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/clock.h"
 #include "commands.h"
+#include "core/clock.h"
 #include "core/error.h"
 #include "core/subprocess.h"
 #include "core/stats.h"
