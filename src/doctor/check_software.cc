@@ -95,7 +95,9 @@ std::vector<Row> check_blas(const DoctorInput& in) {
     const BlasFacts& b = h.facts->blas;
     Row r{{h.name}, "blas", Status::kOk, b.kind + (b.variant.empty() ? "" : " (" + b.variant + ")") +
                                              " " + b.path, ""};
-    if (b.kind == "reference") {
+    if (b.kind == "built-in") {
+      r.detail = "inside " + b.path + " (torch from the package index carries its own; no system BLAS is used)";
+    } else if (b.kind == "reference") {
       r.status = Status::kWarn;
       r.detail = "libtorch would use the reference BLAS " + b.path + " (5-20x slower matrix products)";
       r.fix = std::string("apt-get install ") + optimized_blas_package() + " on " + h.name;

@@ -281,6 +281,15 @@ TEST(DoctorChecks, ClockResourcesAndBlasWarnings) {
   EXPECT_EQ(check_resources(in)[2].status, Status::kWarn);
 }
 
+TEST(DoctorChecks, ABlasInsideLibtorchIsFine) {
+  DoctorInput in = healthy();
+  in.hosts[1].facts->blas = {"/usr/lib/hpctrain/torch/libtorch_cpu.so", "built-in", ""};
+  auto blas = check_blas(in);
+  EXPECT_EQ(blas[1].status, Status::kOk);
+  EXPECT_EQ(blas[1].fix, "");
+  EXPECT_NE(blas[1].detail.find("no system BLAS"), std::string::npos) << blas[1].detail;
+}
+
 TEST(DoctorChecks, UserMismatch) {
   DoctorInput in = healthy();
   in.hosts[2].facts->user = "bob";

@@ -1,6 +1,7 @@
 // mpirun banners and BLAS paths as real installations print and name them.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "doctor/blas.h"
@@ -43,6 +44,30 @@ TEST(DoctorSoftware, ClassifiesBlasPaths) {
   EXPECT_EQ(classify_blas("").kind, "none");
   // This machine has some answer, whatever it is.
   EXPECT_FALSE(find_blas().kind.empty());
+}
+
+TEST(DoctorSoftware, ReadsTheLibrariesAnElfFileNames) {
+  // This test program links the C library; a text file and a missing one name nothing.
+  auto self = elf_needed("/proc/self/exe");
+  EXPECT_NE(std::find(self.begin(), self.end(), "libc.so.6"), self.end());
+  EXPECT_TRUE(elf_needed("/etc/hostname").empty());
+  EXPECT_TRUE(elf_needed("/nonexistent/libtorch_cpu.so").empty());
+  EXPECT_TRUE(names_system_blas({"libc.so.6", "libblas.so.3"}));
+  EXPECT_TRUE(names_system_blas({"libopenblas.so.0"}));
+  EXPECT_FALSE(names_system_blas({"libc10.so", "libgomp.so.1", "libcudart.so.13"}));
+}
+
+TEST(DoctorSoftware, TorchFromTheIndexIsReportedWithItsOwnBlas) {
+  // The build's libtorch_cpu (torch from the package index) links libc10 and
+  // no system BLAS: doctor says it brings its own instead of warning.
+  const std::string torch = hpctrain_libtorch();
+  ASSERT_FALSE(torch.empty()) << "the build's libtorch_cpu.so was not found";
+  auto needed = elf_needed(torch);
+  EXPECT_NE(std::find(needed.begin(), needed.end(), "libc10.so"), needed.end());
+  EXPECT_FALSE(names_system_blas(needed));
+  BlasFacts b = find_blas();
+  EXPECT_EQ(b.kind, "built-in");
+  EXPECT_EQ(b.path, torch);
 }
 
 TEST(DoctorSoftware, TrackedPackagesFromDpkgStatus) {
