@@ -343,8 +343,19 @@ def run_torchrun(args, d):
                "--op-timeout-s", str(args.op_timeout_s)]
         print("+ " + " ".join(cmd), flush=True)
         out = open(log, "a")  # every agent: rank 0 may be on any of them
-        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env,
+        # torch 2.x starts each worker in a session of its own: the agent's
+        # process group does not hold it. A mark in the environment, which
+        # the worker inherits, finds both.
+        mark = dict(env, HPCT_ELASTIC_PEER_AGENT="%d-%d" % (os.getpid(), i))
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=mark,
                                 start_new_session=True)
+
+    def kill_agent(i):
+        for p in pids_with_env("HPCT_ELASTIC_PEER_AGENT=%d-%d" % (os.getpid(), i)):
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
     agents = [agent(0)]
     time.sleep(2)  # the first agent hosts the c10d store
@@ -356,7 +367,7 @@ def run_torchrun(args, d):
         if net:
             net.kill_host(3)
         else:
-            os.killpg(agents[2].pid, signal.SIGKILL)  # the agent and its worker
+            kill_agent(2)  # the agent and its worker
         agents[2].wait()
         wait_until(log, lambda t: sum(1 for _, n, tt in steps_of(t) if n == 2 and tt > kill_t)
                    >= args.rejoin_after, 300, "training with 2")
@@ -367,9 +378,9 @@ def run_torchrun(args, d):
         for a in (agents[0], agents[1], agents[3]):
             a.wait(timeout=600)
     finally:
-        for a in agents:
+        for i, a in enumerate(agents):
             if a.poll() is None:
-                os.killpg(a.pid, signal.SIGKILL)
+                kill_agent(i)
     text = open(log).read()
     if agents[0].returncode != 0:
         raise SystemExit("torchrun agent 0 exited %d:\n%s" % (agents[0].returncode, text[-3000:]))
