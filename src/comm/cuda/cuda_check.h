@@ -16,8 +16,8 @@ namespace hpct::comm::cuda {
 // Io naming what failed and CUDA's reason; nothing on cudaSuccess.
 inline void check(cudaError_t rc, const std::string& what) {
   if (rc != cudaSuccess) {
-    throw Error(ErrorCode::kIo, what + ": " + cudaGetErrorString(rc) + " (" +
-                                    cudaGetErrorName(rc) + ")");
+    throw Error(ErrorCode::kIo,
+                what + ": " + cudaGetErrorString(rc) + " (" + cudaGetErrorName(rc) + ")");
   }
 }
 
@@ -28,8 +28,8 @@ class DeviceGuard {
  public:
   DeviceGuard(int device, const std::string& what) {
     check(cudaGetDevice(&previous_), what + ": cudaGetDevice");
-    if (previous_ != device) check(cudaSetDevice(device), what + ": cudaSetDevice(" +
-                                                            std::to_string(device) + ")");
+    if (previous_ != device)
+      check(cudaSetDevice(device), what + ": cudaSetDevice(" + std::to_string(device) + ")");
   }
   ~DeviceGuard() {
     int now = previous_;

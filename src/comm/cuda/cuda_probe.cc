@@ -31,8 +31,9 @@ int probe(std::string* why) {
   std::string error;
   static const char* const kDriver[] = {"libcuda.so.1", nullptr};
   if (open_first(kDriver, &error) == nullptr) {
-    say(why, "no NVIDIA driver: libcuda.so.1 not found (this machine has no GPU, or its "
-             "driver is not installed)");
+    say(why,
+        "no NVIDIA driver: libcuda.so.1 not found (this machine has no GPU, or its "
+        "driver is not installed)");
     return 0;
   }
   static const char* const kRuntime[] = {HPCT_CUDART_SONAME, "libcudart.so.13", "libcudart.so.12",

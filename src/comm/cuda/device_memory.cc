@@ -10,8 +10,8 @@ namespace hpct::comm {
 void* HostDeviceMemory::alloc_pinned(size_t bytes) {
   void* p = std::malloc(bytes);
   if (p == nullptr) {
-    throw Error(ErrorCode::kIo, "staging buffer of " + std::to_string(bytes) +
-                                    " bytes: out of host memory");
+    throw Error(ErrorCode::kIo,
+                "staging buffer of " + std::to_string(bytes) + " bytes: out of host memory");
   }
   return p;
 }

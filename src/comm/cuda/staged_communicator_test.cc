@@ -115,7 +115,7 @@ TEST(StagedCommunicatorTest, StagingBufferIsReusedAndGrowsToAtLeastDouble) {
     EXPECT_EQ(c.allocs, 2);
     EXPECT_EQ(comm.staging_capacity(), 800u);
     EXPECT_EQ(c.frees, 1);  // the old one went back
-    a.count = 500;  // more than double: exactly what is asked
+    a.count = 500;          // more than double: exactly what is asked
     allreduce(comm, a);
     EXPECT_EQ(comm.staging_capacity(), 2000u);
     EXPECT_EQ(c.allocs, 3);

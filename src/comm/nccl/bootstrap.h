@@ -34,8 +34,8 @@ std::string bootstrap_key(const std::string& name, const std::string& what);
 // Step 1: every rank's identity, by rank. Blocks until all are there or
 // raises Timeout naming the missing ranks.
 std::vector<std::string> exchange_device_identities(store::Store& store, const std::string& name,
-                                                    int rank, int size,
-                                                    const std::string& identity, Millis timeout);
+                                                    int rank, int size, const std::string& identity,
+                                                    Millis timeout);
 
 // "" when every identity differs; otherwise a sentence naming the first
 // ranks that share one ("ranks 0 and 1 share GPU host/0000:1b:00.0").
@@ -47,7 +47,7 @@ void publish_unique_id(store::Store& store, const std::string& name, const std::
 // Step 2, the others' half: rank 0's id, of exactly id_bytes bytes. Timeout
 // after `timeout` naming the key and the likely causes; Mismatch when the
 // length differs (ranks built against different NCCLs).
-std::string wait_unique_id(store::Store& store, const std::string& name, int rank,
-                           size_t id_bytes, Millis timeout);
+std::string wait_unique_id(store::Store& store, const std::string& name, int rank, size_t id_bytes,
+                           Millis timeout);
 
 }  // namespace hpct::comm::nccl

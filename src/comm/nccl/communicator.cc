@@ -23,15 +23,24 @@ namespace {
 
 ncclDataType_t nccl_type(DataType t, const std::string& where) {
   switch (t) {
-    case DataType::kFloat32: return ncclFloat32;
-    case DataType::kFloat64: return ncclFloat64;
-    case DataType::kFloat16: return ncclFloat16;
-    case DataType::kBFloat16: return ncclBfloat16;
-    case DataType::kInt32: return ncclInt32;
-    case DataType::kInt64: return ncclInt64;
-    case DataType::kUInt8: return ncclUint8;
-    case DataType::kInt8: return ncclInt8;
-    case DataType::kInt16: break;
+    case DataType::kFloat32:
+      return ncclFloat32;
+    case DataType::kFloat64:
+      return ncclFloat64;
+    case DataType::kFloat16:
+      return ncclFloat16;
+    case DataType::kBFloat16:
+      return ncclBfloat16;
+    case DataType::kInt32:
+      return ncclInt32;
+    case DataType::kInt64:
+      return ncclInt64;
+    case DataType::kUInt8:
+      return ncclUint8;
+    case DataType::kInt8:
+      return ncclInt8;
+    case DataType::kInt16:
+      break;
   }
   throw_invalid_argument(where + ": NCCL has no " + dtype_name(t) +
                          " type; convert the tensor to int32, or use the staged path "
@@ -40,11 +49,16 @@ ncclDataType_t nccl_type(DataType t, const std::string& where) {
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum: return ncclSum;
-    case ReduceOp::kAvg: return ncclAvg;
-    case ReduceOp::kMin: return ncclMin;
-    case ReduceOp::kMax: return ncclMax;
-    case ReduceOp::kProduct: return ncclProd;
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kAvg:
+      return ncclAvg;
+    case ReduceOp::kMin:
+      return ncclMin;
+    case ReduceOp::kMax:
+      return ncclMax;
+    case ReduceOp::kProduct:
+      return ncclProd;
   }
   return ncclSum;
 }
@@ -52,13 +66,17 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 ErrorCode code_of(ncclResult_t rc) {
   switch (rc) {
     case ncclInvalidArgument:
-    case ncclInvalidUsage: return ErrorCode::kInvalidArgument;
+    case ncclInvalidUsage:
+      return ErrorCode::kInvalidArgument;
     case ncclRemoteError:
-    case ncclSystemError: return ErrorCode::kPeerFailure;
+    case ncclSystemError:
+      return ErrorCode::kPeerFailure;
 #if NCCL_VERSION_CODE >= NCCL_VERSION(2, 24, 0)
-    case ncclTimeout: return ErrorCode::kTimeout;
+    case ncclTimeout:
+      return ErrorCode::kTimeout;
 #endif
-    default: return ErrorCode::kIo;
+    default:
+      return ErrorCode::kIo;
   }
 }
 
@@ -121,9 +139,10 @@ void NcclCommunicator::start() {
                            "); on a machine without one, use the gloo or mpi backend");
   }
   if (device_ < 0 || device_ >= count) {
-    throw_invalid_argument(who + ": device " + std::to_string(device_) +
-                           " is not one of this process's " + std::to_string(count) +
-                           " GPUs (check CUDA_VISIBLE_DEVICES and the device = local rank mapping)");
+    throw_invalid_argument(
+        who + ": device " + std::to_string(device_) + " is not one of this process's " +
+        std::to_string(count) +
+        " GPUs (check CUDA_VISIBLE_DEVICES and the device = local rank mapping)");
   }
   const std::string where_dev = who + " on cuda:" + std::to_string(device_);
   cuda::DeviceGuard guard(device_, where_dev);
@@ -136,7 +155,8 @@ void NcclCommunicator::start() {
   if (ncclGetVersion(&loaded) == ncclSuccess) {
     version_ = version_text(loaded);
     if (loaded != NCCL_VERSION_CODE) {
-      logger_.warn("comm", who + ": NCCL " + version_ + " is loaded, hpctrain was compiled against " +
+      logger_.warn("comm", who + ": NCCL " + version_ +
+                               " is loaded, hpctrain was compiled against " +
                                version_text(NCCL_VERSION_CODE) +
                                " (torch's wheel): a second NCCL in the process? check "
                                "LD_LIBRARY_PATH and `ldd` of the program");
@@ -150,10 +170,11 @@ void NcclCommunicator::start() {
     // Step 1 (bootstrap.h): two ranks on one GPU fail here, named.
     char bus[64] = {};
     cuda::check(cudaDeviceGetPCIBusId(bus, sizeof bus, device_), where_dev + ": PCI bus id");
-    const std::int64_t host = options_.host_identity != 0 ? options_.host_identity : host_identity();
-    const auto ids = nccl::exchange_device_identities(*options_.store, options_.name, rank_, size_,
-                                                      std::to_string(host) + "/" + bus,
-                                                      at_least_1ms(deadline));
+    const std::int64_t host =
+        options_.host_identity != 0 ? options_.host_identity : host_identity();
+    const auto ids =
+        nccl::exchange_device_identities(*options_.store, options_.name, rank_, size_,
+                                         std::to_string(host) + "/" + bus, at_least_1ms(deadline));
     const std::string shared = nccl::describe_shared_devices(ids);
     if (!shared.empty()) {
       throw_invalid_argument(who + ": " + shared +
@@ -174,8 +195,8 @@ void NcclCommunicator::start() {
       nccl::publish_unique_id(*options_.store, options_.name, std::string(id.internal, sizeof id));
     }
   } else {
-    const std::string bytes = nccl::wait_unique_id(*options_.store, options_.name, rank_,
-                                                   sizeof id, at_least_1ms(deadline));
+    const std::string bytes = nccl::wait_unique_id(*options_.store, options_.name, rank_, sizeof id,
+                                                   at_least_1ms(deadline));
     std::memcpy(id.internal, bytes.data(), sizeof id);
   }
   // Step 3: non-blocking init, then poll its state until it is up.
@@ -261,7 +282,8 @@ void NcclCommunicator::fail_nccl(const NcclWork& work, int rc_int, const char* c
   latch_.fail(Error(code, m));
 }
 
-void NcclCommunicator::abort_timeout(const NcclWork& work, Millis timeout, const char* waiting_for) {
+void NcclCommunicator::abort_timeout(const NcclWork& work, Millis timeout,
+                                     const char* waiting_for) {
   abort_comm();
   std::string m = describe(work) + ": timed out after " + std::to_string(timeout.count()) +
                   " ms waiting for " + waiting_for +
@@ -309,8 +331,10 @@ NcclWork NcclCommunicator::launch(NcclWork work, Millis timeout, CUevent_st* rea
   if (ready != nullptr) {
     const cudaError_t rc = cudaStreamWaitEvent(stream_, ready, 0);
     if (rc != cudaSuccess) {
-      latch_.fail(Error(ErrorCode::kIo, describe(work) + ": cudaStreamWaitEvent on the ready "
-                                                         "event: " + cudaGetErrorString(rc)));
+      latch_.fail(Error(ErrorCode::kIo, describe(work) +
+                                            ": cudaStreamWaitEvent on the ready "
+                                            "event: " +
+                                            cudaGetErrorString(rc)));
     }
   }
   const ncclResult_t rc = issue();
@@ -318,8 +342,10 @@ NcclWork NcclCommunicator::launch(NcclWork work, Millis timeout, CUevent_st* rea
   settle(work, deadline, timeout);
   const cudaError_t recorded = cudaEventRecord(done, stream_);
   if (recorded != cudaSuccess) {
-    latch_.fail(Error(ErrorCode::kIo, describe(work) + ": cudaEventRecord of the completion "
-                                                       "event: " + cudaGetErrorString(recorded)));
+    latch_.fail(Error(ErrorCode::kIo, describe(work) +
+                                          ": cudaEventRecord of the completion "
+                                          "event: " +
+                                          cudaGetErrorString(recorded)));
   }
   return work;
 }
@@ -350,8 +376,7 @@ void NcclCommunicator::wait(const NcclWork& work, Millis timeout) {
 
 // --- the operations ------------------------------------------------------
 
-NcclWork NcclCommunicator::enqueue(const AllreduceOptions& o, CUevent_st* ready,
-                                   CUevent_st* done) {
+NcclWork NcclCommunicator::enqueue(const AllreduceOptions& o, CUevent_st* ready, CUevent_st* done) {
   NcclWork w;
   w.op = "allreduce";
   w.bytes = o.count * dtype_size(o.dtype);
@@ -364,8 +389,7 @@ NcclWork NcclCommunicator::enqueue(const AllreduceOptions& o, CUevent_st* ready,
   });
 }
 
-NcclWork NcclCommunicator::enqueue(const BroadcastOptions& o, CUevent_st* ready,
-                                   CUevent_st* done) {
+NcclWork NcclCommunicator::enqueue(const BroadcastOptions& o, CUevent_st* ready, CUevent_st* done) {
   NcclWork w;
   w.op = "broadcast";
   w.bytes = o.count * dtype_size(o.dtype);
@@ -434,8 +458,7 @@ NcclWork NcclCommunicator::enqueue(const ReduceScatterOptions& o, CUevent_st* re
   });
 }
 
-NcclWork NcclCommunicator::enqueue(const AlltoallOptions& o, CUevent_st* ready,
-                                   CUevent_st* done) {
+NcclWork NcclCommunicator::enqueue(const AlltoallOptions& o, CUevent_st* ready, CUevent_st* done) {
   NcclWork w;
   w.op = "alltoall";
   const size_t block = o.count * dtype_size(o.dtype);

@@ -4,8 +4,6 @@
 // two ranks (threads) sharing GPU 0. Every case skips with "no GPU" where
 // cudaGetDeviceCount finds none (or fails); scripts/device-check.sh runs
 // them on a lent GPU machine.
-#include "comm/nccl/communicator.h"
-
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -19,6 +17,7 @@
 #include "comm/cuda/cuda_memory.h"
 #include "comm/cuda/cuda_probe.h"
 #include "comm/cuda/staged_communicator.h"
+#include "comm/nccl/communicator.h"
 #include "comm/testing/thread_world.h"
 #include "core/error.h"
 #include "store/memory_store.h"
@@ -28,11 +27,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-#define SKIP_UNLESS_GPUS(n)                                                          \
-  do {                                                                               \
-    std::string why_;                                                                \
-    const int have_ = cuda_device_count(&why_);                                      \
-    if (have_ == 0) GTEST_SKIP() << "no GPU: " << why_;                              \
+#define SKIP_UNLESS_GPUS(n)                                                            \
+  do {                                                                                 \
+    std::string why_;                                                                  \
+    const int have_ = cuda_device_count(&why_);                                        \
+    if (have_ == 0) GTEST_SKIP() << "no GPU: " << why_;                                \
     if (have_ < (n)) GTEST_SKIP() << "needs " << (n) << " GPUs, " << have_ << " here"; \
   } while (0)
 
@@ -189,8 +188,9 @@ TEST(NcclGpuTest, OneRankRunsEveryOperation) {
 TEST(NcclGpuTest, OneThreadPerGpuRunsEveryOperation) {
   SKIP_UNLESS_GPUS(2);
   const int n = std::min(cuda_device_count(nullptr), 4);
-  run_nccl_world(n, [](int r) { return r; },
-                 [](NcclCommunicator& comm) { check_collectives(comm, comm.device()); });
+  run_nccl_world(
+      n, [](int r) { return r; },
+      [](NcclCommunicator& comm) { check_collectives(comm, comm.device()); });
 }
 
 TEST(NcclGpuTest, EnqueueWaitsOnReadyAndSignalsDoneWithoutHostSync) {
@@ -215,8 +215,8 @@ TEST(NcclGpuTest, EnqueueWaitsOnReadyAndSignalsDoneWithoutHostSync) {
   // The consumer waits on the device, not the host.
   cuda_ok(cudaStreamWaitEvent(user, done, 0));
   std::vector<float> host(count);
-  cuda_ok(cudaMemcpyAsync(host.data(), out.get(), count * sizeof(float), cudaMemcpyDeviceToHost,
-                          user));
+  cuda_ok(
+      cudaMemcpyAsync(host.data(), out.get(), count * sizeof(float), cudaMemcpyDeviceToHost, user));
   cuda_ok(cudaStreamSynchronize(user));
   EXPECT_TRUE(comm->poll(w));
   comm->wait(w, 1s);
@@ -232,12 +232,12 @@ TEST(NcclGpuTest, EnqueueWaitsOnReadyAndSignalsDoneWithoutHostSync) {
 TEST(NcclGpuTest, TwoRanksOnOneGpuAreRefusedNamingTheWayOut) {
   SKIP_UNLESS_GPUS(1);
   try {
-    run_nccl_world(2, [](int) { return 0; }, [](NcclCommunicator&) {});
+    run_nccl_world(
+        2, [](int) { return 0; }, [](NcclCommunicator&) {});
     ADD_FAILURE() << "two ranks on one GPU were accepted";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
-    EXPECT_NE(std::string(e.what()).find("ranks 0 and 1 share GPU"), std::string::npos)
-        << e.what();
+    EXPECT_NE(std::string(e.what()).find("ranks 0 and 1 share GPU"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("staged"), std::string::npos) << e.what();
   }
 }
@@ -245,31 +245,33 @@ TEST(NcclGpuTest, TwoRanksOnOneGpuAreRefusedNamingTheWayOut) {
 TEST(NcclGpuTest, SilentPeerTimesOutAbortsAndBreaksTheCommunicator) {
   SKIP_UNLESS_GPUS(2);
   std::atomic<bool> failed{false};
-  run_nccl_world(2, [](int r) { return r; }, [&](NcclCommunicator& comm) {
-    if (comm.rank() == 1) {
-      // Connected, never joins the allreduce; stays until rank 0 gave up.
-      for (int i = 0; i < 300 && !failed; ++i) std::this_thread::sleep_for(100ms);
-      return;
-    }
-    DeviceFloats x(0, 1024);
-    AllreduceOptions a;
-    a.output = x.get();
-    a.count = 1024;
-    a.timeout = 2000ms;
-    const auto start = SteadyClock::now();
-    try {
-      allreduce(comm, a);
-      ADD_FAILURE() << "no timeout";
-    } catch (const Error& e) {
-      EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
-      EXPECT_NE(std::string(e.what()).find("nccl allreduce of 4096 bytes"), std::string::npos)
-          << e.what();
-      EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
-    }
-    EXPECT_LT(SteadyClock::now() - start, 10s);
-    failed = true;
-    EXPECT_THROW(allreduce(comm, a), Error);  // broken: at once
-  });
+  run_nccl_world(
+      2, [](int r) { return r; },
+      [&](NcclCommunicator& comm) {
+        if (comm.rank() == 1) {
+          // Connected, never joins the allreduce; stays until rank 0 gave up.
+          for (int i = 0; i < 300 && !failed; ++i) std::this_thread::sleep_for(100ms);
+          return;
+        }
+        DeviceFloats x(0, 1024);
+        AllreduceOptions a;
+        a.output = x.get();
+        a.count = 1024;
+        a.timeout = 2000ms;
+        const auto start = SteadyClock::now();
+        try {
+          allreduce(comm, a);
+          ADD_FAILURE() << "no timeout";
+        } catch (const Error& e) {
+          EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+          EXPECT_NE(std::string(e.what()).find("nccl allreduce of 4096 bytes"), std::string::npos)
+              << e.what();
+          EXPECT_NE(std::string(e.what()).find("aborted"), std::string::npos) << e.what();
+        }
+        EXPECT_LT(SteadyClock::now() - start, 10s);
+        failed = true;
+        EXPECT_THROW(allreduce(comm, a), Error);  // broken: at once
+      });
 }
 
 TEST(StagedGpuTest, TwoRanksSharingGpuZeroRunEveryOperation) {
