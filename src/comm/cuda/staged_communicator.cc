@@ -40,6 +40,8 @@ class StagedCommunicator::Op {
       if (c_.latch_.failed()) throw;
       std::string m = e.what();
       if (m.rfind(what_, 0) != 0) m = what_ + ": " + m;  // copies name the op already
+      // Refused arguments sent nothing: the communicator is still whole.
+      if (e.code() == ErrorCode::kInvalidArgument) throw Error(e.code(), m);
       c_.latch_.fail(Error(e.code(), m));
     }
   }

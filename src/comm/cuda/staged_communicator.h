@@ -24,7 +24,7 @@
 // Failure: a copy that does not finish in time raises Timeout naming the
 // operation, the bytes and the device; errors of the host communicator pass
 // through with the operation named. Either breaks the communicator
-// (FailureLatch). After a timed-out copy the staging buffer is not freed
+// (FailureLatch), except InvalidArgument (nothing was sent). After a timed-out copy the staging buffer is not freed
 // (the device may still write into it): it is leaked on destruction instead.
 //
 // Threads: as Communicator; the host communicator must not be used by anyone
