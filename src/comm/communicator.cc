@@ -44,10 +44,11 @@ void allreduce(Communicator& comm, const AllreduceOptions& opts) {
   need_buffer(comm, "allreduce", opts.output, opts.count, "output");
   AllreduceOptions o = with_timeout(comm, "allreduce", opts);
   if (o.input == nullptr) o.input = o.output;
-  if (comm.size() == 1) {
+  if (comm.size() == 1 && comm.host_buffers()) {
     // Every op of one rank's values is those values: no backend call (a
     // 1-rank job's gradient sync took 0.26-0.33 ms a step through MPI's
-    // no-op allreduce and the averaging pass).
+    // no-op allreduce and the averaging pass). Device buffers go to the
+    // backend, which copies on its stream.
     if (o.input != o.output) std::memmove(o.output, o.input, o.count * dtype_size(o.dtype));
     return;
   }
@@ -135,10 +136,68 @@ std::vector<std::int64_t> allgather_value(Communicator& comm, std::int64_t value
   return all;
 }
 
-void barrier(Communicator& comm, const BarrierOptions& opts) {
+void alltoall(Communicator& comm, const AlltoallOptions& opts) {
+  const size_t total = opts.count * static_cast<size_t>(comm.size());
+  need_buffer(comm, "alltoall", opts.input, total, "input");
+  need_buffer(comm, "alltoall", opts.output, total, "output");
+  const size_t bytes = total * dtype_size(opts.dtype);
+  const auto* in = static_cast<const char*>(opts.input);
+  const auto* out = static_cast<const char*>(opts.output);
+  if (bytes > 0 && in < out + bytes && out < in + bytes) {
+    throw_invalid_argument(where(comm, "alltoall") +
+                           ": input and output overlap; pass separate buffers");
+  }
+  comm.do_alltoall(with_timeout(comm, "alltoall", opts));
+}
+
+void Communicator::do_alltoall(const AlltoallOptions& o) {
+  if (o.count == 0) return;  // every rank passes the same count
+  const size_t block = o.count * dtype_size(o.dtype);
+  const auto* in = static_cast<const char*>(o.input);
+  auto* out = static_cast<char*>(o.output);
+  std::memcpy(out + rank_ * block, in + rank_ * block, block);
+  // Step k: send block (rank+k) to rank+k, receive block (rank-k) from
+  // rank-k. Those transfers form cycles of size/gcd(size, k) ranks; in each
+  // cycle its lowest rank (rank < gcd) receives first and the others send
+  // first, so blocking sends (MPI's rendezvous protocol) cannot wait on each
+  // other in a circle: the cycle unwinds from its lowest rank.
+  const int n = size_;
+  for (int k = 1; k < n; ++k) {
+    const int to = (rank_ + k) % n;
+    const int from = (rank_ - k + n) % n;
+    SendOptions s;
+    s.data = in + to * block;
+    s.count = block;
+    s.dtype = DataType::kUInt8;
+    s.peer = to;
+    s.tag = o.tag;
+    s.timeout = o.timeout;
+    RecvOptions r;
+    r.data = out + from * block;
+    r.count = block;
+    r.dtype = DataType::kUInt8;
+    r.peer = from;
+    r.tag = o.tag;
+    r.timeout = o.timeout;
+    int a = n, b = k;
+    while (b != 0) {
+      const int t = a % b;
+      a = b;
+      b = t;
+    }
+    if (rank_ < a) {
+      do_recv(r);
+      do_send(s);
+    } else {
+      do_send(s);
+      do_recv(r);
+    }
+  }
+}
+
+void Communicator::do_barrier(const BarrierOptions& o) {
   // A one-byte allreduce: every backend's allreduce already waits politely,
   // within the timeout, and names the ranks it waited for.
-  const BarrierOptions o = with_timeout(comm, "barrier", opts);
   std::uint8_t token = 0;
   AllreduceOptions a;
   a.input = &token;
@@ -148,8 +207,13 @@ void barrier(Communicator& comm, const BarrierOptions& opts) {
   a.op = ReduceOp::kMax;
   a.tag = o.tag;
   a.timeout = o.timeout;
+  do_allreduce(a);
+}
+
+void barrier(Communicator& comm, const BarrierOptions& opts) {
+  const BarrierOptions o = with_timeout(comm, "barrier", opts);
   try {
-    comm.do_allreduce(a);
+    comm.do_barrier(o);
   } catch (const Error& e) {
     throw Error(e.code(), "barrier: " + std::string(e.what()));
   }

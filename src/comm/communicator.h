@@ -1,5 +1,11 @@
 // The Communicator: collectives and point-to-point transfers between the
-// ranks of a job, over a backend (comm/mpi/, comm/gloo/).
+// ranks of a job, over a backend (comm/mpi/, comm/gloo/, comm/nccl/ for CUDA
+// buffers, and comm/cuda/'s StagedCommunicator, which runs a host backend on
+// CUDA buffers through pinned host copies).
+//
+// Buffers are host memory for the host backends and CUDA device memory for
+// the device ones (host_buffers() says which); the free functions never touch
+// a buffer's bytes themselves when it is device memory.
 //
 // One operation = an options struct + one free function (allreduce(comm,
 // opts)), with the tag and timeout explicit. The free functions check the
@@ -100,6 +106,19 @@ struct ReduceScatterOptions {
   Millis timeout{0};
 };
 
+// Every rank sends `count` elements to every rank, itself included: input
+// holds count * size elements, block p (at p * count) going to rank p;
+// output holds count * size, block p received from rank p. input and output
+// must not overlap.
+struct AlltoallOptions {
+  const void* input = nullptr;
+  void* output = nullptr;
+  size_t count = 0;  // per rank, the same on every rank
+  DataType dtype = DataType::kFloat32;
+  std::uint32_t tag = 0;
+  Millis timeout{0};
+};
+
 struct BarrierOptions {
   std::uint32_t tag = 0;
   Millis timeout{0};
@@ -138,6 +157,10 @@ class Communicator {
   // the benchmark reports it ("ring", "mpi-tuned", ...).
   virtual std::string algorithm(OpKind op, size_t bytes) const = 0;
   Millis default_timeout() const { return default_timeout_; }
+  // True when buffers are host memory (mpi, gloo); false when they are CUDA
+  // device memory (nccl, staged), which the free functions then never read
+  // or copy themselves.
+  virtual bool host_buffers() const { return true; }
 
   // Allreduces so far by the path that carried them: "shm", "direct",
   // "ring", "hierarchical" or "mpi" (the part of algorithm() before ':'),
@@ -165,6 +188,12 @@ class Communicator {
   virtual void do_reduce_scatter(const ReduceScatterOptions& o) = 0;
   virtual void do_send(const SendOptions& o) = 0;
   virtual void do_recv(const RecvOptions& o) = 0;
+  // Default: the own block copied, then size-1 exchanges over do_send and
+  // do_recv (pairwise schedule, ordered so blocking sends cannot deadlock;
+  // communicator.cc). Host buffers only: device backends override it.
+  virtual void do_alltoall(const AlltoallOptions& o);
+  // Default: a one-byte allreduce of a host byte. Device backends override it.
+  virtual void do_barrier(const BarrierOptions& o);
 
   int rank_;
   int size_;
@@ -181,6 +210,7 @@ class Communicator {
   friend void allgather(Communicator&, const AllgatherOptions&);
   friend void allgatherv(Communicator&, const AllgathervOptions&);
   friend void reduce_scatter(Communicator&, const ReduceScatterOptions&);
+  friend void alltoall(Communicator&, const AlltoallOptions&);
   friend void barrier(Communicator&, const BarrierOptions&);
   friend void send(Communicator&, const SendOptions&);
   friend void recv(Communicator&, const RecvOptions&);
@@ -191,10 +221,11 @@ void broadcast(Communicator& comm, const BroadcastOptions& opts);
 void allgather(Communicator& comm, const AllgatherOptions& opts);
 void allgatherv(Communicator& comm, const AllgathervOptions& opts);
 void reduce_scatter(Communicator& comm, const ReduceScatterOptions& opts);
+void alltoall(Communicator& comm, const AlltoallOptions& opts);
 void barrier(Communicator& comm, const BarrierOptions& opts = {});
 
 // Every rank's `value`, in rank order (an allgather of one int64 each: pids,
-// timestamps, host identities).
+// timestamps, host identities). Host communicators only (host_buffers()).
 std::vector<std::int64_t> allgather_value(Communicator& comm, std::int64_t value);
 
 // The allreduce of the segments' concatenation, in place, when the backend

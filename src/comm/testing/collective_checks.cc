@@ -288,6 +288,36 @@ std::vector<std::string> check_send_recv(Communicator& comm, const CheckOptions&
   return failures;
 }
 
+std::vector<std::string> check_alltoall(Communicator& comm, const CheckOptions& o) {
+  std::vector<std::string> failures;
+  const int r = comm.rank(), n = comm.size();
+  // Rank r's block for rank p: values of "rank" r * n + p, so every block of
+  // every sender differs.
+  for (DataType t : o.dtypes) {
+    for (size_t count : o.counts) {
+      const size_t total = count * static_cast<size_t>(n);
+      auto in = buffer(t, total), out = buffer(t, total);
+      for (int p = 0; p < n; ++p) {
+        for (size_t i = 0; i < count; ++i) {
+          put(t, in.data(), p * count + i, input_value(ReduceOp::kSum, t, r * n + p, i));
+        }
+      }
+      AlltoallOptions a;
+      a.input = in.data();
+      a.output = out.data();
+      a.count = count;
+      a.dtype = t;
+      a.tag = 9;
+      alltoall(comm, a);
+      compare(failures, label("alltoall", t, count), t, out.data(), total, [&](size_t j) {
+        const int from = static_cast<int>(j / std::max<size_t>(count, 1));
+        return input_value(ReduceOp::kSum, t, from * n + r, j % std::max<size_t>(count, 1));
+      });
+    }
+  }
+  return failures;
+}
+
 std::vector<std::string> check_barrier(Communicator& comm) {
   std::vector<std::string> failures;
   using namespace std::chrono;

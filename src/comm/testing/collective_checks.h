@@ -36,6 +36,8 @@ std::vector<std::string> check_allgather(Communicator& comm, const CheckOptions&
 std::vector<std::string> check_allgatherv(Communicator& comm, const CheckOptions& o);
 std::vector<std::string> check_reduce_scatter(Communicator& comm, const CheckOptions& o);
 std::vector<std::string> check_send_recv(Communicator& comm, const CheckOptions& o);
+// Not part of check_everything (the MPI and Gloo suites predate alltoall).
+std::vector<std::string> check_alltoall(Communicator& comm, const CheckOptions& o);
 // Ranks enter the barrier at staggered times; no rank may leave before the
 // last one entered (CLOCK_MONOTONIC, so ranks must share a host).
 std::vector<std::string> check_barrier(Communicator& comm);
