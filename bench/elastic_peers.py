@@ -124,7 +124,11 @@ def rank_torchrun(args):
     from ddp_peer import make_model
     torch.set_num_threads(1)
     import datetime
-    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=args.op_timeout_s))
+    # Connecting gets a minute, as hpctrain's start does (a worker started
+    # late, on a busy host, is not a dead one); each collective after that
+    # is bounded by the op timeout, as HPCT_TIMEOUT_S bounds ours.
+    dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=60))
+    dist.set_timeout(datetime.timedelta(seconds=args.op_timeout_s))
     r, n = dist.get_rank(), dist.get_world_size()
     x_all, labels = data()
     torch.manual_seed(42)
