@@ -33,7 +33,6 @@ if [[ "${1:-}" == "--prepare" ]]; then
   # the shared libraries those link to), downloaded, not installed.
   set -e
   mkdir -p "$CARRY/debs" "$CARRY/data"
-  grep -qx "/$CARRY/" .git/info/exclude 2>/dev/null || echo "/$CARRY/" >> "$(git rev-parse --git-path info/exclude)"
   pkgs=(libopenmpi-dev libopenmpi3 openmpi-common libhwloc15 libhwloc-dev libevent-core-2.1-7 libevent-pthreads-2.1-7
         libpmix2 libfabric1 libucx0 libibverbs1 librdmacm1 libpsm2-2 libpsm-infinipath1 libnl-3-200 libnl-route-3-200
         libltdl7 libnuma1 libmunge2

@@ -4,6 +4,7 @@
 // the CPU, fp16 with loss scaling), so the AMP path is tested where CI runs.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 
 #include "cli_summary_run.h"

@@ -6,6 +6,7 @@
 // checkpoint written on the GPU resumed on the CPU and back.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <memory>
 

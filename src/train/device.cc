@@ -106,21 +106,22 @@ void use_device(const torch::Device& device, const std::string& flag) {
   if (!device.is_cuda()) throw_invalid_argument(flag + " " + device.str() + ": choose cpu or cuda");
   const std::string bad = no_gpu_message(flag, device, probe_gpus());
   if (!bad.empty()) throw_invalid_argument(bad);
+  // torch caches its CUDA hooks at their first use (hasCUDA(), and
+  // manual_seed asks for them too), so the library must be in before
+  // anything asks: loading it again is a no-op (a reference count).
+  const fs::path lib = torch_lib_dir() / "libtorch_cuda.so";
+  // RTLD_GLOBAL: its kernels and hooks register with the torch in the
+  // process and stay for its lifetime (never dlclosed).
+  if (::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
+    const char* why = ::dlerror();
+    throw_invalid_argument(flag + " " + device.str() + ": cannot load " + lib.string() + " (" +
+                           (why ? why : "unknown") + "); hpctrain needs torch's CUDA build (pip install torch "
+                           "from the CUDA index) for GPUs, or use " + flag + " cpu");
+  }
   if (!at::globalContext().hasCUDA()) {
-    const fs::path lib = torch_lib_dir() / "libtorch_cuda.so";
-    // RTLD_GLOBAL: its kernels and hooks register with the torch in the
-    // process and stay for its lifetime (never dlclosed).
-    if (::dlopen(lib.c_str(), RTLD_NOW | RTLD_GLOBAL) == nullptr) {
-      const char* why = ::dlerror();
-      throw_invalid_argument(flag + " " + device.str() + ": cannot load " + lib.string() + " (" +
-                             (why ? why : "unknown") + "); hpctrain needs torch's CUDA build (pip install torch "
-                             "from the CUDA index) for GPUs, or use " + flag + " cpu");
-    }
-    if (!at::globalContext().hasCUDA()) {
-      throw_invalid_argument(flag + " " + device.str() + ": " + lib.string() +
-                             " loaded but torch sees no CUDA; check the driver with nvidia-smi, or use " + flag +
-                             " cpu");
-    }
+    throw_invalid_argument(flag + " " + device.str() + ": " + lib.string() +
+                           " loaded, but torch had looked for CUDA before it was (a bug in hpctrain: use_device "
+                           "must come first), or sees no driver; check nvidia-smi, or use " + flag + " cpu");
   }
   c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
   guard.setDevice(device);
