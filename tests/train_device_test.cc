@@ -21,7 +21,11 @@ TEST(TrainDevice, CudaWithoutAGpuFailsWithinASecondInOneLine) {
   const auto r = hpct::test::run_shell(std::string("timeout 20 ") + HPCT_BINARY +
                                        " train --device cuda --model cnn --data /nonexistent/x.tar 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;  // InvalidArgument's exit code
-  EXPECT_LT(r.seconds, 1.0) << r.out;
+  // The check itself takes milliseconds; starting hpctrain-torch (loading
+  // libtorch_cpu) takes 0.3 s on a quiet 2-core machine and over 1 s on a
+  // loaded one, so the bound is 1 s beyond that start, measured alongside.
+  const auto start = hpct::test::run_shell(std::string("timeout 20 ") + HPCT_BINARY + " train --help >/dev/null 2>&1");
+  EXPECT_LT(r.seconds, 1.0 + start.seconds) << r.out << " (hpctrain train --help: " << start.seconds << " s)";
   ASSERT_FALSE(r.out.empty());
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "more than one line: " << r.out;
   EXPECT_NE(r.out.find("--device cuda:0: no GPU found (cudaGetDeviceCount: "), std::string::npos) << r.out;
