@@ -4,6 +4,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <exception>
 #include <map>
@@ -285,7 +286,8 @@ Result Loader::Impl::build(std::int64_t b, std::vector<RawSample> samples) {
       c = scratch.channels;
       plane = static_cast<size_t>(h) * w;
       const std::int64_t rows = static_cast<std::int64_t>(samples.size());
-      images = at::empty({rows, c, h, w}, o.normalize ? at::kFloat : at::kByte);
+      images = at::empty({rows, c, h, w},
+                         at::TensorOptions(o.normalize ? at::kFloat : at::kByte).pinned_memory(o.pin_memory));
       if (o.normalize && ((o.mean.size() != 1 && o.mean.size() != static_cast<size_t>(c)) ||
                           (o.std.size() != 1 && o.std.size() != static_cast<size_t>(c)))) {
         throw_invalid_argument("normalize: " + std::to_string(o.mean.size()) + " means and " +
@@ -330,10 +332,14 @@ Result Loader::Impl::build(std::int64_t b, std::vector<RawSample> samples) {
   }
   const std::int64_t n = static_cast<std::int64_t>(keys.size());
   if (!images.defined()) images = at::empty({0, 0, 0, 0}, o.normalize ? at::kFloat : at::kByte);
-  if (n < images.size(0)) images = images.narrow(0, 0, n).contiguous();  // skipped samples
+  if (n < images.size(0)) {  // skipped samples
+    images = images.narrow(0, 0, n).contiguous();
+    if (o.pin_memory) images = images.pin_memory();
+  }
   r.batch.images = std::move(images);
-  r.batch.labels = at::empty({n}, at::kLong);
+  r.batch.labels = at::empty({n}, at::TensorOptions(at::kLong).pinned_memory(o.pin_memory));
   std::copy(labels.begin(), labels.end(), r.batch.labels.data_ptr<std::int64_t>());
+  r.batch.max_label = labels.empty() ? -1 : *std::max_element(labels.begin(), labels.end());
   r.batch.epoch = epoch;
   r.batch.index = b;
   r.batch.keys = std::move(keys);
@@ -455,8 +461,31 @@ bool Loader::next(Batch* batch) {
   }
   if (r.error) std::rethrow_exception(r.error);
   m.stats.samples += r.batch.keys.size();
+  if (!m.o.device.is_cpu()) {
+    if (!r.on_device) m.to_device(&r);
+    m.copy_ahead(r.batch.index + 1);
+  }
   *batch = std::move(r.batch);
   return true;
+}
+
+void Loader::Impl::to_device(Result* r) const {
+  // non_blocking from pinned memory: the host goes on while the copy runs
+  // (the caching host allocator keeps the pinned block until it is done).
+  r->batch.images = r->batch.images.to(o.device, /*non_blocking=*/o.pin_memory);
+  r->batch.labels = r->batch.labels.to(o.device, /*non_blocking=*/o.pin_memory);
+  r->on_device = true;
+}
+
+void Loader::Impl::copy_ahead(std::int64_t b) {
+  Result* next = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = ready.find(b);
+    if (it == ready.end() || it->second.error || it->second.on_device) return;
+    next = &it->second;  // a map node stays put; only this (the consumer's) thread erases it
+  }
+  to_device(next);
 }
 
 std::int64_t Loader::epoch() const { return impl_->epoch; }

@@ -30,6 +30,9 @@
 // Loader with the same options: the remaining batches are the same, in the
 // same order. The state is a few hundred bytes (loader_state.h).
 //
+// GPUs: with pin_memory and device set, batches come out on the device,
+// copied from pinned memory one batch ahead (LoaderOptions::device).
+//
 // Threads: the Loader owns its decode threads (and, for a data server, one
 // receiving thread). Its methods are for one consumer thread; they are not
 // thread-safe against each other. Memory stays bounded: at most prefetch
@@ -99,6 +102,17 @@ struct LoaderOptions {
 
   std::shared_ptr<FileSystem> fs = default_file_system();  // local paths and URLs
   Logger logger;
+
+  // GPUs: decode threads build batches in pinned (page-locked) host memory,
+  // so a copy to the GPU runs asynchronously. Needs torch's CUDA library in
+  // the process (train/device.h, use_device).
+  bool pin_memory = false;
+  // Where next() hands batches out: the CPU, or a GPU. For a GPU each batch
+  // is copied with non_blocking on the current stream, and when next()
+  // returns, the copy of the next batch already decoded has been issued
+  // too (ahead, while the caller computes on this one). Copying ahead does
+  // not count as delivered: save_state() stays exact.
+  c10::Device device = c10::Device(c10::kCPU);
 };
 
 struct Batch {
@@ -107,6 +121,9 @@ struct Batch {
   std::vector<std::string> keys;
   std::int64_t epoch = 0;
   std::int64_t index = 0;  // batch number within the epoch
+  // The largest label, found on the host while decoding (-1: no samples),
+  // so a check of the labels costs no device sync.
+  std::int64_t max_label = -1;
 };
 
 struct LoaderStats {

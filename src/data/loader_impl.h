@@ -27,6 +27,7 @@ struct Result {
   std::exception_ptr error;
   std::uint64_t skipped = 0;
   std::vector<std::string> errors;
+  bool on_device = false;  // batch already copied to LoaderOptions::device (ahead)
 };
 
 struct Loader::Impl {
@@ -34,6 +35,10 @@ struct Loader::Impl {
   ~Impl() { stop_threads(); }
 
   void set_epoch(std::int64_t e, std::int64_t delivered_batches);
+  // GPUs (LoaderOptions::device): copies a batch to the device, and issues
+  // the copy of batch b if it is decoded already. Consumer thread only.
+  void to_device(Result* r) const;
+  void copy_ahead(std::int64_t b);
   void ensure_started();
   // fs->will_read of the shards and byte ranges of plan positions [from, to)
   void announce_reads(std::uint64_t from, std::uint64_t to);

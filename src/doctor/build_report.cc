@@ -9,7 +9,7 @@ namespace hpct::doctor {
 const std::vector<std::string>& host_check_names() {
   static const std::vector<std::string> names = {"name",     "ssh",      "known-host", "user",  "ids",
                                                  "hpctrain", "packages", "mpi",        "shared-dir", "ports",
-                                                 "clock",    "resources", "blas"};
+                                                 "clock",    "resources", "blas",      "gpu"};
   return names;
 }
 
@@ -21,7 +21,8 @@ Report build_report(const DoctorInput& in) {
   rep.columns = host_check_names();
   using Check = std::vector<Row> (*)(const DoctorInput&);
   for (Check c : {check_name, check_ssh, check_known_host, check_user, check_ids, check_hpctrain, check_packages,
-                  check_mpi, check_shared_dir, check_ports, check_clock, check_resources, check_blas}) {
+                  check_mpi, check_shared_dir, check_ports, check_clock, check_resources, check_blas,
+                  check_gpu}) {
     for (auto& r : c(in)) rep.rows.push_back(std::move(r));
   }
   for (auto& r : check_perf(in, &rep.matrices)) rep.rows.push_back(std::move(r));
@@ -31,7 +32,8 @@ Report build_report(const DoctorInput& in) {
     std::string line = h.name + ": hpctrain " + f.version + " (" + f.git + ") sha256 " +
                        f.build_sha256.substr(0, 12) +
                        (f.packages.count("hpctrain") ? " (package " + f.packages.at("hpctrain") + ")" : "") + ", " +
-                       mpi_label(f.mpi) + ", BLAS " + f.blas.kind +
+                       mpi_label(f.mpi) + ", BLAS " + f.blas.kind + ", " +
+                       (f.gpu.gpus.empty() ? std::string("no GPU") : std::to_string(f.gpu.gpus.size()) + " GPU(s)") +
                        ", " + std::to_string(f.cores) + " cores, " + gib(f.mem_total) + " memory";
     if (h.clock_skew_s) {
       char buf[48];

@@ -111,4 +111,35 @@ std::vector<Row> check_blas(const DoctorInput& in) {
   return rows;
 }
 
+std::vector<Row> check_gpu(const DoctorInput& in) {
+  std::vector<Row> rows;
+  for (const auto& h : in.hosts) {
+    if (!probed(h)) {
+      rows.push_back(skipped_row(h, "gpu"));
+      continue;
+    }
+    const GpuFacts& g = h.facts->gpu;
+    // No GPU is a fact, not a fault: CPU jobs run there (--device cpu).
+    Row r{{h.name}, "gpu", Status::kOk, gpu_summary(g), ""};
+    const int n = static_cast<int>(g.gpus.size());
+    if (n > 0 && h.slots > n) {
+      // Ranks may share a GPU (they then split its time and memory); one
+      // rank per GPU is what --device cuda:LOCAL_RANK expects.
+      r.status = Status::kWarn;
+      r.detail += "; " + std::to_string(h.slots) + " ranks on " + std::to_string(n) + " GPU(s): ranks share GPUs";
+      r.fix = "give " + h.name + " at most " + std::to_string(n) + " slots in the hostfile (" + h.name + ":" +
+              std::to_string(n) + ") for GPU jobs; sharing works but each rank gets a part of a GPU";
+    } else if (n > 0) {
+      r.detail += "; " + std::to_string(h.slots) + " rank(s) fit " + std::to_string(n) + " GPU(s)";
+    }
+    if (n > 0 && g.cuda_torch.empty()) {
+      r.status = Status::kWarn;
+      r.detail += "; hpctrain's torch is a CPU build";
+      r.fix = "build hpctrain against torch's CUDA build (scripts/install-deps.sh installs it) for --device cuda";
+    }
+    rows.push_back(r);
+  }
+  return rows;
+}
+
 }  // namespace hpct::doctor

@@ -30,6 +30,7 @@ std::vector<Row> check_ports(const DoctorInput& in);       // pairwise TCP on th
 std::vector<Row> check_clock(const DoctorInput& in);       // skew against the head
 std::vector<Row> check_resources(const DoctorInput& in);   // cores, memory, disk
 std::vector<Row> check_blas(const DoctorInput& in);        // the BLAS libtorch will use
+std::vector<Row> check_gpu(const DoctorInput& in);         // GPUs, driver, CUDA, NCCL; ranks per GPU
 // Full mode: latency and bandwidth rows per pair, and their matrices.
 std::vector<Row> check_perf(const DoctorInput& in, std::vector<Matrix>* matrices);
 

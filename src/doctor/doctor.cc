@@ -278,7 +278,10 @@ Report run_doctor(const DoctorOptions& o) {
   in.ssh_identity = o.ssh.identity;
   size_t n = o.hosts.size();
   in.hosts.resize(n);
-  for (size_t i = 0; i < n; ++i) in.hosts[i].name = o.hosts[i].name;
+  for (size_t i = 0; i < n; ++i) {
+    in.hosts[i].name = o.hosts[i].name;
+    in.hosts[i].slots = o.hosts[i].slots;
+  }
   resolve_all(in.hosts, seconds_to_millis(o.resolve_timeout_s));
   auto self_id = launch::LocalIdentity::current();
 

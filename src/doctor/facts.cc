@@ -11,6 +11,15 @@ void take(const nlohmann::json& j, const char* key, T& out) {
   if (it != j.end() && !it->is_null()) out = it->get<T>();
 }
 
+nlohmann::json gpu_json(const GpuFacts& g) {
+  nlohmann::json gpus = nlohmann::json::array();
+  for (const auto& x : g.gpus) {
+    gpus.push_back({{"index", x.index}, {"name", x.name}, {"memory_mib", x.memory_mib}, {"driver", x.driver}});
+  }
+  return {{"gpus", gpus},           {"driver", g.driver}, {"cuda_driver", g.cuda_driver},
+          {"cuda_torch", g.cuda_torch}, {"nccl", g.nccl},     {"error", g.error}};
+}
+
 }  // namespace
 
 nlohmann::json to_json(const HostFacts& f) {
@@ -41,6 +50,7 @@ nlohmann::json to_json(const HostFacts& f) {
             {"resolved", f.mpi.resolved},
             {"error", f.mpi.error}}},
           {"blas", {{"path", f.blas.path}, {"kind", f.blas.kind}, {"variant", f.blas.variant}}},
+          {"gpu", gpu_json(f.gpu)},
           {"shared_dir", f.shared_dir},
           {"token_written", f.token_written},
           {"token_error", f.token_error},
@@ -85,6 +95,24 @@ HostFacts host_facts_from_json(const nlohmann::json& j) {
       take(b, "path", f.blas.path);
       take(b, "kind", f.blas.kind);
       take(b, "variant", f.blas.variant);
+    }
+    if (j.contains("gpu")) {
+      const auto& g = j["gpu"];
+      take(g, "driver", f.gpu.driver);
+      take(g, "cuda_driver", f.gpu.cuda_driver);
+      take(g, "cuda_torch", f.gpu.cuda_torch);
+      take(g, "nccl", f.gpu.nccl);
+      take(g, "error", f.gpu.error);
+      if (g.contains("gpus")) {
+        for (const auto& x : g["gpus"]) {
+          GpuInfo i;
+          take(x, "index", i.index);
+          take(x, "name", i.name);
+          take(x, "memory_mib", i.memory_mib);
+          take(x, "driver", i.driver);
+          f.gpu.gpus.push_back(i);
+        }
+      }
     }
     take(j, "shared_dir", f.shared_dir);
     take(j, "token_written", f.token_written);

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "doctor/gpu.h"
+
 namespace hpct::doctor {
 
 struct MpiFacts {
@@ -51,6 +53,7 @@ struct HostFacts {
   std::int64_t time_ns = 0;     // wall clock when the facts were taken
   MpiFacts mpi;
   BlasFacts blas;
+  GpuFacts gpu;                 // GPUs, driver, CUDA, NCCL (gpu.h); an older probe: none, no error
   std::string shared_dir;       // empty: not checked
   bool token_written = false;
   std::string token_error;
@@ -93,6 +96,7 @@ struct PairPerf {
 // Everything the head knows about one listed host at the end of a run.
 struct HostOutcome {
   std::string name;                    // as listed
+  int slots = 1;                       // ranks the hostfile gives it (h:N, slots=N)
   std::vector<std::string> head_addrs; // the name resolved on the head
   std::string resolve_error;           // empty when it resolved
   bool local = false;                  // probed by fork/exec, not ssh

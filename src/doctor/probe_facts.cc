@@ -233,6 +233,7 @@ HostFacts collect_host_facts(const ProbeOptions& o) {
   }
   f.mpi = find_mpi(env);
   f.blas = find_blas();
+  f.gpu = find_gpus();
   write_token(o, f);
   f.time_ns = unix_ns();
   return f;

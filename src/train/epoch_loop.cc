@@ -68,15 +68,24 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
     double lr = learning_rate(o, ctx.size(), static_cast<double>(step) / static_cast<double>(steps_per_epoch));
     set_lr(optimizer, lr);
     opt.zero_grad();
-    auto loss = classification_loss(o.model, logits(model, o.model, batch.images), batch.labels);
-    loss.backward();
+    torch::Tensor loss;
+    {
+      AutocastScope autocast(device.type(), amp);
+      loss = classification_loss(o.model, logits(model, o.model, batch.images), batch.labels, {}, batch.max_label);
+    }
+    scaler.scale_loss(loss).backward();
     auto t2 = Clock::now();
     opt.synchronize();
+    if (staged != nullptr) staged->average();
+    // fp16: a step whose averaged gradients hold an inf or NaN is skipped
+    // on every rank alike (they hold the same gradients).
+    const bool finite = scaler.unscale_and_check(params);
+    scaler.update(finite);
     auto t3 = Clock::now();
-    opt.step();
+    if (finite) opt.step();
     auto t4 = Clock::now();
     ++step;
-    last_loss = loss.item<double>();
+    last_loss_t = loss.detach();
     using D = std::chrono::duration<double>;
     interval.data += D(t1 - t0).count();
     interval.compute += D(t2 - t1).count();
@@ -86,10 +95,13 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
       prometheus->record_step(batch.labels.size(0), D(t1 - t0).count(), D(t2 - t1).count(),
                               D(t3 - t2).count(), D(t4 - t3).count());
     }
-    interval.loss += last_loss;
+    interval.loss = interval.loss.defined() ? interval.loss + last_loss_t : last_loss_t.to(torch::kDouble);
     ++interval.steps;
     epoch_samples += global_batch;
-    if (o.progress && lead) print_progress(epoch, lr, epoch_samples, epoch_start);
+    if (o.progress && lead) {
+      last_loss = last_loss_t.item<double>();
+      print_progress(epoch, lr, epoch_samples, epoch_start);
+    }
     bool at_end = o.max_steps > 0 && step >= o.max_steps;
     if (step % o.log_every == 0 || at_end) {
       report_interval(epoch, lr, interval);
@@ -109,6 +121,7 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
       break;
     }
   }
+  if (last_loss_t.defined()) last_loss = last_loss_t.item<double>();
   return epoch_samples;
 }
 
@@ -128,8 +141,10 @@ void EpochLoop::print_progress(std::int64_t epoch, double lr, std::int64_t epoch
 void EpochLoop::report_interval(std::int64_t epoch, double lr, const Interval& interval) {
   auto m = torch::zeros({ctx.size(), 5}, torch::kDouble);
   double n = std::max(1, interval.steps);
+  const double loss_sum = interval.loss.defined() ? interval.loss.item<double>() : 0.0;
+  if (last_loss_t.defined()) last_loss = last_loss_t.item<double>();
   m[ctx.rank()] = torch::tensor({interval.data / n, interval.compute / n, interval.sync / n,
-                                 interval.optim / n, interval.loss / n},
+                                 interval.optim / n, loss_sum / n},
                                 torch::kDouble);
   m = allreduce(ctx, "train/step_times", m, false);
   if (!lead) return;

@@ -16,6 +16,7 @@
 #include "data/source/remote_fs.h"
 #include "hpctrain/hpctrain.h"
 #include "metrics/rank_metrics.h"
+#include "train/device.h"
 #include "train/models.h"
 #include "train/train_setup.h"
 #include "train/trainer.h"
@@ -48,6 +49,14 @@ struct EpochLoop {
         shard_fs(shard_fs), metrics(metrics), prometheus(prometheus), steps_per_epoch(steps_per_epoch),
         global_batch(global_batch), lead(lead) {}
 
+  // Set by the set-up after construction when training on a GPU or with
+  // --amp (the defaults: CPU, float32, gradients through `opt` alone).
+  torch::Device device{torch::kCPU};
+  c10::ScalarType amp = c10::kFloat;  // autocast dtype of the forward pass
+  LossScaler scaler{false};           // fp16: dynamic loss scaling
+  HostStagedGradients* staged = nullptr;  // a GPU's gradients, averaged through the host (interim)
+  std::vector<torch::Tensor> params;  // the trainable parameters (the scaler unscales their gradients)
+
   // Advanced by the loop.
   std::int64_t step = 0;
   std::string loader_state;  // a resumed Loader position, applied at the first epoch
@@ -55,6 +64,7 @@ struct EpochLoop {
   std::int64_t trained_samples = 0;
   double train_seconds = 0;
   bool signalled = false;  // every rank agreed to stop on a signal
+  torch::Tensor last_loss_t;  // the last step's loss, on the device; last_loss reads it
 
   // The epochs from first_epoch to the last, or to --max-steps or a signal;
   // a run resumed after its last step only validates.
@@ -64,7 +74,9 @@ struct EpochLoop {
   // The time split of the steps since the last metrics line.
   struct Interval {
     double data = 0, compute = 0, sync = 0, optim = 0;
-    double loss = 0;
+    // The losses' sum stays a tensor on the model's device until the
+    // metrics line reads it: reading it every step would make a GPU wait.
+    torch::Tensor loss;
     int steps = 0;
     Clock::time_point start = Clock::now();
   };

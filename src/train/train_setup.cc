@@ -81,8 +81,8 @@ torch::Tensor logits(Model& model, const std::string& name, const torch::Tensor&
 }
 
 torch::Tensor classification_loss(const std::string& name, const torch::Tensor& out, const torch::Tensor& labels,
-                                  torch::nn::functional::CrossEntropyFuncOptions opts) {
-  auto top = labels.max().item<std::int64_t>();
+                                  torch::nn::functional::CrossEntropyFuncOptions opts, std::int64_t max_label) {
+  const std::int64_t top = max_label >= 0 ? max_label : labels.max().item<std::int64_t>();
   if (top >= out.size(1)) {
     throw_invalid_argument("--model " + name + ": it outputs " + std::to_string(out.size(1)) +
                            " classes, the data has label " + std::to_string(top));

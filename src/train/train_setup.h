@@ -54,8 +54,12 @@ std::string error_summary(const std::exception& e);
 torch::Tensor logits(Model& model, const std::string& name, const torch::Tensor& x);
 
 // Cross entropy of the logits, refusing labels the model has no class for.
+// max_label: the batch's largest label when the caller knows it (the
+// loader finds it on the host, data::Batch::max_label), so that a batch on
+// a GPU is checked without a device sync; -1: read it from labels.
 torch::Tensor classification_loss(const std::string& name, const torch::Tensor& out, const torch::Tensor& labels,
-                                  torch::nn::functional::CrossEntropyFuncOptions opts = {});
+                                  torch::nn::functional::CrossEntropyFuncOptions opts = {},
+                                  std::int64_t max_label = -1);
 
 // rank 0's JSON-lines metrics file (TrainOptions::metrics); a no-op when
 // the path is empty.

@@ -18,6 +18,7 @@
 #include "elastic/elastic.h"
 #include "engine/engine.h"
 #include "metrics/rank_metrics.h"
+#include "train/device.h"
 #include "train/elastic_loop.h"
 #include "train/epoch_loop.h"
 #include "train/models.h"
@@ -44,6 +45,28 @@ void check_options(const TrainOptions& o) {
   }
   if (o.stop_requested != nullptr && o.checkpoint_dir.empty()) {
     throw_invalid_argument("--checkpoint-on-signal needs --checkpoint-dir: where would the checkpoint go?");
+  }
+  const torch::Device device = parse_device(o.device);
+  const c10::ScalarType amp = parse_amp(o.amp);
+  if (amp == c10::kHalf && !o.sync.empty() && o.sync != "allreduce") {
+    throw_invalid_argument("--amp fp16 skips steps whose gradients overflow, which the parameter servers "
+                           "cannot follow: use --amp bf16 or --sync allreduce");
+  }
+  if (device.is_cuda()) {
+    const auto names = model_names();
+    if (std::find(names.begin(), names.end(), o.model) == names.end()) {
+      throw_invalid_argument("--device cuda: TorchScript models (" + o.model + ") train on the CPU for now; use a "
+                             "built-in model, or hpctrain.torch from Python, on GPUs (docs/gpu.md)");
+    }
+    // The interim GPU path (HostStagedGradients) sends plain gradients.
+    if (!o.sync.empty() && o.sync != "allreduce") {
+      throw_invalid_argument("--device cuda: --sync " + o.sync + " is not available on GPUs yet; use --sync "
+                             "allreduce (docs/gpu.md)");
+    }
+    if (o.compression.rfind("powersgd", 0) == 0 || o.compression == "int8" || o.allow_lossy) {
+      throw_invalid_argument("--device cuda: lossy compression (--compression " + o.compression +
+                             ", --allow-lossy) is not available on GPUs yet; drop it (docs/gpu.md)");
+    }
   }
 }
 
@@ -80,6 +103,12 @@ nlohmann::json summarize(Context& ctx, const TrainOptions& o, const Logger& log,
   s["model"] = o.model;
   s["parameters"] = parameter_count(loop.model);
   s["np"] = ctx.size();
+  s["device"] = o.device;
+  s["amp"] = o.amp.empty() ? "none" : o.amp;
+  if (loop.scaler.enabled()) {
+    s["loss_scale"] = loop.scaler.scale();
+    s["skipped_steps"] = loop.scaler.skipped_steps();
+  }
   s["epochs"] = o.epochs;
   s["batch_per_rank"] = o.batch;
   s["global_batch"] = loop.global_batch;
@@ -142,6 +171,8 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   // One file system for every loader of the run: remote shards are fetched
   // once (into spools or the cache) and their counts go to the metrics.
   auto shard_fs = data::make_shard_file_system(ctx.config(), log);
+  const torch::Device device = parse_device(o.device);
+  use_device(device);  // loads torch's CUDA library for a GPU (the CLI checked it before joining)
   auto sample = probe_sample(o, log, shard_fs, ctx.config());
   torch::manual_seed(o.seed);
   auto model = open_probed_model(o, sample);
@@ -161,6 +192,8 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   lo.fs = shard_fs;
   lo.normalize = true;
   lo.logger = log;
+  lo.pin_memory = device.is_cuda();
+  lo.device = device;
   data::Loader loader(lo);
   // Remote shards start downloading now, this rank's bytes of them, while
   // the world and the optimizer are set up.
@@ -170,14 +203,30 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   if (steps_per_epoch < 1) throw_invalid_argument("the training shards hold less than one batch per rank");
 
   const ResumePoint resumed = resume_point(ctx, o, log, *model, *optimizer);
-  broadcast_parameters(ctx, *model);
+  broadcast_parameters(ctx, *model);  // on the host: the engine moves host tensors
+  std::vector<torch::Tensor> trainable;
+  for (const auto& p : model->parameters()) {
+    if (p.requires_grad()) trainable.push_back(p);
+  }
+  std::unique_ptr<HostStagedGradients> staged;
+  if (device.is_cuda()) {
+    // In place (the optimizer keeps its references to the same tensors).
+    model->to(device);
+    move_optimizer_state(*optimizer, device);
+    staged = std::make_unique<HostStagedGradients>(ctx, trainable);
+  }
   DistributedOptions dopts;
   dopts.compression = o.compression;
   dopts.sync = o.sync;
   dopts.staleness = o.staleness;
   dopts.compression_start_step = o.compression_start_step;
   dopts.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
-  DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
+  // On a GPU the DistributedOptimizer steps the optimizer but holds no
+  // parameters: HostStagedGradients averages them (the interim path).
+  DistributedOptimizer opt(ctx, *optimizer,
+                           device.is_cuda() ? torch::OrderedDict<std::string, torch::Tensor>()
+                                            : model->named_parameters(),
+                           dopts);
   if (!resumed.compression_state.empty()) {
     opt.restore_compression_state(resumed.compression_state);
   } else if (resumed.resumed_from >= 0 && !opt.lossy_compression().empty()) {
@@ -194,6 +243,11 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   }
   EpochLoop loop{ctx, o, log, *model, *optimizer, opt, loader, val.get(), *shard_fs, metrics, prometheus.get(),
                  steps_per_epoch, o.batch * ctx.size(), lead};
+  loop.device = device;
+  loop.amp = parse_amp(o.amp);
+  loop.scaler = LossScaler(loop.amp == c10::kHalf);
+  loop.staged = staged.get();
+  loop.params = trainable;
   loop.step = resumed.step;
   loop.loader_state = resumed.loader_state;
   {

@@ -62,6 +62,11 @@ struct TrainOptions {
   std::string compression;            // none, fp16, bf16, auto, powersgd[:RANK], int8; empty: HPCT_COMPRESSION
   std::int64_t compression_start_step = -1;  // lossy modes: plain steps first; -1: HPCT_COMPRESSION_START_STEP
   bool allow_lossy = false;           // auto may pick a lossy mode (or HPCT_ALLOW_LOSSY)
+  // cpu, cuda or cuda:N (train/device.h; docs/gpu.md). On a GPU the loader
+  // hands out pinned batches copied ahead to the device, and gradients meet
+  // through the interim host-staged path (HostStagedGradients).
+  std::string device = "cpu";
+  std::string amp;                    // "" (float32), bf16 or fp16 (autocast; fp16 with loss scaling)
   int threads = 1;                    // intra-op threads
   int data_threads = 1;               // decode threads per rank
   std::string checkpoint_dir;

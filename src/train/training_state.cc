@@ -24,7 +24,7 @@ torch::Tensor bytes_tensor(const std::string& s) {
 }
 
 std::string tensor_bytes(const torch::Tensor& t) {
-  auto c = t.to(torch::kUInt8).contiguous();
+  auto c = t.to(torch::kCPU, torch::kUInt8).contiguous();
   return std::string(reinterpret_cast<const char*>(c.data_ptr()), static_cast<size_t>(c.numel()));
 }
 
@@ -124,7 +124,10 @@ Payload restore_payload(Context& ctx, const std::string& bytes, const std::strin
   try {
     torch::serialize::InputArchive ar;
     std::istringstream ss(bytes);
-    ar.load_from(ss);
+    // Onto the CPU, wherever it was written: a checkpoint of a GPU run
+    // loads on a host without one, and run_training moves the model and
+    // the optimizer's state to its device afterwards.
+    ar.load_from(ss, torch::Device(torch::kCPU));
     auto world = read_int(ar, "world_size");
     if (world != ctx.size()) {
       throw_mismatch(where + ": written by " + std::to_string(world) + " ranks, this job has " +

@@ -23,7 +23,7 @@ std::unique_ptr<data::Loader> open_validation_loader(const data::LoaderOptions& 
 std::uint32_t model_checksum(Model& model) {
   std::uint32_t crc = 0;
   auto add = [&](const torch::Tensor& t) {
-    auto c = t.detach().contiguous();
+    auto c = t.detach().to(torch::kCPU).contiguous();  // a GPU's tensors are summed from a host copy
     crc = data::crc32c(c.data_ptr(), static_cast<size_t>(c.nbytes()), crc);
   };
   for (const auto& p : model.parameters()) add(p);
@@ -51,7 +51,8 @@ void validate(Context& ctx, Model& model, const std::string& name, data::Loader&
   while (val.next(&b)) {
     auto out = logits(model, name, b.images);
     loss_sum += classification_loss(name, out, b.labels,
-                                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                                    torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum),
+                                    b.max_label)
                     .item<double>();
     correct += out.argmax(1).eq(b.labels).sum().item<double>();
     count += static_cast<double>(b.labels.size(0));

@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "core/log.h"
 #include "hpctrain/hpctrain.h"
+#include "train/device.h"
 #include "train/scripted_model.h"
 #include "train/trainer.h"
 
@@ -95,6 +96,11 @@ void add_train_command(CLI::App& app, Cli& cli) {
                 "Lossy compression: steps of plain allreduce first (default HPCT_COMPRESSION_START_STEP, 50)");
   c->add_flag("--allow-lossy", o->allow_lossy,
               "--compression auto may pick powersgd or int8 when the link limits the step (HPCT_ALLOW_LOSSY)");
+  c->add_option("--device", o->device,
+                "cpu, cuda or cuda:N: where the model trains (docs/gpu.md); several ranks may share a GPU")
+      ->capture_default_str();
+  c->add_option("--amp", o->amp, "Mixed precision: bf16, or fp16 with dynamic loss scaling (autocast; "
+                "default none: float32)");
   c->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
   c->add_option("--data-threads", o->data_threads, "Decode threads per rank")->capture_default_str();
   c->add_option("--checkpoint-dir", o->checkpoint_dir, "Where rank 0 writes checkpoints");
@@ -138,8 +144,14 @@ void add_train_command(CLI::App& app, Cli& cli) {
       if (*progress != "auto" && *progress != "bar" && *progress != "lines") {
         throw_invalid_argument("--progress " + *progress + ": choose auto, bar or lines");
       }
+      // A missing GPU or bad --amp ends the run here, in milliseconds, before
+      // the model, the data or the other ranks.
+      const torch::Device device = train::parse_device(o->device);
+      train::parse_amp(o->amp);
+      train::use_device(device);
       train::open_model(o->model);  // refuse an unknown or unreadable model before joining the job
       if (*elastic) {
+        if (!device.is_cpu()) throw_invalid_argument("--elastic trains on the CPU for now; drop --device");
         if (*on_signal) throw_invalid_argument("--elastic keeps its state in memory; drop --checkpoint-on-signal");
         Logger log = Logger::from_config(cli.config, -1);
         auto summary = train::run_elastic_training(*o, cli.config, log);
