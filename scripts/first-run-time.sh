@@ -11,7 +11,9 @@
 #
 #   apt      install-deps.sh --demo: Debian's packages (apt-get update and install)
 #   torch    install-deps.sh --demo: torch from the package index into a new
-#            environment in the cache folder (empty in the fresh root)
+#            environment in the cache folder (empty in the fresh root), beside
+#            apt once python3 is in: the two overlap
+#   deps     install-deps.sh --demo in all (wall time: apt and torch overlapped)
 #   cmake    the configure step
 #   build    ninja's build of the two programs
 #   demo     packing the shards and training (scripts/demo.sh)
@@ -96,7 +98,9 @@ t0 = float(lines[0][0])
 t = lambda cond: next((float(a) - t0 for a, b in lines if cond(b)), None)
 start = 0.0
 make_demo = t(lambda b: b.startswith("@@ make demo"))
-torch = t(lambda b: b.startswith("install-deps: torch "))
+torch = t(lambda b: b.startswith("torch: install-deps: torch ") or b.startswith("install-deps: torch "))
+apt_done = t(lambda b: b.startswith("install-deps: Debian packages installed"))
+torch_done = t(lambda b: b.startswith("install-deps: torch ready"))
 cmake = t(lambda b: b.startswith("cmake -S ") or b.startswith("-- The C"))
 build = t(lambda b: re.match(r"\[\d+/\d+ ", b) is not None or b.startswith("NINJA_STATUS"))
 demo = t(lambda b: b.startswith("bash scripts/demo.sh"))
@@ -107,8 +111,9 @@ if end is None:
     sys.exit(1)
 out = {"what": "first_run", "ok": True, "commit": sys.argv[2], "seconds": round(end - start, 1),
        "apt_make_s": round(make_demo - start, 1),
-       "apt_s": round((torch or cmake or make_demo) - make_demo, 1),
-       "torch_s": round((cmake or torch) - torch, 1) if torch else None,
+       "apt_s": round((apt_done or torch or cmake or make_demo) - make_demo, 1),
+       "torch_s": round((torch_done or cmake or torch) - torch, 1) if torch else None,
+       "deps_s": round((cmake or make_demo) - make_demo, 1),
        "cmake_s": round((build or cmake) - cmake, 1) if cmake else None,
        "build_s": round(demo - build, 1) if build and demo else None,
        "demo_s": round(end - demo, 1) if demo else None}

@@ -94,27 +94,6 @@ if [ "$demo_only" = 1 ]; then
   packages=("${demo_packages[@]}")
 fi
 
-missing=()
-for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$p")
-  fi
-done
-
-if [ ${#missing[@]} -gt 0 ]; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "install-deps: missing packages: ${missing[*]}" >&2
-    echo "install-deps: run as root (sudo $0) to install them" >&2
-    exit 1
-  fi
-  echo "install-deps: installing ${missing[*]}"
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -q
-  apt-get install -y -q --no-install-recommends "${missing[@]}"
-else
-  echo "install-deps: all ${#packages[@]} Debian packages present"
-fi
-
 # pip inside an environment, bounded: a stalled download fails instead of hanging.
 # pip's note that torch names packages not installed is expected after the
 # light install below, and left out.
@@ -202,7 +181,64 @@ tools_env_install() {
   touch "$tools_env/.hpct-ready"
 }
 
-torch_env_install
-torch_env_extras
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+# torch comes from the package index while apt installs the rest: the two
+# downloads overlap (a new user's first run waits for the longer one only).
+# apt first installs what the torch environment needs (python3, venv), then
+# the rest; torch's install runs beside it, its lines prefixed "torch:".
+torch_pid=
+torch_beside_apt() {
+  [ -f "$torch_env/.hpct-ready" ] && return 0
+  ( torch_env_install && torch_env_extras ) > >(sed -u 's/^/torch: /') 2>&1 &
+  torch_pid=$!
+}
+torch_join() {
+  [ -n "$torch_pid" ] || return 0
+  if ! wait "$torch_pid"; then
+    echo "install-deps: torch $torch_version could not be installed into $torch_env (its lines above, prefixed torch:)" >&2
+    exit 1
+  fi
+  torch_pid=
+  echo "install-deps: torch ready"
+}
+
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then
+    echo "install-deps: missing packages: ${missing[*]}" >&2
+    echo "install-deps: run as root (sudo $0) to install them" >&2
+    exit 1
+  fi
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  first=()
+  for p in python3 python3-venv; do
+    if [[ " ${missing[*]} " == *" $p "* ]]; then first+=("$p"); fi
+  done
+  [ ${#first[@]} -eq 0 ] || apt-get install -y -q --no-install-recommends "${first[@]}"
+  # A bounded wait: a stuck apt or pip ends the run (timeout below, pip_in's own).
+  torch_beside_apt
+  if ! timeout 1800 apt-get install -y -q --no-install-recommends "${missing[@]}"; then
+    [ -z "$torch_pid" ] || kill "$torch_pid" 2>/dev/null || true
+    echo "install-deps: apt-get install failed (above); nothing of torch's was kept half-done" >&2
+    exit 1
+  fi
+  echo "install-deps: Debian packages installed"
+else
+  echo "install-deps: all ${#packages[@]} Debian packages present"
+fi
+
+if [ -n "$torch_pid" ]; then
+  torch_join
+else
+  torch_env_install
+  torch_env_extras
+fi
 [ "$demo_only" = 1 ] || [ "$torch_only" = 1 ] || tools_env_install
 echo "install-deps: done (torch: $torch_env/bin/python3)"
