@@ -79,8 +79,13 @@ void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool fr
       timeline_->phase(e->req.name, "negotiated", e->reported, ready);
     }
   }
+  Device* device = r.type == Response::Type::kAllreduce ? nullptr : device_of(es);  // allreduce: its own
   if (r.type == Response::Type::kAllreduce) {
     execute_allreduce(r, es);
+  } else if (device != nullptr && r.type == Response::Type::kBroadcast) {
+    execute_broadcast_device(r, *es[0], *device);
+  } else if (device != nullptr) {
+    execute_allgather_device(r, *es[0], *device);
   } else if (r.type == Response::Type::kBroadcast) {
     Entry& e = *es[0];
     auto t0 = SteadyClock::now();
@@ -142,14 +147,21 @@ void Engine::complete_all(const std::vector<Entry*>& es, std::exception_ptr erro
       if (!node.empty() && held_spare_.size() < kSpareNodes) held_spare_.push_back(std::move(node));
     }
   }
+  std::vector<std::shared_ptr<DeviceEvent>> completions;
   for (Entry* e : es) {
     states.push_back(e->state);
+    completions.push_back(error ? nullptr : e->completion);
+    // The device may still write the tensor: its keepalive goes when the
+    // completion event fired.
+    if (e->completion && e->tensor.keepalive) retired_.emplace_back(e->completion, std::move(e->tensor.keepalive));
+    e->completion.reset();
     erase(e->req.name);  // drops the keepalive; e is gone
   }
-  for (auto& state : states) {
-    std::lock_guard<std::mutex> lk(state->mu);
-    state->done = true;
-    state->error = error;
+  for (std::size_t i = 0; i < states.size(); ++i) {
+    std::lock_guard<std::mutex> lk(states[i]->mu);
+    states[i]->done = true;
+    states[i]->error = error;
+    states[i]->completion = std::move(completions[i]);
   }
   for (auto& state : states) state->cv.notify_all();
 }
@@ -209,7 +221,11 @@ bool Engine::allreduce_segments(const Response& r, std::vector<Entry*>& es, std:
 void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
   std::size_t total = 0;
   for (Entry* e : es) total += e->req.count();
-  const Compression compression = allreduce_compression(r, total);
+  const Compression compression = allreduce_compression(r, total);  // collective: before any branch
+  if (Device* d = device_of(es)) {
+    execute_allreduce_device(r, es, *d, compression);
+    return;
+  }
   const bool compressed = compression != Compression::kNone && r.dtype == comm::DataType::kFloat32;
   const comm::DataType wire = compressed ? wire_dtype(compression) : r.dtype;
   const std::size_t wire_size = comm::dtype_size(wire);
