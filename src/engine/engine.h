@@ -113,6 +113,11 @@ struct EngineOptions {
 
 // Caller-owned memory of one tensor: dense, row-major.
 struct TensorRef {
+  TensorRef() = default;
+  TensorRef(void* data_, comm::DataType dtype_, std::vector<std::int64_t> shape_,
+            std::shared_ptr<void> keepalive_ = nullptr)
+      : data(data_), dtype(dtype_), shape(std::move(shape_)), keepalive(std::move(keepalive_)) {}
+
   void* data = nullptr;
   comm::DataType dtype = comm::DataType::kFloat32;
   std::vector<std::int64_t> shape;
