@@ -147,21 +147,25 @@ void Engine::complete_all(const std::vector<Entry*>& es, std::exception_ptr erro
       if (!node.empty() && held_spare_.size() < kSpareNodes) held_spare_.push_back(std::move(node));
     }
   }
-  std::vector<std::shared_ptr<DeviceEvent>> completions;
   for (Entry* e : es) {
     states.push_back(e->state);
-    completions.push_back(error ? nullptr : e->completion);
-    // The device may still write the tensor: its keepalive goes when the
-    // completion event fired.
-    if (e->completion && e->tensor.keepalive) retired_.emplace_back(e->completion, std::move(e->tensor.keepalive));
-    e->completion.reset();
+    if (e->completion) {
+      // A device tensor: the device may still write it, so its keepalive
+      // goes when the completion event fired, and the handle orders its
+      // consumer on that event.
+      if (!error) {
+        std::lock_guard<std::mutex> lk(e->state->mu);
+        e->state->completion = e->completion;
+      }
+      if (e->tensor.keepalive) retired_.emplace_back(e->completion, std::move(e->tensor.keepalive));
+      e->completion.reset();
+    }
     erase(e->req.name);  // drops the keepalive; e is gone
   }
-  for (std::size_t i = 0; i < states.size(); ++i) {
-    std::lock_guard<std::mutex> lk(states[i]->mu);
-    states[i]->done = true;
-    states[i]->error = error;
-    states[i]->completion = std::move(completions[i]);
+  for (auto& state : states) {
+    std::lock_guard<std::mutex> lk(state->mu);
+    state->done = true;
+    state->error = error;
   }
   for (auto& state : states) state->cv.notify_all();
 }
