@@ -38,15 +38,16 @@ class LossyCompressor {
   }
 
   // Collective; the caller releases the GIL. Every tensor must be a
-  // contiguous CPU tensor (the optimizer makes .grad so); each is reduced
+  // contiguous CPU or CUDA tensor (the optimizer makes .grad so); each is reduced
   // in place.
   void reduce(const std::vector<std::pair<std::string, torch::Tensor>>& grads, bool average) {
     std::vector<GradSlot> slots;
     slots.reserve(grads.size());
     for (const auto& [name, t] : grads) {
-      if (!t.defined() || !t.device().is_cpu() || !t.is_contiguous() || t.is_sparse()) {
+      if (!t.defined() || !(t.device().is_cpu() || t.device().is_cuda()) || !t.is_contiguous() ||
+          t.is_sparse()) {
         throw_invalid_argument("the gradient of " + name +
-                               " must be a dense, contiguous CPU tensor for " +
+                               " must be a dense, contiguous CPU or CUDA tensor for " +
                                compressor_->spec().name() + " compression");
       }
       slots.push_back(GradSlot{name, t});

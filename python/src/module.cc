@@ -12,6 +12,7 @@
 #include <torch/types.h>
 
 #include "core/error.h"
+#include "torch/device_tensors.h"
 #include "elastic_module.h"
 #include "lossy_module.h"
 #include "process_group.h"
@@ -23,6 +24,10 @@ using hpct::py::Runtime;
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "hpctrain's engine for hpctrain.torch (use hpctrain.torch, not this module)";
+#ifdef HPCT_WITH_CUDA_TENSORS
+  hpct::enable_cuda_tensors();  // CUDA tensors through the engine's device path
+#endif
+  m.attr("CUDA_TENSORS") = py::bool_(hpct::cuda_tensor_support() != nullptr);
   m.attr("TORCH_BUILD_VERSION") = HPCT_TORCH_BUILD_VERSION;
 
   // The module's attributes hold the classes; the translator borrows them.

@@ -27,10 +27,12 @@ std::string op_name(const c10d::ReduceOp& op) {
   }
 }
 
-void check_cpu(const at::Tensor& t, const char* what) {
-  if (!t.device().is_cpu()) {
+// CPU and CUDA tensors (a CUDA one through the engine's device path:
+// ordered after the current stream, its result ordered back on it).
+void check_device(const at::Tensor& t, const char* what) {
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
     throw_invalid_argument(std::string("hpctrain backend ") + what + ": tensor on " +
-                           t.device().str() + "; this build moves CPU tensors only");
+                           t.device().str() + "; hpctrain moves CPU and CUDA tensors");
   }
 }
 
@@ -161,7 +163,7 @@ c10::intrusive_ptr<c10d::Work> EngineBackend::allreduce(std::vector<at::Tensor>&
   std::vector<Operation> ops;
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;  // (target, contiguous stand-in)
   for (auto& t : tensors) {
-    check_cpu(t, "allreduce");
+    check_device(t, "allreduce");
     at::Tensor send = t.is_contiguous() ? t : t.contiguous();
     if (!send.is_same(t)) copies.emplace_back(t, send);
     std::lock_guard<std::mutex> lk(submit_mu_);
@@ -190,7 +192,7 @@ c10::intrusive_ptr<c10d::Work> EngineBackend::broadcast(std::vector<at::Tensor>&
   std::vector<Operation> ops;
   std::vector<std::pair<at::Tensor, at::Tensor>> copies;
   for (auto& t : tensors) {
-    check_cpu(t, "broadcast");
+    check_device(t, "broadcast");
     at::Tensor send = t.is_contiguous() ? t : t.contiguous();
     if (!send.is_same(t)) copies.emplace_back(t, send);
     std::lock_guard<std::mutex> lk(submit_mu_);
@@ -217,7 +219,7 @@ c10::intrusive_ptr<c10d::Work> EngineBackend::allgather(
   }
   std::vector<Operation> ops;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
-    check_cpu(inputs[i], "allgather");
+    check_device(inputs[i], "allgather");
     if (outputs[i].size() != static_cast<std::size_t>(getSize())) {
       throw_invalid_argument("hpctrain backend allgather: the output list holds " +
                              std::to_string(outputs[i].size()) + " tensors, one per rank (" +
@@ -243,7 +245,7 @@ c10::intrusive_ptr<c10d::Work> EngineBackend::allgather(
 
 c10::intrusive_ptr<c10d::Work> EngineBackend::_allgather_base(
     at::Tensor& output, at::Tensor& input, const c10d::AllgatherOptions& /*opts*/) {
-  check_cpu(input, "_allgather_base");
+  check_device(input, "_allgather_base");
   at::Tensor flat = input.contiguous().reshape({1, -1});
   std::vector<Operation> ops;
   {

@@ -12,9 +12,9 @@ namespace {
 // InvalidArgument unless t can be handed to the communicator as raw memory.
 void check_usable(const at::Tensor& t, const char* op, const char* name) {
   if (!t.defined()) throw_invalid_argument(std::string(op) + ": " + name + " is an undefined tensor");
-  if (!t.device().is_cpu()) {
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
     throw_invalid_argument(std::string(op) + ": " + name + " is on " + t.device().str() +
-                           "; this build communicates CPU tensors only (call .cpu())");
+                           "; hpctrain communicates CPU and CUDA tensors (call .cpu())");
   }
   if (!t.is_contiguous()) {
     throw_invalid_argument(std::string(op) + ": " + name +
@@ -33,6 +33,16 @@ Options options_for(const at::Tensor& t, std::uint32_t tag, Millis timeout) {
   o.timeout = timeout;
   return o;
 }
+
+// The communicator moves host memory: a CUDA tensor goes through a host
+// copy (the copy waits for the current stream, so the bytes are final), and
+// a result comes back with to_device (ordered on the current stream). These
+// calls block anyway; the engine (engine/device.h) is the asynchronous path.
+at::Tensor on_host(const at::Tensor& t) { return t.device().is_cpu() ? t : t.to(at::kCPU); }
+void write_back(at::Tensor& t, const at::Tensor& host) {
+  if (!t.device().is_cpu()) t.copy_(host);
+}
+at::TensorOptions host_options(const at::Tensor& t) { return t.options().device(at::kCPU); }
 
 std::string shape_of(const at::Tensor& t) {
   std::ostringstream os;
@@ -62,30 +72,35 @@ DataType dtype_of(const at::Tensor& t) {
 
 void allreduce(Communicator& comm, at::Tensor& t, ReduceOp op, Millis timeout, std::uint32_t tag) {
   check_usable(t, "allreduce", "tensor");
+  at::Tensor h = on_host(t);
   auto o = options_for<AllreduceOptions>(t, tag, timeout);
-  o.output = t.data_ptr();
+  o.output = h.data_ptr();
   o.op = op;
   allreduce(comm, o);
+  write_back(t, h);
 }
 
 void broadcast(Communicator& comm, at::Tensor& t, int root, Millis timeout, std::uint32_t tag) {
   check_usable(t, "broadcast", "tensor");
+  at::Tensor h = on_host(t);
   auto o = options_for<BroadcastOptions>(t, tag, timeout);
-  o.buffer = t.data_ptr();
+  o.buffer = h.data_ptr();
   o.root = root;
   broadcast(comm, o);
+  write_back(t, h);
 }
 
 at::Tensor allgather(Communicator& comm, const at::Tensor& t, Millis timeout, std::uint32_t tag) {
   check_usable(t, "allgather", "tensor");
   std::vector<int64_t> shape{comm.size()};
   for (auto d : t.sizes()) shape.push_back(d);
-  at::Tensor out = at::empty(shape, t.options());
+  at::Tensor out = at::empty(shape, host_options(t));
+  const at::Tensor h = on_host(t);
   auto o = options_for<AllgatherOptions>(t, tag, timeout);
-  o.input = t.data_ptr();
+  o.input = h.data_ptr();
   o.output = out.data_ptr();
   allgather(comm, o);
-  return out;
+  return out.to(t.device());
 }
 
 at::Tensor allgatherv(Communicator& comm, const at::Tensor& t, Millis timeout, std::uint32_t tag) {
@@ -111,16 +126,17 @@ at::Tensor allgatherv(Communicator& comm, const at::Tensor& t, Millis timeout, s
   }
   std::vector<int64_t> shape{total_rows};
   for (int64_t d = 1; d < t.dim(); ++d) shape.push_back(t.size(d));
-  at::Tensor out = at::empty(shape, t.options());
+  at::Tensor out = at::empty(shape, host_options(t));
+  const at::Tensor h = on_host(t);
   AllgathervOptions o;
-  o.input = t.data_ptr();
+  o.input = h.data_ptr();
   o.output = out.data_ptr();
   o.counts = elems;
   o.dtype = dtype_of(t);
   o.tag = tag;
   o.timeout = timeout;
   allgatherv(comm, o);
-  return out;
+  return out.to(t.device());
 }
 
 void reduce_scatter(Communicator& comm, const at::Tensor& input, at::Tensor& output, ReduceOp op,
@@ -138,26 +154,32 @@ void reduce_scatter(Communicator& comm, const at::Tensor& input, at::Tensor& out
   }
   // The count is the output's; the dtype is the same on both (checked above).
   auto o = options_for<ReduceScatterOptions>(output, tag, timeout);
-  o.input = input.data_ptr();
-  o.output = output.data_ptr();
+  const at::Tensor hin = on_host(input);
+  at::Tensor hout = on_host(output);
+  o.input = hin.data_ptr();
+  o.output = hout.data_ptr();
   o.op = op;
   reduce_scatter(comm, o);
+  write_back(output, hout);
 }
 
 void send(Communicator& comm, const at::Tensor& t, int peer, std::uint32_t tag, Millis timeout) {
   check_usable(t, "send", "tensor");
+  const at::Tensor h = on_host(t);
   auto o = options_for<SendOptions>(t, tag, timeout);
-  o.data = t.data_ptr();
+  o.data = h.data_ptr();
   o.peer = peer;
   send(comm, o);
 }
 
 void recv(Communicator& comm, at::Tensor& t, int peer, std::uint32_t tag, Millis timeout) {
   check_usable(t, "recv", "tensor");
+  at::Tensor h = on_host(t);
   auto o = options_for<RecvOptions>(t, tag, timeout);
-  o.data = t.data_ptr();
+  o.data = h.data_ptr();
   o.peer = peer;
   recv(comm, o);
+  write_back(t, h);
 }
 
 }  // namespace hpct::comm

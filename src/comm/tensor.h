@@ -1,8 +1,9 @@
 // Communicator operations on libtorch tensors.
 //
 // Thin wrappers over the raw-buffer operations in communicator.h: they check
-// that a tensor is defined, on the CPU and contiguous, map its dtype, and
-// pass its storage. libtorch stays out of this header (at::Tensor is only
+// that a tensor is defined, on the CPU or a CUDA device and contiguous, map
+// its dtype, and pass its storage (a CUDA tensor's through a host copy:
+// these calls block; the engine is the asynchronous device path). libtorch stays out of this header (at::Tensor is only
 // declared), so code that includes it compiles fast.
 //
 // Blocking, threading and failure rules are those of communicator.h.

@@ -29,9 +29,12 @@ void Handle::wait() const {
   if (!state_->done) state_->engine->flush();
   state_->cv.wait(lk, [&] { return state_->done; });
   if (state_->error) std::rethrow_exception(state_->error);
+  // The device's completion, ordered on the tensor's stream: no host wait.
+  if (state_->completion) state_->device->wait(state_->stream, *state_->completion);
 }
 
 void Handle::wait(Millis timeout) const {
+  const auto deadline = SteadyClock::now() + timeout;
   std::unique_lock<std::mutex> lk(state_->mu);
   if (!state_->done) state_->engine->flush();
   if (!state_->cv.wait_for(lk, timeout, [&] { return state_->done; })) {
@@ -39,6 +42,28 @@ void Handle::wait(Millis timeout) const {
                   std::to_string(timeout.count()) + " ms");
   }
   if (state_->error) std::rethrow_exception(state_->error);
+  if (state_->completion) {
+    const auto left = std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - SteadyClock::now()));
+    if (!state_->completion->synchronize(left)) {
+      throw_timeout("tensor '" + state_->name + "': its result was not written on " + state_->device->str() +
+                    " within " + std::to_string(timeout.count()) + " ms");
+    }
+  }
+}
+
+void Handle::wait_on(Stream consumer) const {
+  if (!poll()) {
+    wait();  // orders the submission stream too: harmless, it is the usual consumer
+  } else {
+    std::lock_guard<std::mutex> lk(state_->mu);
+    if (state_->error) std::rethrow_exception(state_->error);
+  }
+  if (state_->completion) state_->device->wait(consumer, *state_->completion);
+}
+
+std::shared_ptr<DeviceEvent> Handle::completion() const {
+  std::lock_guard<std::mutex> lk(state_->mu);
+  return state_->completion;
 }
 
 const std::string& Handle::name() const { return state_->name; }
@@ -173,6 +198,8 @@ Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
   auto state = std::make_shared<Handle::State>();
   state->name = req.name;
   state->engine = this;
+  state->device = t.device;
+  state->stream = t.stream;
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (broken_) std::rethrow_exception(broken_);
@@ -273,6 +300,7 @@ void Engine::run() {
   }
   std::lock_guard<std::mutex> rl(round_mu_);
   if (timeline_) timeline_->close();
+  release_retired(true);
   {
     std::lock_guard<std::mutex> lk(mu_);
     if (!error && peer_shutdown_rank_ >= 0) {

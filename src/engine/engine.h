@@ -47,6 +47,19 @@
 // small model's sync time. The background thread then finds the round done
 // and sleeps on; it keeps pacing rounds for tensors nobody waits for yet.
 //
+// Device tensors (TensorRef::device set; device.h has the protocol): the
+// engine orders its work on the device's communication stream after each
+// tensor's readiness event and completes the handle with a completion event
+// on that stream. The collective runs on that stream through
+// EngineOptions::stream_collectives when it serves the device (NCCL), or
+// staged through pinned host memory and the communicator otherwise (the
+// engine's thread then waits for the stream, bounded by the communicator's
+// timeout). fp16/bf16 compression of a device tensor casts on the device
+// when the device can (Device::can_cast), in host staging memory otherwise.
+// A fused group may mix host tensors with the tensors of one device; two
+// devices in one group fail it with InvalidArgument. Host tensors (device
+// null) take the host path unchanged.
+//
 // Threads: every public method is thread-safe. Handle is a cheap copyable
 // reference; wait() blocks, poll() does not.
 #pragma once
@@ -71,6 +84,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "engine/auto_compression.h"
+#include "engine/device.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
 
@@ -89,16 +103,35 @@ struct EngineOptions {
   Compression compression = Compression::kNone;  // HPCT_COMPRESSION, for float32 allreduce (its default: auto)
   // kAuto: which ranks share a host (null: comm::host_identity). Tests only.
   std::function<std::int64_t()> host_identity;
+  // Collectives enqueued on a device's stream (device.h; an NCCL
+  // communicator). Null: device tensors are staged through host memory and
+  // the communicator.
+  std::shared_ptr<StreamCollectives> stream_collectives;
 
   static EngineOptions from_config(const Config& config);
 };
 
 // Caller-owned memory of one tensor: dense, row-major.
 struct TensorRef {
+  TensorRef() = default;
+  TensorRef(void* data_, comm::DataType dtype_, std::vector<std::int64_t> shape_,
+            std::shared_ptr<void> keepalive_ = nullptr)
+      : data(data_), dtype(dtype_), shape(std::move(shape_)), keepalive(std::move(keepalive_)) {}
+
   void* data = nullptr;
   comm::DataType dtype = comm::DataType::kFloat32;
   std::vector<std::int64_t> shape;
-  std::shared_ptr<void> keepalive;  // released when the operation is done
+  // Released when the operation is done (device tensors: once the
+  // completion event fired).
+  std::shared_ptr<void> keepalive;
+  // Where data lives: null for host memory (the CPU path); otherwise a
+  // caller-owned device that outlives the operation and its handle.
+  Device* device = nullptr;
+  // Device tensors: fires once data is written (null: it already is), and
+  // the stream that Handle::wait() makes wait for the result (the
+  // producer's, which is the consumer's in training).
+  std::shared_ptr<DeviceEvent> ready;
+  Stream stream;
 };
 
 // Where allgather writes its result, given the result's shape (called once,
@@ -111,10 +144,20 @@ class Handle {
   bool valid() const { return state_ != nullptr; }
   // True once the operation finished (successfully or not). Never blocks.
   bool poll() const;
-  // Blocks until done; rethrows the operation's error.
+  // Blocks until done; rethrows the operation's error. A device tensor's
+  // result may still be in flight on the device then: its stream
+  // (TensorRef::stream) is made to wait for it, the host goes on.
   void wait() const;
-  // As wait(), but raises Timeout naming the tensor after `timeout`.
+  // As wait(), but raises Timeout naming the tensor after `timeout`; a
+  // device tensor's result is complete (the host waited for it) on return.
   void wait(Millis timeout) const;
+  // Device tensors: makes `consumer` (a stream of the tensor's device) wait
+  // for the result; returns without blocking the host once the handle is
+  // done (wait() first otherwise). Host tensors: wait().
+  void wait_on(Stream consumer) const;
+  // Device tensors: the event that fires when the result is written (null
+  // until done, and for host tensors).
+  std::shared_ptr<DeviceEvent> completion() const;
   const std::string& name() const;
   // Allgather without an allocator: the result's bytes and shape.
   const std::vector<std::uint8_t>& gathered() const;
@@ -190,7 +233,10 @@ class Engine {
     SteadyClock::time_point submitted;
     SteadyClock::time_point reported;
     bool is_reported = false;
+    std::shared_ptr<DeviceEvent> completion;  // device tensors: set by the execution
   };
+  // A device's memory for the engine (execution_device.cc).
+  struct DeviceSlots;
 
   friend class Handle;  // wait() runs rounds (run_rounds_for)
   static constexpr int kCallerRounds = 3;
@@ -229,6 +275,17 @@ class Engine {
   // can (the shared-memory path); false when it cannot.
   bool allreduce_segments(const Response& r, std::vector<Entry*>& es, std::size_t total, std::size_t wire_size,
                           SteadyClock::time_point t_fuse);
+  // Device tensors (execution_device.cc). The group's device, or null when
+  // every entry is host memory (InvalidArgument for two devices).
+  Device* device_of(const std::vector<Entry*>& es) const;
+  DeviceSlots& slots(Device& d);
+  void execute_allreduce_device(const Response& r, std::vector<Entry*>& es, Device& d,
+                                Compression compression);
+  void execute_broadcast_device(const Response& r, Entry& e, Device& d);
+  void execute_allgather_device(const Response& r, Entry& e, Device& d);
+  // Drops the keepalives whose completion event fired (`all`: waits for
+  // each, bounded by the communicator's timeout).
+  void release_retired(bool all);
   void complete(Entry& e, std::exception_ptr error);
   void complete_all(const std::vector<Entry*>& es, std::exception_ptr error);
   void fail_all(std::exception_ptr error);
@@ -274,6 +331,10 @@ class Engine {
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Timeline> timeline_;
   FusionBuffer fusion_;
+  std::map<Device*, std::unique_ptr<DeviceSlots>> device_slots_;
+  // Keepalives of completed device tensors whose completion event has not
+  // fired yet (the device may still write them).
+  std::vector<std::pair<std::shared_ptr<DeviceEvent>, std::shared_ptr<void>>> retired_;
   std::map<std::uint64_t, Entry> pending_;  // by submission sequence
   std::unordered_map<std::string_view, std::uint64_t> seq_of_;  // keys view pending_'s names
   // Nodes of completed entries, reused by the next step's tensors so that a

@@ -79,8 +79,13 @@ void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool fr
       timeline_->phase(e->req.name, "negotiated", e->reported, ready);
     }
   }
+  Device* device = r.type == Response::Type::kAllreduce ? nullptr : device_of(es);  // allreduce: its own
   if (r.type == Response::Type::kAllreduce) {
     execute_allreduce(r, es);
+  } else if (device != nullptr && r.type == Response::Type::kBroadcast) {
+    execute_broadcast_device(r, *es[0], *device);
+  } else if (device != nullptr) {
+    execute_allgather_device(r, *es[0], *device);
   } else if (r.type == Response::Type::kBroadcast) {
     Entry& e = *es[0];
     auto t0 = SteadyClock::now();
@@ -144,6 +149,17 @@ void Engine::complete_all(const std::vector<Entry*>& es, std::exception_ptr erro
   }
   for (Entry* e : es) {
     states.push_back(e->state);
+    if (e->completion) {
+      // A device tensor: the device may still write it, so its keepalive
+      // goes when the completion event fired, and the handle orders its
+      // consumer on that event.
+      if (!error) {
+        std::lock_guard<std::mutex> lk(e->state->mu);
+        e->state->completion = e->completion;
+      }
+      if (e->tensor.keepalive) retired_.emplace_back(e->completion, std::move(e->tensor.keepalive));
+      e->completion.reset();
+    }
     erase(e->req.name);  // drops the keepalive; e is gone
   }
   for (auto& state : states) {
@@ -209,7 +225,11 @@ bool Engine::allreduce_segments(const Response& r, std::vector<Entry*>& es, std:
 void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
   std::size_t total = 0;
   for (Entry* e : es) total += e->req.count();
-  const Compression compression = allreduce_compression(r, total);
+  const Compression compression = allreduce_compression(r, total);  // collective: before any branch
+  if (Device* d = device_of(es)) {
+    execute_allreduce_device(r, es, *d, compression);
+    return;
+  }
   const bool compressed = compression != Compression::kNone && r.dtype == comm::DataType::kFloat32;
   const comm::DataType wire = compressed ? wire_dtype(compression) : r.dtype;
   const std::size_t wire_size = comm::dtype_size(wire);

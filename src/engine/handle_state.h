@@ -26,6 +26,21 @@ struct Handle::State {
   std::vector<std::int64_t> gathered_shape;
   // Valid while !done: the engine completes every handle before it goes.
   Engine* engine = nullptr;
+  // Device tensors: the device, the stream wait() orders, and (set before
+  // done) the completion event.
+  Device* device = nullptr;
+  Stream stream;
+  std::shared_ptr<DeviceEvent> completion;
+};
+
+// The engine's memory for one device's tensors (execution_device.cc):
+// the fusion buffer on the device, pinned host memory to stage a fused
+// group through the host communicator, and to stage an allgather's result.
+struct Engine::DeviceSlots {
+  explicit DeviceSlots(Device& d) : fusion(d, false), staging(d, true), gathered(d, true) {}
+  DeviceBuffer fusion;
+  DeviceBuffer staging;
+  DeviceBuffer gathered;
 };
 
 inline std::exception_ptr make_error(ErrorCode code, const std::string& message) {

@@ -7,6 +7,7 @@
 
 #include "comm/tensor.h"
 #include "core/env.h"
+#include "torch/device_tensors.h"
 
 namespace hpct {
 
@@ -90,8 +91,8 @@ std::unique_ptr<Context> make_context(comm::World world, const Config& config,
 
 engine::TensorRef tensor_ref(const torch::Tensor& t, const std::string& what) {
   if (!t.defined()) throw_invalid_argument(what + " is an undefined tensor");
-  if (!t.device().is_cpu()) {
-    throw_invalid_argument(what + " is on " + t.device().str() + "; hpctrain moves CPU tensors");
+  if (!t.device().is_cpu() && !t.device().is_cuda()) {
+    throw_invalid_argument(what + " is on " + t.device().str() + "; hpctrain moves CPU and CUDA tensors");
   }
   if (!t.is_contiguous()) throw_invalid_argument(what + " is not contiguous");
   engine::TensorRef r;
@@ -99,6 +100,20 @@ engine::TensorRef tensor_ref(const torch::Tensor& t, const std::string& what) {
   r.dtype = comm::dtype_of(t);
   r.shape.assign(t.sizes().begin(), t.sizes().end());
   r.keepalive = std::make_shared<torch::Tensor>(t);
+  if (t.device().is_cuda()) {
+    CudaTensorSupport* cuda = cuda_tensor_support();
+    if (cuda == nullptr) {
+      throw_invalid_argument(what + " is on " + t.device().str() +
+                             " but this program was built without hpctrain's CUDA support "
+                             "(link hpct_torch_cuda and call hpct::enable_cuda_tensors(), or call .cpu())");
+    }
+    const int index = t.device().index();
+    r.device = &cuda->device(index);
+    // Ready once the work enqueued so far on the current stream (which
+    // computed t) is done; the result is ordered back on the same stream.
+    r.stream = cuda->current_stream(index);
+    r.ready = r.device->record(r.stream);
+  }
   return r;
 }
 

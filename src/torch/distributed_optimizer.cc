@@ -242,8 +242,20 @@ struct DistributedOptimizer::Impl {
       if (params[i].tensor.scalar_type() == torch::kFloat) total += params[i].tensor.numel();
     }
     if (total == 0) return;
+    // One flat buffer on the parameters' device; parameters spread over
+    // several devices keep their own gradients.
+    torch::Device device = torch::kCPU;
+    bool first = true;
+    for (auto i : by_arrival) {
+      const auto& t = params[i].tensor;
+      if (t.scalar_type() != torch::kFloat) continue;
+      if (!first && t.device() != device) return;
+      device = t.device();
+      first = false;
+    }
+    const auto flat_options = torch::TensorOptions().dtype(torch::kFloat).device(device);
     torch::NoGradGuard no_grad;
-    flat = torch::empty({total}, torch::kFloat);
+    flat = torch::empty({total}, flat_options);
     std::int64_t off = 0;
     for (auto i : by_arrival) {
       auto& t = params[i].tensor;
@@ -253,7 +265,7 @@ struct DistributedOptimizer::Impl {
       // keeps flat alive.
       torch::Tensor keep = flat;
       auto view = torch::from_blob(flat.data_ptr<float>() + off, t.sizes(),
-                                   [keep](void*) mutable { keep.reset(); }, torch::kFloat);
+                                   [keep](void*) mutable { keep.reset(); }, flat_options);
       view.copy_(t.grad());
       t.mutable_grad() = view;
       off += t.numel();

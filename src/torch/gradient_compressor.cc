@@ -84,7 +84,11 @@ void GradientCompressor::reduce(engine::Engine& engine, std::vector<GradSlot>& g
 
 torch::Tensor& GradientCompressor::residual(const GradSlot& g) {
   torch::Tensor& e = buffers_["error/" + g.name];
-  if (!e.defined() || !spec_.error_feedback) e = torch::zeros_like(g.grad);
+  if (!e.defined() || !spec_.error_feedback) {
+    e = torch::zeros_like(g.grad);
+  } else if (e.device() != g.grad.device()) {
+    e = e.to(g.grad.device());  // loaded from a checkpoint onto the CPU: to the gradient's device, once
+  }
   return e;
 }
 

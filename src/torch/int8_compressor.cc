@@ -41,7 +41,7 @@ void Int8Compressor::reduce_compressed(engine::Engine& engine, std::vector<GradS
     if (chunks * chunk == w.n) {
       w.padded = w.x.view({chunks, chunk});
     } else {
-      w.padded = torch::zeros({chunks, chunk}, torch::kFloat);
+      w.padded = torch::zeros({chunks, chunk}, w.x.options());  // on the gradient's device
       w.padded.view({-1}).narrow(0, 0, w.n).copy_(w.x);
     }
     w.scale = w.padded.abs().amax(1);

@@ -49,8 +49,12 @@ void PowerSgd::orthogonalise(torch::Tensor& p) {
 torch::Tensor& PowerSgd::q_for(const GradSlot& g, std::int64_t m) {
   torch::Tensor& q = buffers_["q/" + g.name];
   if (!q.defined()) {
+    // Drawn on the CPU (the same bits on every rank, whatever its device),
+    // then kept on the gradient's device with the rest of the state.
     auto gen = at::detail::createCPUGenerator(spec_.seed ^ name_hash(g.name));
-    q = torch::randn({m, spec_.rank}, gen, torch::kFloat);
+    q = torch::randn({m, spec_.rank}, gen, torch::kFloat).to(g.grad.device());
+  } else if (q.device() != g.grad.device()) {
+    q = q.to(g.grad.device());  // loaded from a checkpoint onto the CPU
   }
   return q;
 }

@@ -100,8 +100,9 @@ def _init_process_group(backend=None, init_method=None, *args, **kwargs):
 def register():
     global _original_init
     if not hasattr(dist.Backend, NAME.upper()):
-        # The engine moves CPU tensors (a c10d::Backend, process_group.h).
-        dist.Backend.register_backend(NAME, _create, devices=["cpu"])
+        # The engine moves CPU and CUDA tensors (a c10d::Backend,
+        # process_group.h; CUDA ones on the engine's device path).
+        dist.Backend.register_backend(NAME, _create, devices=["cpu", "cuda"])
     if _original_init is None:
         _original_init = dist.init_process_group
         wrapped = functools.wraps(_original_init)(_init_process_group)

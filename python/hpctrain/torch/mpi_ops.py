@@ -257,8 +257,8 @@ def _op_of(average, op):
 def _check_cpu(tensor, what):
     if not isinstance(tensor, _torch.Tensor):
         raise TypeError("%s expects a torch.Tensor, got %s" % (what, type(tensor).__name__))
-    if tensor.device.type != "cpu":
-        raise ValueError("%s: tensor on %s; this build moves CPU tensors only" % (what, tensor.device))
+    if tensor.device.type not in ("cpu", "cuda"):
+        raise ValueError("%s: tensor on %s; hpctrain moves CPU and CUDA tensors" % (what, tensor.device))
 
 
 def _register(ops, post):
