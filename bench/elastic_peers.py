@@ -167,6 +167,10 @@ def steps_of(text):
             for m in re.finditer(r"STEP (\d+) size (\d+) t=([0-9.]+)", text)]
 
 
+class Waited(Exception):
+    """A bounded wait ran out: what it waited for, and the log's end."""
+
+
 def wait_until(log, pred, bound, what):
     deadline = time.monotonic() + bound
     while time.monotonic() < deadline:
@@ -175,7 +179,14 @@ def wait_until(log, pred, bound, what):
         if pred(text):
             return text
         time.sleep(0.05)
-    raise SystemExit("waited %.0f s for %s; log:\n%s" % (bound, what, open(log).read()[-3000:]))
+    raise Waited("waited %.0f s for %s; log:\n%s" % (bound, what, open(log).read()[-3000:]))
+
+
+def last_error(text):
+    """The last line of a log that names an error (a Python exception's)."""
+    lines = [l.strip() for l in text.splitlines()
+             if re.search(r"(Error|Exception|error):", l) and not l.lstrip().startswith("File ")]
+    return lines[-1][:300] if lines else "no error line in the log"
 
 
 def pids_with_env(marker):
@@ -192,20 +203,26 @@ def pids_with_env(marker):
     return out
 
 
-def analyse(steps, kill_t, join_t):
-    """The figures of both events from rank 0's (step, size, time) lines: the
-    world of 3 before the kill, of 2 after it, of 3 again after the join."""
-    def median_step(lines):
-        return statistics.median(b[2] - a[2] for a, b in zip(lines, lines[1:]) if b[0] == a[0] + 1)
+def median_step(lines):
+    return statistics.median(b[2] - a[2] for a, b in zip(lines, lines[1:]) if b[0] == a[0] + 1)
 
+
+def analyse_leave(steps, kill_t, join_t):
+    """The leave from rank 0's (step, size, time) lines: the world of 3
+    before the kill, of 2 after it (until the join, or the log's end)."""
+    end = join_t if join_t is not None else float("inf")
     last_before = max(s for s, n, t in steps if n == 3 and t < kill_t)
-    two = [x for x in steps if x[1] == 2 and kill_t <= x[2] < join_t]
+    two = [x for x in steps if x[1] == 2 and kill_t <= x[2] < end]
     first_two = two[0]
     step_two = median_step(two)
     redone = last_before - (first_two[0] - 1)
     recovery = first_two[2] - kill_t
-    leave = {"event": "leave", "recovery_s": round(recovery, 2), "steps_redone": redone,
-             "step_s": round(step_two, 4), "lost_s": round(recovery + redone * step_two, 2)}
+    return {"event": "leave", "ok": True, "recovery_s": round(recovery, 2), "steps_redone": redone,
+            "step_s": round(step_two, 4), "lost_s": round(recovery + redone * step_two, 2)}
+
+
+def analyse_join(steps, kill_t, join_t):
+    """The join: the world of 2 until the third host came back, of 3 after."""
     three = [x for x in steps if x[1] == 3 and x[2] >= join_t]
     step_three = median_step(three)
     last_two = max(s for s, n, t in steps if n == 2 and t >= kill_t)
@@ -213,10 +230,9 @@ def analyse(steps, kill_t, join_t):
     # The pause: from the last step of 2 to the first of 3, less one step.
     t_last_two = max(t for s, n, t in steps if n == 2 and t >= kill_t)
     pause = max(0.0, three[0][2] - t_last_two - step_three)
-    join = {"event": "join", "pause_s": round(pause, 2), "steps_redone": redone_j,
+    return {"event": "join", "ok": True, "pause_s": round(pause, 2), "steps_redone": redone_j,
             "step_s": round(step_three, 4), "lost_s": round(pause + redone_j * step_three, 2),
             "from_join_to_3_s": round(three[0][2] - join_t, 2)}
-    return leave, join
 
 
 class Netns:
@@ -312,9 +328,10 @@ def run_hpctrain(args, d):
         if job.poll() is None:
             job.kill()
     text = open(log).read()
+    failed = None
     if job.returncode != 0:
-        raise SystemExit("hpctrain job exited %d:\n%s" % (job.returncode, text[-3000:]))
-    return text, kill_t, join_t, victims
+        failed = ("join", "the job exited %d: %s" % (job.returncode, last_error(text)))
+    return text, kill_t, join_t, victims, failed
 
 
 def run_torchrun(args, d):
@@ -364,6 +381,7 @@ def run_torchrun(args, d):
     agents = [agent(0)]
     time.sleep(2)  # the first agent hosts the c10d store
     agents += [agent(1), agent(2)]
+    failed, join_t = None, None
     try:
         wait_until(log, lambda t: any(s >= args.kill_step and n == 3 for s, n, _ in steps_of(t)), 300,
                    "step %d with 3 workers" % args.kill_step)
@@ -373,22 +391,31 @@ def run_torchrun(args, d):
         else:
             kill_agent(2)  # the agent and its worker
         agents[2].wait()
-        wait_until(log, lambda t: sum(1 for _, n, tt in steps_of(t) if n == 2 and tt > kill_t)
-                   >= args.rejoin_after, 300, "training with 2")
-        join_t = time.time()
-        if net:
-            net.revive_host(3)  # its sshd too: the next run starts from a whole cluster
-        agents.append(agent(3))
-        for a in (agents[0], agents[1], agents[3]):
-            a.wait(timeout=600)
+        try:
+            wait_until(log, lambda t: sum(1 for _, n, tt in steps_of(t) if n == 2 and tt > kill_t)
+                       >= args.rejoin_after, 300, "training with 2")
+        except Waited as e:
+            failed = ("leave", "no step with 2 workers within 300 s of the kill; " + last_error(open(log).read()))
+        if failed is None:
+            join_t = time.time()
+            if net:
+                net.revive_host(3)  # its sshd too: the next run starts from a whole cluster
+            agents.append(agent(3))
+            deadline = time.monotonic() + 600
+            for a in (agents[0], agents[1], agents[3]):
+                try:
+                    a.wait(timeout=max(1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    failed = ("join", "agents still running 600 s after the join")
+                    break
     finally:
         for i, a in enumerate(agents):
             if a.poll() is None:
                 kill_agent(i)
     text = open(log).read()
-    if agents[0].returncode != 0:
-        raise SystemExit("torchrun agent 0 exited %d:\n%s" % (agents[0].returncode, text[-3000:]))
-    return text, kill_t, join_t, [agents[2].pid]
+    if failed is None and agents[0].returncode != 0:
+        failed = ("join", "agent 0 exited %d: %s" % (agents[0].returncode, last_error(text)))
+    return text, kill_t, join_t, [agents[2].pid], failed
 
 
 def compare(args):
@@ -408,10 +435,18 @@ def compare_runs(args):
                 continue
             d = tempfile.mkdtemp(prefix="hpct-elastic-peers-")
             load = os.getloadavg()[0]
-            text, kill_t, join_t, _ = fn(args, d)
+            text, kill_t, join_t, _, failed = fn(args, d)
             shutil.rmtree(d, ignore_errors=True)
-            leave, join = analyse(steps_of(text), kill_t, join_t)
-            for ev in (leave, join):
+            steps = steps_of(text)
+            events = []
+            # A failed event is a result too: it is reported with its error,
+            # and the events before it with their figures.
+            for ev, fn_an in (("leave", analyse_leave), ("join", analyse_join)):
+                if failed and failed[0] == ev:
+                    events.append({"event": ev, "ok": False, "error": failed[1]})
+                    break
+                events.append(fn_an(steps, kill_t, join_t))
+            for ev in events:
                 ev.update({"bench": "elastic", "impl": mode, "repeat": rep, "load1": round(load, 1),
                            "hosts": "netns" if args.netns else "local", "op_timeout_s": args.op_timeout_s,
                            "kill_step": args.kill_step, "commit_every": args.commit_every,
@@ -421,9 +456,16 @@ def compare_runs(args):
     for ev in ("leave", "join"):
         if args.only:
             break
-        h = [r["lost_s"] for r in results if r["event"] == ev and r["impl"] == "hpctrain"]
-        t = [r["lost_s"] for r in results if r["event"] == ev and r["impl"] == "torchrun"]
-        print(json.dumps({"summary": ev, "hpctrain_lost_s": statistics.median(h),
+        h = [r["lost_s"] for r in results if r["event"] == ev and r["impl"] == "hpctrain" and r["ok"]]
+        t = [r["lost_s"] for r in results if r["event"] == ev and r["impl"] == "torchrun" and r["ok"]]
+        failures = {impl: sum(1 for r in results if r["event"] == ev and r["impl"] == impl and not r["ok"])
+                    for impl in ("hpctrain", "torchrun")}
+        if not h or not t:
+            print(json.dumps({"summary": ev, "hpctrain_lost_s": statistics.median(h) if h else None,
+                              "torchrun_lost_s": statistics.median(t) if t else None,
+                              "failed_runs": failures, "ratio": None}))
+            continue
+        print(json.dumps({"summary": ev, "failed_runs": failures, "hpctrain_lost_s": statistics.median(h),
                           "torchrun_lost_s": statistics.median(t),
                           "ratio": round(statistics.median(h) / max(1e-9, statistics.median(t)), 3)}))
 
