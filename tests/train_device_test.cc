@@ -16,19 +16,16 @@ bool host_has_gpu() { return hpct::test::run_shell("timeout 10 nvidia-smi -L >/d
 
 TEST(TrainDevice, CudaWithoutAGpuFailsWithinASecondInOneLine) {
   if (host_has_gpu()) GTEST_SKIP() << "this host has a GPU: the no-GPU message cannot show";
-  // No --data shards exist: the GPU check must come first. The time covers
-  // hpctrain's exec of hpctrain-torch and libtorch_cpu's loading.
+  // No --data shards exist: the GPU check must come first. hpctrain checks
+  // before it execs hpctrain-torch (whose start, loading libtorch_cpu, is
+  // 0.3 s on a quiet 2-core machine and over 1 s on a loaded one).
   const auto r = hpct::test::run_shell(std::string("timeout 20 ") + HPCT_BINARY +
                                        " train --device cuda --model cnn --data /nonexistent/x.tar 2>&1");
   EXPECT_EQ(r.exit_code, 2) << r.out;  // InvalidArgument's exit code
-  // The check itself takes milliseconds; starting hpctrain-torch (loading
-  // libtorch_cpu) takes 0.3 s on a quiet 2-core machine and over 1 s on a
-  // loaded one, so the bound is 1 s beyond that start, measured alongside.
-  const auto start = hpct::test::run_shell(std::string("timeout 20 ") + HPCT_BINARY + " train --help >/dev/null 2>&1");
-  EXPECT_LT(r.seconds, 1.0 + start.seconds) << r.out << " (hpctrain train --help: " << start.seconds << " s)";
+  EXPECT_LT(r.seconds, 1.0) << r.out;
   ASSERT_FALSE(r.out.empty());
   EXPECT_EQ(r.out.find('\n'), r.out.size() - 1) << "more than one line: " << r.out;
-  EXPECT_NE(r.out.find("--device cuda:0: no GPU found (cudaGetDeviceCount: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--device cuda:0: no GPU found ("), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("run on a host with an NVIDIA GPU and driver, or use --device cpu"), std::string::npos)
       << r.out;
 }

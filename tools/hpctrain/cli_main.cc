@@ -55,6 +55,7 @@ int run_cli(CLI::App& app, Cli& state, int argc, char** argv) {
   }
   try {
     if (!state.forward_to.empty()) {
+      if (state.before_forward) state.before_forward(argv);
       exec_sibling(state.forward_to, state.forward_command, argv);  // returns only by throwing
     }
     state.config = Config::from_env(ProcessEnv());

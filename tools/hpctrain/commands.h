@@ -23,6 +23,10 @@ struct Cli {
   // name (next to this one) and the subcommand, for messages.
   std::string forward_to;
   std::string forward_command;
+  // Checks of the forwarded arguments that need no libtorch, run before
+  // the exec (train's --device cuda on a host without a GPU fails here, in
+  // milliseconds, not after libtorch's ~1 s start). Throws to refuse.
+  std::function<void(char** argv)> before_forward;
 };
 
 // The executable, next to hpctrain, holding the subcommands that need libtorch.
@@ -33,7 +37,12 @@ inline constexpr char kTorchExecutable[] = "hpctrain-torch";
 // with the same argv, so `hpctrain train --help` is `hpctrain-torch train
 // --help`.
 void add_forwarded_command(CLI::App& parent, Cli& cli, const std::string& name,
-                           const std::string& description, const std::string& executable);
+                           const std::string& description, const std::string& executable,
+                           std::function<void(char** argv)> before_forward = nullptr);
+// train's --device cuda[:N] (as `--device X` or `--device=X` in argv): the
+// GPU is there, or InvalidArgument in one line naming the fix. Any other
+// value is left to hpctrain-torch, which parses the flags.
+void check_train_device(char** argv);
 // Replaces this process with `executable` from this one's directory, argv
 // unchanged. Throws Io (naming the path and the fix) when it cannot.
 [[noreturn]] void exec_sibling(const std::string& executable, const std::string& command,

@@ -42,6 +42,6 @@ int main(int argc, char** argv) {
   add_plan_command(app, state);
   add_forwarded_command(app, state, "train",
                         "Train a model on WebDataset shards across the job's ranks",
-                        kTorchExecutable);
+                        kTorchExecutable, check_train_device);
   return run_cli(app, state, argc, argv);
 }
