@@ -84,9 +84,9 @@ TEST(DoctorChecks, HealthyClusterIsReadyWithEveryCellOk) {
     EXPECT_EQ(r.status, Status::kOk) << r.check << " " << r.detail;
     EXPECT_TRUE(r.fix.empty());
   }
-  // 12 per-host checks x 3 hosts + 6 ordered pairs (ports has only pair rows
-  // unless a host cannot listen).
-  EXPECT_EQ(rep.rows.size(), 42u);
+  // 13 per-host checks (the gpu row included) x 3 hosts + 6 ordered pairs
+  // (ports has only pair rows unless a host cannot listen).
+  EXPECT_EQ(rep.rows.size(), 45u);
 }
 
 TEST(DoctorChecks, HostnameOnLoopbackIsTheTrapWithTheHostsLineToChange) {
