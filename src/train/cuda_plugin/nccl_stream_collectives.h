@@ -6,10 +6,13 @@
 // blocks on the GPU; the host only waits (bounded by the communicator's
 // timeout) until NCCL has queued the operation.
 //
-// Events are created for each call and destroyed once the engine's stream
-// waits on them (CUDA releases an event still pending when it fires), so no
-// pool outlives a failure. Part of the CUDA plugin (gpu_plugin.h); CUDA's
-// headers stay in the .cc file.
+// Events: one ready and one done event, made at the first call and recorded
+// again by each (a wait takes the event's latest record, made just before
+// it). Before each operation the previous one is polled
+// (NcclCommunicator::poll, which never blocks), so an error NCCL reports
+// asynchronously (a failed peer) fails the next operation with NCCL's error,
+// instead of only the engine's bounded wait running out. Part of the CUDA
+// plugin (gpu_plugin.h); CUDA's headers stay in the .cc file.
 //
 // Threads: called only by the engine's background thread (device.h). Owns
 // the communicator; destroying it finalizes NCCL (bounded, never throws).
@@ -25,6 +28,8 @@ namespace hpct::train {
 class NcclStreamCollectives final : public engine::StreamCollectives {
  public:
   explicit NcclStreamCollectives(std::unique_ptr<comm::NcclCommunicator> comm);
+  // The communicator first (bounded, never throws), then the events.
+  ~NcclStreamCollectives() override;
   NcclStreamCollectives(const NcclStreamCollectives&) = delete;
   NcclStreamCollectives& operator=(const NcclStreamCollectives&) = delete;
 
@@ -44,6 +49,10 @@ class NcclStreamCollectives final : public engine::StreamCollectives {
   void run_on(engine::Stream s, const char* op, Enqueue&& enqueue);
 
   std::unique_ptr<comm::NcclCommunicator> comm_;
+  CUevent_st* ready_ = nullptr;  // made at the first call, on the communicator's device
+  CUevent_st* done_ = nullptr;
+  comm::NcclWork last_;  // the previous operation (done_ is its event)
+  bool issued_ = false;
 };
 
 }  // namespace hpct::train
