@@ -42,6 +42,12 @@ foreach(lib ${_hpct_torch_runtime})
   install(FILES ${_hpct_real} DESTINATION ${HPCT_TORCH_RUNTIME_DIR} RENAME ${_hpct_name})
 endforeach()
 set_target_properties(hpctrain hpctrain-torch PROPERTIES INSTALL_RPATH "$ORIGIN/torch")
+# The CUDA plugin (src/train/gpu_plugin.h) beside hpctrain-torch, only on
+# request (`cmake --install BUILD --component hpctrain_cuda`): it needs torch's
+# CUDA libraries, which the package does not carry, so the .deb leaves it out.
+if(TARGET hpctrain_cuda)
+  install(TARGETS hpctrain_cuda LIBRARY DESTINATION ${HPCT_LIBDIR} COMPONENT hpctrain_cuda EXCLUDE_FROM_ALL)
+endif()
 file(MAKE_DIRECTORY ${CMAKE_BINARY_DIR}/packaging)
 file(CREATE_LINK ../${HPCT_LIBDIR}/hpctrain ${CMAKE_BINARY_DIR}/packaging/hpctrain SYMBOLIC)
 install(FILES ${CMAKE_BINARY_DIR}/packaging/hpctrain DESTINATION bin)

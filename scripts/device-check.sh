@@ -103,9 +103,16 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DHPCT_TORCH_PYTHON="
   >> "$LOG" 2>&1 || { tail -40 "$LOG"; row "build" "configure failed (see log)" FAIL; }
 
 phase "build (-j $JOBS)"
-if cmake --build "$BUILD" -j "$JOBS" --target hpctrain hpctrain-torch train_gpu_test train_device_test \
+# The CUDA plugin (train --device cuda loads it) and every test labelled gpu,
+# each where this configuration has it (CUDA toolkit and NCCL found).
+TARGETS=(hpctrain hpctrain-torch train_gpu_test train_device_test)
+for t in hpctrain_cuda cuda_device_test comm_nccl_gpu_test comm_gpu_world_gpu_test; do
+  if ninja -C "$BUILD" -t targets all 2>/dev/null | grep -q "^$t:"; then TARGETS+=("$t"); fi
+done
+echo "targets: ${TARGETS[*]}" >> "$LOG"
+if cmake --build "$BUILD" -j "$JOBS" --target "${TARGETS[@]}" \
     >> "$LOG" 2>&1; then
-  row "build" "hpctrain, hpctrain-torch, train_gpu_test" pass
+  row "build" "${TARGETS[*]}" pass
   BUILT=1
 else
   tail -40 "$LOG"; row "build" "failed (see log)" FAIL; BUILT=0

@@ -1,9 +1,11 @@
 // Training on a GPU (label gpu; every test skips with "no GPU" where the
 // CUDA runtime finds none; scripts/device-check.sh runs them on a GPU
 // machine): torch's CUDA library loaded at run time, the loader's pinned
-// batches copied ahead to the device, bf16 and fp16 autocast, two ranks
-// sharing one GPU through the interim host-staged gradients, and a
-// checkpoint written on the GPU resumed on the CPU and back.
+// batches copied ahead to the device, bf16 and fp16 autocast, the CUDA
+// plugin (libhpctrain_cuda.so: one rank's gradients through NCCL on the
+// engine's stream, two ranks sharing one GPU staged by the engine through
+// pinned host memory, ending identical), and a checkpoint written on the GPU
+// resumed on the CPU and back.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -13,6 +15,7 @@
 #include "cli_summary_run.h"
 #include "data/loader.h"
 #include "fashion_shards.h"
+#include "torch/context.h"
 #include "train/device.h"
 
 namespace {
@@ -79,7 +82,35 @@ TEST_F(TrainGpu, OneRankBf16AndFp16Train) {
     EXPECT_EQ(r.summary["device"], "cuda");
     EXPECT_TRUE(std::isfinite(r.summary["train_loss"].get<double>())) << r.out;
     EXPECT_GT(r.summary["val_accuracy"].get<double>(), 0.5) << amp;
+    // Through the plugin: one rank's NCCL (a store of the plugin's own).
+    EXPECT_NE(r.out.find("take the nccl path"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("NCCL on the engine's stream"), std::string::npos) << r.out;
   }
+}
+
+TEST_F(TrainGpu, PluginLoadsAndMakesTheEngineDevice) {
+  hpct::train::use_device(torch::Device(torch::kCUDA, 0));
+  hpct::train::GpuPlugin* plugin = hpct::train::loaded_gpu_plugin();
+  ASSERT_NE(plugin, nullptr);
+  hpct::engine::Device& d = plugin->device(0);
+  EXPECT_EQ(d.kind(), hpct::engine::DeviceKind::kCuda);
+  EXPECT_EQ(d.index(), 0);
+  // tensor_ref() takes CUDA tensors through the plugin's support.
+  auto t = torch::ones({4}, torch::Device(torch::kCUDA, 0));
+  const hpct::engine::TensorRef ref = hpct::tensor_ref(t, "t");
+  EXPECT_EQ(ref.device, &d);
+  ASSERT_NE(ref.ready, nullptr);
+  EXPECT_TRUE(ref.ready->synchronize(hpct::Millis(10000)));
+}
+
+TEST_F(TrainGpu, StagedPathIsChosenByName) {
+  // HPCT_GPU_PATH=staged on one rank: the engine stages through the host.
+  const auto r = hpct::test::run_with_summary("timeout 300 env OMP_NUM_THREADS=1 HPCT_GPU_PATH=staged " +
+                                              std::string(HPCT_BINARY) + " " +
+                                              train_args("--device cuda --max-steps 20"));
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("take the staged path"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::isfinite(r.summary["train_loss"].get<double>())) << r.out;
 }
 
 TEST_F(TrainGpu, TwoRanksSharingOneGpuEndIdentical) {
@@ -88,6 +119,8 @@ TEST_F(TrainGpu, TwoRanksSharingOneGpuEndIdentical) {
   ASSERT_EQ(r.exit_code, 0) << r.out;
   EXPECT_EQ(r.summary["np"], 2);
   EXPECT_TRUE(r.summary["params_identical_across_ranks"].get<bool>()) << r.out;
+  // NCCL refuses two ranks on one GPU: connect_gpu_world picks staged.
+  EXPECT_NE(r.out.find("take the staged path"), std::string::npos) << r.out;
 }
 
 TEST_F(TrainGpu, CheckpointMovesBetweenGpuAndCpu) {

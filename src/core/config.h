@@ -88,6 +88,8 @@ namespace hpct {
     "Gloo backend across hosts: allreduces of at most this many bytes (of any size with 2 "    \
     "ranks) go over hpctrain's own TCP connections by recursive doubling, not Gloo's ring "     \
     "(0: off; docs/comm.md)")                                                                   \
+  X(std::string, gpu_path, "HPCT_GPU_PATH", "auto",                                             \
+    "CUDA buffers between ranks: auto, nccl, hierarchical or staged (through pinned host memory; docs/comm.md)") \
   X(std::int64_t, mmap_threshold, "HPCT_MMAP_THRESHOLD", 32 << 20,                              \
     "hpct::init: glibc keeps freed blocks up to this size for reuse (mallopt) instead of "      \
     "unmapping them, so a step's tensors are not faulted in again every step (0: glibc default)") \

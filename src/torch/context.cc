@@ -47,7 +47,9 @@ void keep_freed_memory(const Config& config, const Logger& logger) {
 
 }  // namespace
 
-std::unique_ptr<Context> init(const Config& config) {
+std::unique_ptr<Context> init(const Config& config) { return init(config, EngineSetup()); }
+
+std::unique_ptr<Context> init(const Config& config, const EngineSetup& setup) {
   auto impl = std::make_unique<Context::Impl>();
   impl->config = config;
   impl->logger = Logger::from_config(config, -1);
@@ -56,8 +58,9 @@ std::unique_ptr<Context> init(const Config& config) {
   impl->info = impl->world.info;
   impl->comm = impl->world.comm.get();
   impl->logger = impl->logger.with_rank(impl->comm->rank());
-  impl->engine = std::make_unique<engine::Engine>(
-      *impl->comm, engine::EngineOptions::from_config(config), impl->logger);
+  engine::EngineOptions eo = engine::EngineOptions::from_config(config);
+  if (setup) setup(impl->world, impl->logger, &eo);
+  impl->engine = std::make_unique<engine::Engine>(*impl->comm, std::move(eo), impl->logger);
   return std::make_unique<Context>(std::move(impl));
 }
 

@@ -3,6 +3,7 @@
 // threads of one process, or a rank started by a benchmark).
 #pragma once
 
+#include <functional>
 #include <memory>
 
 #include "comm/connect.h"
@@ -32,6 +33,16 @@ std::unique_ptr<Context> make_context(comm::Communicator& comm, const Config& co
 // config. Rank, size and local ranks come from world.info.
 std::unique_ptr<Context> make_context(comm::World world, const Config& config,
                                       const Logger& logger);
+
+// Fills in the engine's options from the connected world before the engine
+// starts (train/device.h: the GPU collectives). Runs on every rank; may be a
+// collective over world.comm.
+using EngineSetup = std::function<void(const comm::World& world, const Logger& logger,
+                                       engine::EngineOptions* options)>;
+
+// init(config) with `setup` run between connecting the world and starting
+// the engine.
+std::unique_ptr<Context> init(const Config& config, const EngineSetup& setup);
 
 // The engine's view of a libtorch tensor (CPU, contiguous; InvalidArgument
 // naming `what` otherwise). The TensorRef keeps the tensor alive.

@@ -32,11 +32,13 @@ class TorchCudaSupport final : public CudaTensorSupport {
 
 }  // namespace
 
-void enable_cuda_tensors() {
+CudaTensorSupport& torch_cuda_tensor_support() {
   // Never destroyed: devices must outlive every engine and handle, which may
   // live until exit (the CUDA runtime tears down its own state then).
   static auto* support = new TorchCudaSupport();
-  set_cuda_tensor_support(support);
+  return *support;
 }
+
+void enable_cuda_tensors() { set_cuda_tensor_support(&torch_cuda_tensor_support()); }
 
 }  // namespace hpct

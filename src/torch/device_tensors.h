@@ -30,5 +30,9 @@ void set_cuda_tensor_support(CudaTensorSupport* support);
 
 // In hpct_torch_cuda: installs the CUDA support (idempotent).
 void enable_cuda_tensors();
+// In hpct_torch_cuda: the CUDA support object itself (one per process,
+// never destroyed), not installed. The CUDA plugin (train/gpu_plugin.h)
+// hands it to its caller, which installs it in its own copy of hpct_torch.
+CudaTensorSupport& torch_cuda_tensor_support();
 
 }  // namespace hpct

@@ -5,9 +5,13 @@
 #include <ATen/autocast_mode.h>
 #include <c10/core/impl/VirtualGuardImpl.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <mutex>
 
+#include "comm/connect.h"
 #include "core/error.h"
+#include "torch/device_tensors.h"
 
 namespace hpct::train {
 namespace {
@@ -44,7 +48,104 @@ std::vector<std::string> cudart_candidates() {
   return out;
 }
 
+// The folder of the running executable ("" when /proc cannot tell).
+fs::path executable_dir() {
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  return ec ? fs::path() : exe.parent_path();
+}
+
+std::mutex plugin_mu;
+GpuPlugin* plugin = nullptr;  // GUARDED_BY(plugin_mu); the loaded plugin, never unloaded
+
 }  // namespace
+
+std::vector<std::string> gpu_plugin_candidates() {
+  std::vector<std::string> out;
+  const fs::path here = executable_dir();
+  if (!here.empty()) out.push_back((here / kGpuPluginFile).string());
+#ifdef HPCT_GPU_PLUGIN_BUILD_DIR
+  const std::string built = (fs::path(HPCT_GPU_PLUGIN_BUILD_DIR) / kGpuPluginFile).string();
+  if (out.empty() || out.front() != built) out.push_back(built);
+#endif
+  return out;
+}
+
+GpuPlugin& load_gpu_plugin(const std::string& what, const std::vector<std::string>& candidates) {
+  std::lock_guard<std::mutex> lk(plugin_mu);
+  if (plugin != nullptr) return *plugin;
+  std::error_code ec;
+  std::string tried;
+  for (const auto& file : candidates) {
+    if (!fs::exists(file, ec)) {
+      tried += (tried.empty() ? "" : ", ") + file;
+      continue;
+    }
+    // RTLD_LOCAL: the plugin's copy of hpctrain's libraries stays its own;
+    // never closed (its objects live until exit).
+    void* h = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (h == nullptr) {
+      const char* why = ::dlerror();
+      throw_invalid_argument(what + ": cannot load the CUDA plugin " + file + " (" + (why ? why : "unknown") +
+                             "); rebuild hpctrain against torch's CUDA build (target hpctrain_cuda), or use "
+                             "--device cpu");
+    }
+    auto entry = reinterpret_cast<GpuPluginEntry>(::dlsym(h, kGpuPluginEntry));
+    if (entry == nullptr) {
+      throw_invalid_argument(what + ": " + file + " has no " + kGpuPluginEntry +
+                             " (a plugin from another version of hpctrain); rebuild target hpctrain_cuda "
+                             "with this hpctrain-torch, or use --device cpu");
+    }
+    plugin = entry();
+    return *plugin;
+  }
+  throw_invalid_argument(what + ": the CUDA plugin " + std::string(kGpuPluginFile) + " is missing (looked for " +
+                         (tried.empty() ? std::string("nothing: no folder known") : tried) +
+                         "); build it (cmake --build build --target hpctrain_cuda, in a build against torch's "
+                         "CUDA build with the CUDA toolkit) and keep it beside hpctrain-torch, or use --device cpu");
+}
+
+GpuPlugin* loaded_gpu_plugin() {
+  std::lock_guard<std::mutex> lk(plugin_mu);
+  return plugin;
+}
+
+EngineSetup gpu_engine_setup(const torch::Device& device, const Config& config) {
+  return [index = static_cast<int>(device.index()), config](const comm::World& world, const Logger& log,
+                                                             engine::EngineOptions* eo) {
+    GpuPlugin* p = loaded_gpu_plugin();
+    if (p == nullptr) {
+      throw_invalid_argument("--device cuda:" + std::to_string(index) +
+                             ": the CUDA plugin is not loaded (a bug in hpctrain: use_device must come before "
+                             "init); use --device cpu");
+    }
+    GpuCollectivesOptions o;
+    o.host = world.comm.get();
+    o.store = world.store;
+    o.device = index;
+    o.path = config.gpu_path;
+    o.timeout = Millis(static_cast<std::int64_t>(config.timeout_s * 1000));
+    o.flat_up_to_bytes = static_cast<std::size_t>(std::max<std::int64_t>(0, config.direct_allreduce_bytes));
+    o.logger = log;
+    // No connect_host_group: the hierarchical path is refused, and under
+    // auto the engine stages through the host instead (docs/gpu.md).
+    try {
+      GpuCollectives c = p->connect(o);
+      eo->stream_collectives = c.stream_collectives;
+      log.info("train", "gradients on cuda:" + std::to_string(index) + " take the " + c.path + " path (" + c.reason +
+                            ")" + (c.stream_collectives ? ": NCCL on the engine's stream"
+                                                        : ": the engine stages them through pinned host memory"));
+    } catch (const Error& e) {
+      // Only a refusal of the path is the same on every rank (a failure
+      // while connecting may not be): fall back on that alone.
+      if (config.gpu_path != "auto" || e.code() != ErrorCode::kInvalidArgument) throw;
+      log.warn("train", std::string("the GPU communicator could not be built (") + e.what() +
+                            "); gradients on cuda:" + std::to_string(index) +
+                            " are staged through pinned host memory by the engine (set HPCT_GPU_PATH=staged "
+                            "to choose that without trying)");
+    }
+  };
+}
 
 torch::Device parse_device(const std::string& text) {
   if (text == "cpu") return torch::Device(torch::kCPU);
@@ -123,6 +224,9 @@ void use_device(const torch::Device& device, const std::string& flag) {
                            " loaded, but torch had looked for CUDA before it was (a bug in hpctrain: use_device "
                            "must come first), or sees no driver; check nvidia-smi, or use " + flag + " cpu");
   }
+  // The plugin's CUDA tensors go into this program's tensor_ref().
+  GpuPlugin& gpu = load_gpu_plugin(flag + " " + device.str(), gpu_plugin_candidates());
+  set_cuda_tensor_support(&gpu.cuda_tensors());
   c10::impl::VirtualGuardImpl guard(c10::DeviceType::CUDA);
   guard.setDevice(device);
 }
@@ -185,33 +289,6 @@ void LossScaler::update(bool finite) {
   if (++good_steps_ >= growth_interval_) {
     scale_ *= 2;
     good_steps_ = 0;
-  }
-}
-
-HostStagedGradients::HostStagedGradients(Context& ctx, std::vector<torch::Tensor> params)
-    : ctx_(ctx), params_(std::move(params)) {}
-
-void HostStagedGradients::average() {
-  if (ctx_.size() == 1 || params_.empty()) return;
-  torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> flat;
-  flat.reserve(params_.size());
-  for (auto& p : params_) {
-    // A parameter with no gradient this step contributes zeros, as in
-    // DistributedOptimizer, so every rank sends the same length.
-    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
-    flat.push_back(p.grad().reshape({-1}).to(torch::kFloat));
-  }
-  // allreduce() copies to the host, averages through the engine and
-  // returns a host tensor.
-  const torch::Tensor mean = allreduce(ctx_, "train/device_gradients", torch::cat(flat), true)
-                                 .to(params_.front().device(), /*non_blocking=*/false);
-  std::int64_t off = 0;
-  for (auto& p : params_) {
-    auto& g = p.mutable_grad();
-    const std::int64_t n = g.numel();
-    g.copy_(mean.narrow(0, off, n).view(g.sizes()));
-    off += n;
   }
 }
 

@@ -11,12 +11,14 @@
 // rules with the torch already in the process, and from then on
 // tensor.to(kCUDA) works as in a program linked against it.
 //
-// Interim gradient path (until the engine moves device tensors itself,
-// through NCCL or its host-staged path): HostStagedGradients copies every
-// gradient of a step into one host buffer, averages it over the ranks
-// through the engine's allreduce, and copies it back. Ranks sharing one GPU
-// then end with the same parameters; the integrator replaces it with the
-// engine's device path (docs/gpu.md).
+// Gradients of a model on a GPU move through the engine's device path:
+// tensor_ref() hands it CUDA tensors (their stream and a ready event), and
+// the engine runs the collectives on the GPU through NCCL
+// (EngineOptions::stream_collectives) or, where NCCL cannot serve (ranks
+// sharing a GPU), stages them through pinned host memory itself. The CUDA
+// side of that (CudaDevice, NCCL, the GPU communicators) is in the CUDA
+// plugin, libhpctrain_cuda.so (gpu_plugin.h), which use_device() loads
+// after libtorch_cuda.so, and gpu_engine_setup() connects for init().
 //
 // Not thread-safe across calls of use_device (call it once, before the
 // model moves); the rest is for the training thread.
@@ -29,6 +31,8 @@
 #include <vector>
 
 #include "hpctrain/hpctrain.h"
+#include "torch/context.h"
+#include "train/gpu_plugin.h"
 
 namespace hpct::train {
 
@@ -53,8 +57,31 @@ std::string no_gpu_message(const std::string& flag, const torch::Device& device,
 // Makes `device` usable in this process: nothing for the CPU; for CUDA, the
 // probe above (InvalidArgument with no_gpu_message when it fails), then
 // libtorch_cuda.so loaded (InvalidArgument naming the library and dlerror
-// when it cannot be), then the device made current.
+// when it cannot be), then the CUDA plugin (load_gpu_plugin) with its CUDA
+// tensors installed for tensor_ref(), then the device made current.
+// Calling it again is cheap (the libraries stay loaded).
 void use_device(const torch::Device& device, const std::string& flag = "--device");
+
+// Where the CUDA plugin is looked for, in order: beside the running
+// executable (hpctrain-torch, installed or in the build tree), then the
+// build tree's tools/hpctrain (tests that run from elsewhere).
+std::vector<std::string> gpu_plugin_candidates();
+
+// Opens the first of `candidates` that exists (dlopen, RTLD_LOCAL; it
+// touches no CUDA while loading) and returns its plugin; the same object on
+// later calls. InvalidArgument, one line, when none exists or it cannot be
+// loaded: `what`, the file(s), dlerror, and the fix. Thread-safe.
+GpuPlugin& load_gpu_plugin(const std::string& what, const std::vector<std::string>& candidates);
+// The plugin use_device() loaded; null before (and for the CPU).
+GpuPlugin* loaded_gpu_plugin();
+
+// For init(config, setup) on a GPU: connects the plugin's collectives for
+// the job (HPCT_GPU_PATH from config; NCCL through the world's store, or
+// staged) and puts them into the engine's options. Needs use_device(device)
+// first. A path named explicitly that cannot run fails (InvalidArgument
+// naming the fix); with HPCT_GPU_PATH=auto, a communicator that cannot be
+// built is logged and the engine stages device tensors through the host.
+EngineSetup gpu_engine_setup(const torch::Device& device, const Config& config);
 
 // Autocast for --amp: "" (off), "bf16" or "fp16"; InvalidArgument otherwise.
 c10::ScalarType parse_amp(const std::string& text);  // kFloat for ""
@@ -101,21 +128,6 @@ class LossScaler {
   std::int64_t growth_interval_;
   std::int64_t good_steps_ = 0;
   std::int64_t skipped_ = 0;
-};
-
-// The interim gradient path for a model on a GPU (see the top of the file):
-// average() copies the gradients to one host buffer (one device-to-host
-// copy), allreduces it through the engine (HPCT's own backends, averaging)
-// and copies the result back (one host-to-device copy). A no-op on one
-// rank. Blocks until the gradients are averaged.
-class HostStagedGradients {
- public:
-  HostStagedGradients(Context& ctx, std::vector<torch::Tensor> params);
-  void average();
-
- private:
-  Context& ctx_;
-  std::vector<torch::Tensor> params_;
 };
 
 // Moves the optimizer's per-parameter state (SGD momentum, Adam moments) to

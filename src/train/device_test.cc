@@ -40,6 +40,28 @@ TEST(Device, NoGpuMessageNamesTheFix) {
 
 TEST(Device, CpuNeedsNothing) { EXPECT_NO_THROW(use_device(torch::Device(torch::kCPU))); }
 
+TEST(GpuPlugin, AMissingPluginIsOneLineNamingTheFileAndTheFix) {
+  try {
+    load_gpu_plugin("--device cuda:0", {"/nonexistent/hpct/libhpctrain_cuda.so"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    const std::string m = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::kInvalidArgument);
+    EXPECT_EQ(m.find('\n'), std::string::npos) << m;
+    EXPECT_NE(m.find("--device cuda:0: the CUDA plugin libhpctrain_cuda.so is missing"), std::string::npos) << m;
+    EXPECT_NE(m.find("/nonexistent/hpct/libhpctrain_cuda.so"), std::string::npos) << m;
+    EXPECT_NE(m.find("--target hpctrain_cuda"), std::string::npos) << m;
+    EXPECT_NE(m.find("or use --device cpu"), std::string::npos) << m;
+  }
+  EXPECT_EQ(loaded_gpu_plugin(), nullptr);
+}
+
+TEST(GpuPlugin, IsLookedForBesideTheExecutableFirst) {
+  const auto c = gpu_plugin_candidates();
+  ASSERT_FALSE(c.empty());
+  EXPECT_NE(c.front().find("/libhpctrain_cuda.so"), std::string::npos);
+}
+
 TEST(Amp, ParsesTheDtypes) {
   EXPECT_EQ(parse_amp(""), c10::kFloat);
   EXPECT_EQ(parse_amp("none"), c10::kFloat);

@@ -76,7 +76,6 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
     scaler.scale_loss(loss).backward();
     auto t2 = Clock::now();
     opt.synchronize();
-    if (staged != nullptr) staged->average();
     // fp16: a step whose averaged gradients hold an inf or NaN is skipped
     // on every rank alike (they hold the same gradients).
     const bool finite = scaler.unscale_and_check(params);

@@ -54,7 +54,6 @@ struct EpochLoop {
   torch::Device device{torch::kCPU};
   c10::ScalarType amp = c10::kFloat;  // autocast dtype of the forward pass
   LossScaler scaler{false};           // fp16: dynamic loss scaling
-  HostStagedGradients* staged = nullptr;  // a GPU's gradients, averaged through the host (interim)
   std::vector<torch::Tensor> params;  // the trainable parameters (the scaler unscales their gradients)
 
   // Advanced by the loop.

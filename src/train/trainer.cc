@@ -58,7 +58,7 @@ void check_options(const TrainOptions& o) {
       throw_invalid_argument("--device cuda: TorchScript models (" + o.model + ") train on the CPU for now; use a "
                              "built-in model, or hpctrain.torch from Python, on GPUs (docs/gpu.md)");
     }
-    // The interim GPU path (HostStagedGradients) sends plain gradients.
+    // The engine's device path sends plain (or fp16/bf16) gradients.
     if (!o.sync.empty() && o.sync != "allreduce") {
       throw_invalid_argument("--device cuda: --sync " + o.sync + " is not available on GPUs yet; use --sync "
                              "allreduce (docs/gpu.md)");
@@ -208,12 +208,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   for (const auto& p : model->parameters()) {
     if (p.requires_grad()) trainable.push_back(p);
   }
-  std::unique_ptr<HostStagedGradients> staged;
   if (device.is_cuda()) {
     // In place (the optimizer keeps its references to the same tensors).
     model->to(device);
     move_optimizer_state(*optimizer, device);
-    staged = std::make_unique<HostStagedGradients>(ctx, trainable);
   }
   DistributedOptions dopts;
   dopts.compression = o.compression;
@@ -221,12 +219,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   dopts.staleness = o.staleness;
   dopts.compression_start_step = o.compression_start_step;
   dopts.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
-  // On a GPU the DistributedOptimizer steps the optimizer but holds no
-  // parameters: HostStagedGradients averages them (the interim path).
-  DistributedOptimizer opt(ctx, *optimizer,
-                           device.is_cuda() ? torch::OrderedDict<std::string, torch::Tensor>()
-                                            : model->named_parameters(),
-                           dopts);
+  // On a GPU its hooks hand the engine CUDA gradients (tensor_ref: the
+  // plugin's CudaDevice, the current stream's ready event); the engine
+  // averages them on the GPU (gpu_engine_setup).
+  DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
   if (!resumed.compression_state.empty()) {
     opt.restore_compression_state(resumed.compression_state);
   } else if (resumed.resumed_from >= 0 && !opt.lossy_compression().empty()) {
@@ -246,7 +242,6 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   loop.device = device;
   loop.amp = parse_amp(o.amp);
   loop.scaler = LossScaler(loop.amp == c10::kHalf);
-  loop.staged = staged.get();
   loop.params = trainable;
   loop.step = resumed.step;
   loop.loader_state = resumed.loader_state;

@@ -63,8 +63,8 @@ struct TrainOptions {
   std::int64_t compression_start_step = -1;  // lossy modes: plain steps first; -1: HPCT_COMPRESSION_START_STEP
   bool allow_lossy = false;           // auto may pick a lossy mode (or HPCT_ALLOW_LOSSY)
   // cpu, cuda or cuda:N (train/device.h; docs/gpu.md). On a GPU the loader
-  // hands out pinned batches copied ahead to the device, and gradients meet
-  // through the interim host-staged path (HostStagedGradients).
+  // hands out pinned batches copied ahead to the device, and the engine
+  // averages the gradients on it (NCCL, or staged: gpu_engine_setup).
   std::string device = "cpu";
   std::string amp;                    // "" (float32), bf16 or fp16 (autocast; fp16 with loss scaling)
   int threads = 1;                    // intra-op threads

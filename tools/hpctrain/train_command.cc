@@ -163,7 +163,8 @@ void add_train_command(CLI::App& app, Cli& cli) {
         return summary["params_identical_across_ranks"].get<bool>() ? 0 : 1;
       }
       if (*on_signal) install_stop_signals();  // before joining: a signal while we connect is kept too
-      auto ctx = init(cli.config);
+      // On a GPU the engine gets the plugin's collectives (NCCL or staged).
+      auto ctx = device.is_cuda() ? init(cli.config, train::gpu_engine_setup(device, cli.config)) : init(cli.config);
       auto opts = *o;
       if (*on_signal) opts.stop_requested = &stop_signal_seen;
       opts.progress = *progress == "bar" || (*progress == "auto" && ::isatty(1) != 0);

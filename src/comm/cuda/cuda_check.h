@@ -1,6 +1,7 @@
-// Private to comm's CUDA files (.cc only: it includes the CUDA runtime's
-// header): CUDA errors as hpct::Error, the current-device guard, and the nap
-// between polls of a bounded wait.
+// Private to comm's CUDA files and the CUDA plugin (src/train/cuda_plugin/);
+// .cc files only: it includes the CUDA runtime's header. CUDA errors as
+// hpct::Error, the current-device guard, and the nap between polls of a
+// bounded wait.
 #pragma once
 
 #include <cuda_runtime_api.h>
