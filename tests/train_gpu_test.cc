@@ -103,6 +103,19 @@ TEST_F(TrainGpu, PluginLoadsAndMakesTheEngineDevice) {
   EXPECT_TRUE(ref.ready->synchronize(hpct::Millis(10000)));
 }
 
+TEST_F(TrainGpu, LossyCompressionRunsOnTheDevice) {
+  // PowerSGD and int8 with their error feedback on the GPU: two ranks
+  // sharing it end identical, and the loss is a number.
+  for (const char* c : {"powersgd:4", "int8"}) {
+    const auto r = hpct::test::run_hpctrain("launch -np 2 -- " + std::string(HPCT_BINARY) + " " +
+                                            train_args(std::string("--device cuda --max-steps 40 "
+                                                                   "--compression-start-step 5 --compression ") + c));
+    ASSERT_EQ(r.exit_code, 0) << c << ": " << r.out;
+    EXPECT_TRUE(r.summary["params_identical_across_ranks"].get<bool>()) << c << ": " << r.out;
+    EXPECT_TRUE(std::isfinite(r.summary["train_loss"].get<double>())) << c << ": " << r.out;
+  }
+}
+
 TEST_F(TrainGpu, StagedPathIsChosenByName) {
   // HPCT_GPU_PATH=staged on one rank: the engine stages through the host.
   const auto r = hpct::test::run_with_summary("timeout 300 env OMP_NUM_THREADS=1 HPCT_GPU_PATH=staged " +

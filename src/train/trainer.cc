@@ -58,14 +58,13 @@ void check_options(const TrainOptions& o) {
       throw_invalid_argument("--device cuda: TorchScript models (" + o.model + ") train on the CPU for now; use a "
                              "built-in model, or hpctrain.torch from Python, on GPUs (docs/gpu.md)");
     }
-    // The engine's device path sends plain (or fp16/bf16) gradients.
+    // The engine's device path carries plain and fp16/bf16 gradients, and
+    // PowerSGD's and int8's tensors (their state and arithmetic stay on the
+    // gradient's device: src/torch/powersgd.cc, int8_compressor.cc); the
+    // parameter servers are CPU processes.
     if (!o.sync.empty() && o.sync != "allreduce") {
       throw_invalid_argument("--device cuda: --sync " + o.sync + " is not available on GPUs yet; use --sync "
                              "allreduce (docs/gpu.md)");
-    }
-    if (o.compression.rfind("powersgd", 0) == 0 || o.compression == "int8" || o.allow_lossy) {
-      throw_invalid_argument("--device cuda: lossy compression (--compression " + o.compression +
-                             ", --allow-lossy) is not available on GPUs yet; drop it (docs/gpu.md)");
     }
   }
 }
