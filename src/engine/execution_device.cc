@@ -85,6 +85,39 @@ void* reserve_drained(DeviceBuffer& b, std::size_t bytes, Device& d, Millis time
   return b.reserve(bytes);
 }
 
+// Steps 2-4 of a group's allreduce on the communication stream: every
+// member packed into the device fusion buffer (cast to 16 bits when
+// compressed), the collective enqueued by the stream collectives, the
+// members unpacked (cast back, times scale). Returns at once.
+template <typename E>
+void allreduce_on_stream(StreamCollectives& sc, char* buf, Device& d, Stream cs, const std::vector<E*>& es,
+                         comm::DataType wire, comm::ReduceOp wire_op, bool compressed, float scale) {
+  const std::size_t wire_size = comm::dtype_size(wire);
+  std::size_t off = 0;
+  for (E* e : es) {
+    const std::size_t n = e->req.count();
+    if (compressed) {
+      d.cast_to_16_async(static_cast<const float*>(e->tensor.data),
+                         reinterpret_cast<std::uint16_t*>(buf + off * wire_size), n, wire, cs);
+    } else {
+      d.copy_async(buf + off * wire_size, e->tensor.data, n * wire_size, cs);
+    }
+    off += n;
+  }
+  sc.allreduce(buf, off, wire, wire_op, cs);
+  off = 0;
+  for (E* e : es) {
+    const std::size_t n = e->req.count();
+    if (compressed) {
+      d.cast_from_16_async(reinterpret_cast<const std::uint16_t*>(buf + off * wire_size),
+                           static_cast<float*>(e->tensor.data), n, wire, scale, cs);
+    } else {
+      d.copy_async(e->tensor.data, buf + off * wire_size, n * wire_size, cs);
+    }
+    off += n;
+  }
+}
+
 }  // namespace
 
 void Engine::execute_allreduce_device(const Response& r, std::vector<Entry*>& es, Device& d,
@@ -116,29 +149,7 @@ void Engine::execute_allreduce_device(const Response& r, std::vector<Entry*>& es
     // 2-4 on the device: pack (casting when compressed), the collective
     // enqueued on the same stream, unpack.
     char* buf = static_cast<char*>(reserve_drained(m.fusion, total * wire_size, d, timeout, es, rank_));
-    std::size_t off = 0;
-    for (Entry* e : es) {
-      const std::size_t n = e->req.count();
-      if (compressed) {
-        d.cast_to_16_async(static_cast<const float*>(e->tensor.data),
-                           reinterpret_cast<std::uint16_t*>(buf + off * wire_size), n, wire, cs);
-      } else {
-        d.copy_async(buf + off * wire_size, e->tensor.data, n * wire_size, cs);
-      }
-      off += n;
-    }
-    options_.stream_collectives->allreduce(buf, total, wire, wire_op, cs);
-    off = 0;
-    for (Entry* e : es) {
-      const std::size_t n = e->req.count();
-      if (compressed) {
-        d.cast_from_16_async(reinterpret_cast<const std::uint16_t*>(buf + off * wire_size),
-                             static_cast<float*>(e->tensor.data), n, wire, scale, cs);
-      } else {
-        d.copy_async(e->tensor.data, buf + off * wire_size, n * wire_size, cs);
-      }
-      off += n;
-    }
+    allreduce_on_stream(*options_.stream_collectives, buf, d, cs, es, wire, wire_op, compressed, scale);
     packed = total * wire_size;
   } else {
     // Staged: the group's own bytes gathered straight into pinned host

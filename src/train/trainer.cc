@@ -160,6 +160,17 @@ double learning_rate(const TrainOptions& o, int world_size, double e) {
   throw_invalid_argument("--lr-schedule " + o.lr_schedule + ": choose cosine, step or constant");
 }
 
+// The sync, compression and staleness of the run's DistributedOptimizer.
+DistributedOptions distributed_options(const TrainOptions& o) {
+  DistributedOptions d;
+  d.compression = o.compression;
+  d.sync = o.sync;
+  d.staleness = o.staleness;
+  d.compression_start_step = o.compression_start_step;
+  d.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
+  return d;
+}
+
 nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& log) {
   check_options(o);
   learning_rate(o, ctx.size(), 0);  // refuse a bad schedule before any work
@@ -212,16 +223,10 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
     model->to(device);
     move_optimizer_state(*optimizer, device);
   }
-  DistributedOptions dopts;
-  dopts.compression = o.compression;
-  dopts.sync = o.sync;
-  dopts.staleness = o.staleness;
-  dopts.compression_start_step = o.compression_start_step;
-  dopts.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
   // On a GPU its hooks hand the engine CUDA gradients (tensor_ref: the
   // plugin's CudaDevice, the current stream's ready event); the engine
   // averages them on the GPU (gpu_engine_setup).
-  DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), dopts);
+  DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), distributed_options(o));
   if (!resumed.compression_state.empty()) {
     opt.restore_compression_state(resumed.compression_state);
   } else if (resumed.resumed_from >= 0 && !opt.lossy_compression().empty()) {

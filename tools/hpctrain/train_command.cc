@@ -66,6 +66,27 @@ void print_summary(const nlohmann::json& s) {
   std::cout << s.dump() << std::endl;
 }
 
+// How the gradients move and where the model computes: --compression and
+// its start, --allow-lossy, --device, --amp, --sync and --staleness.
+void add_sync_and_device_flags(CLI::App* c, train::TrainOptions* o) {
+  c->add_option("--compression", o->compression,
+                "Gradient compression: none, fp16, bf16, auto (default HPCT_COMPRESSION, auto), or lossy with "
+                "error feedback: powersgd[:RANK] (low rank, default 4) or int8 (docs/compression.md)");
+  c->add_option("--compression-start-step", o->compression_start_step,
+                "Lossy compression: steps of plain allreduce first (default HPCT_COMPRESSION_START_STEP, 50)");
+  c->add_flag("--allow-lossy", o->allow_lossy,
+              "--compression auto may pick powersgd or int8 when the link limits the step (HPCT_ALLOW_LOSSY)");
+  c->add_option("--device", o->device,
+                "cpu, cuda or cuda:N: where the model trains (docs/gpu.md); several ranks may share a GPU")
+      ->capture_default_str();
+  c->add_option("--amp", o->amp, "Mixed precision: bf16, or fp16 with dynamic loss scaling (autocast; "
+                "default none: float32)");
+  c->add_option("--sync", o->sync,
+                "allreduce, ps or ps-async (parameter servers: launch --servers K; default HPCT_SYNC)");
+  c->add_option("--staleness", o->staleness,
+                "ps-async: steps a worker may run ahead of the slowest (default HPCT_PS_STALENESS)");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app, Cli& cli) {
@@ -89,18 +110,7 @@ void add_train_command(CLI::App& app, Cli& cli) {
   c->add_option("--optimizer", o->optimizer, "sgd or adam")->capture_default_str();
   c->add_option("--momentum", o->momentum, "SGD momentum")->capture_default_str();
   c->add_option("--weight-decay", o->weight_decay, "Weight decay")->capture_default_str();
-  c->add_option("--compression", o->compression,
-                "Gradient compression: none, fp16, bf16, auto (default HPCT_COMPRESSION, auto), or lossy with "
-                "error feedback: powersgd[:RANK] (low rank, default 4) or int8 (docs/compression.md)");
-  c->add_option("--compression-start-step", o->compression_start_step,
-                "Lossy compression: steps of plain allreduce first (default HPCT_COMPRESSION_START_STEP, 50)");
-  c->add_flag("--allow-lossy", o->allow_lossy,
-              "--compression auto may pick powersgd or int8 when the link limits the step (HPCT_ALLOW_LOSSY)");
-  c->add_option("--device", o->device,
-                "cpu, cuda or cuda:N: where the model trains (docs/gpu.md); several ranks may share a GPU")
-      ->capture_default_str();
-  c->add_option("--amp", o->amp, "Mixed precision: bf16, or fp16 with dynamic loss scaling (autocast; "
-                "default none: float32)");
+  add_sync_and_device_flags(c, o.get());
   c->add_option("--threads", o->threads, "Intra-op threads per rank")->capture_default_str();
   c->add_option("--data-threads", o->data_threads, "Decode threads per rank")->capture_default_str();
   c->add_option("--checkpoint-dir", o->checkpoint_dir, "Where rank 0 writes checkpoints");
@@ -119,10 +129,6 @@ void add_train_command(CLI::App& app, Cli& cli) {
   c->add_flag("--checkpoint-on-signal", *on_signal,
               "On SIGUSR1 or SIGTERM (Slurm's warning before a time limit, scontrol requeue, preemption): "
               "checkpoint at the next step and exit 75");
-  c->add_option("--sync", o->sync,
-                "allreduce, ps or ps-async (parameter servers: launch --servers K; default HPCT_SYNC)");
-  c->add_option("--staleness", o->staleness,
-                "ps-async: steps a worker may run ahead of the slowest (default HPCT_PS_STALENESS)");
   auto elastic = std::make_shared<bool>(false);
   c->add_flag("--elastic", *elastic,
               "Elastic job (start with hpctrain launch --min-np A --max-np B): hosts may leave and join; "
