@@ -12,7 +12,7 @@ namespace hpct::comm {
 class StagedCommunicator::Op {
  public:
   Op(StagedCommunicator& c, const char* op, size_t bytes, Millis timeout)
-      : c_(c), deadline_(SteadyClock::now() + timeout), timeout_(timeout) {
+      : c_(c), deadline_(timeout) {
     what_ = std::string("staged ") + op + " of " + std::to_string(bytes) + " bytes on rank " +
             std::to_string(c.rank()) + " of " + std::to_string(c.size()) + " (" +
             c.memory_->name() + " via " + c.host_.backend_name() + ")";
@@ -21,12 +21,11 @@ class StagedCommunicator::Op {
 
   // What is left of the timeout; Timeout when nothing is.
   Millis left() const {
-    const auto rest = std::chrono::duration_cast<Millis>(deadline_ - SteadyClock::now());
-    if (rest.count() <= 0) {
+    if (deadline_.expired()) {
       c_.latch_.fail(Error(ErrorCode::kTimeout, what_ + ": timed out after " +
-                                                    std::to_string(timeout_.count()) + " ms"));
+                                                    std::to_string(deadline_.budget().count()) + " ms"));
     }
-    return rest;
+    return deadline_.remaining();
   }
 
   void synchronize(const char* step) { c_.memory_->synchronize(left(), what_ + ": " + step); }
@@ -48,8 +47,7 @@ class StagedCommunicator::Op {
 
  private:
   StagedCommunicator& c_;
-  SteadyClock::time_point deadline_;
-  Millis timeout_;
+  Deadline deadline_;
   std::string what_;
 };
 

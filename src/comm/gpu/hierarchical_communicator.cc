@@ -33,7 +33,7 @@ const HierarchicalParts& checked(const HierarchicalParts& p) {
 class HierarchicalDeviceCommunicator::Op {
  public:
   Op(HierarchicalDeviceCommunicator& c, size_t bytes, Millis timeout)
-      : c_(c), deadline_(SteadyClock::now() + timeout), timeout_(timeout) {
+      : c_(c), deadline_(timeout) {
     what_ = "hierarchical allreduce of " + std::to_string(bytes) + " bytes on rank " +
             std::to_string(c.rank()) + " of " + std::to_string(c.size()) + " (local rank " +
             std::to_string(c.local_rank()) + " of " + std::to_string(c.local_size()) + " on host " +
@@ -44,12 +44,11 @@ class HierarchicalDeviceCommunicator::Op {
 
   // What is left of the timeout; Timeout when nothing is.
   Millis left() const {
-    const auto rest = std::chrono::duration_cast<Millis>(deadline_ - SteadyClock::now());
-    if (rest.count() <= 0) {
+    if (deadline_.expired()) {
       c_.latch_.fail(Error(ErrorCode::kTimeout, what_ + ": timed out after " +
-                                                    std::to_string(timeout_.count()) + " ms"));
+                                                    std::to_string(deadline_.budget().count()) + " ms"));
     }
-    return rest;
+    return deadline_.remaining();
   }
 
   // Inside step(): the copies' wait, named with the step.
@@ -75,8 +74,7 @@ class HierarchicalDeviceCommunicator::Op {
 
  private:
   HierarchicalDeviceCommunicator& c_;
-  SteadyClock::time_point deadline_;
-  Millis timeout_;
+  Deadline deadline_;
   std::string what_;
   std::string step_;
 };
