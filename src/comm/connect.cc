@@ -260,9 +260,8 @@ World connect_world(const Config& config, const Env& env, const Logger& logger) 
     return w;
   }
 
-  std::string store_host;
-  w.store = open_store(config, w.info, env, &store_host, &w.store_server, log);
-  w.comm = connect_gloo(config, w.info, w.store, store_host, timeout, log);
+  w.store = open_store(config, w.info, env, &w.store_host, &w.store_server, log);
+  w.comm = connect_gloo(config, w.info, w.store, w.store_host, timeout, log);
   return w;
 }
 

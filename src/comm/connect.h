@@ -41,6 +41,9 @@ struct World {
   std::shared_ptr<store::TcpStoreServer> store_server;
   WorldInfo info;
   std::shared_ptr<store::Store> store;  // null for MPI and for a single rank
+  // The store's host ("" for a directory store or none): where further Gloo
+  // communicators of this job bind towards (connect_gloo's store_host).
+  std::string store_host;
   std::unique_ptr<Communicator> comm;
 };
 

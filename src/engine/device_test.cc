@@ -16,6 +16,7 @@
 
 #include "comm/testing/thread_world.h"
 #include "core/error.h"
+#include "engine/blocking_stream_collectives.h"
 #include "engine/engine.h"
 
 namespace hpct::engine {
@@ -365,6 +366,62 @@ TEST(EngineDevice, TwoDevicesInOneGroupAreRefused) {
                          hb.wait(Millis(10000));
                        }),
       Error);
+}
+
+// The hierarchical path's adapter: a blocking communicator behind the
+// engine's stream collectives. The fused buffer is read only once the
+// producers' late writes are in it (the stream is drained first), and the
+// results reach the consumer.
+TEST(EngineDevice, BlockingCollectivesDrainTheStreamFirst) {
+  auto store2 = comm::testing::test_store();
+  run_gloo_world(2, Millis(20000), [&](comm::GlooCommunicator& c) {
+    CpuDevice device;
+    std::shared_ptr<comm::Communicator> second =
+        comm::GlooCommunicator::connect(comm::testing::gloo_options_for(c.rank(), 2, store2, Millis(20000)));
+    EngineOptions eo = device_fast_options();
+    eo.stream_collectives = std::make_shared<BlockingStreamCollectives>(second, device, Millis(20000));
+    Engine e(c, eo, device_quiet(c.rank()));
+    Stream producer = device.new_stream();
+    std::vector<DeviceTensor> ts;
+    std::vector<Handle> hs;
+    for (int i = 0; i < 4; ++i) ts.push_back(produce(device, producer, 50 + 31 * i, c.rank() + 1.0f, Millis(30)));
+    for (int i = 0; i < 4; ++i) {
+      hs.push_back(e.allreduce_async("b" + std::to_string(i), ts[i].ref, comm::ReduceOp::kSum));
+    }
+    for (auto& h : hs) h.wait();
+    ASSERT_TRUE(device.synchronize(producer, Millis(10000)));
+    for (int i = 0; i < 4; ++i) {
+      for (std::size_t k = 0; k < ts[i].v.size(); ++k) {
+        ASSERT_EQ(ts[i].v[k], 3.0f + 2.0f * static_cast<float>(k % 5)) << "tensor " << i << " element " << k;
+      }
+    }
+    EXPECT_LT(e.stats().collectives, 4u);  // fused
+    e.shutdown();
+  });
+}
+
+// A stream that never drains fails the operation within the bound, naming it.
+TEST(EngineDevice, BlockingCollectivesBoundTheirWaitForTheStream) {
+  run_gloo_world(1, Millis(20000), [&](comm::GlooCommunicator& c) {
+    CpuDevice device;
+    BlockingStreamCollectives bc(std::shared_ptr<comm::Communicator>(&c, [](comm::Communicator*) {}), device,
+                                 Millis(200));
+    Gate never;
+    Stream s = device.new_stream();
+    device.enqueue(s, [&] { never.pass(); });
+    std::vector<float> v(8, 1.0f);
+    const auto t0 = SteadyClock::now();
+    try {
+      bc.allreduce(v.data(), v.size(), comm::DataType::kFloat32, comm::ReduceOp::kSum, s);
+      ADD_FAILURE() << "no timeout";
+    } catch (const Error& err) {
+      EXPECT_EQ(err.code(), ErrorCode::kTimeout);
+      EXPECT_NE(std::string(err.what()).find("allreduce"), std::string::npos) << err.what();
+    }
+    EXPECT_LT(SteadyClock::now() - t0, Millis(5000));
+    never.open();
+    ASSERT_TRUE(device.synchronize(s, Millis(10000)));
+  });
 }
 
 }  // namespace

@@ -127,8 +127,19 @@ EngineSetup gpu_engine_setup(const torch::Device& device, const Config& config) 
     o.timeout = Millis(static_cast<std::int64_t>(config.timeout_s * 1000));
     o.flat_up_to_bytes = static_cast<std::size_t>(std::max<std::int64_t>(0, config.direct_allreduce_bytes));
     o.logger = log;
-    // No connect_host_group: the hierarchical path is refused, and under
-    // auto the engine stages through the host instead (docs/gpu.md).
+    // The hierarchical path's communicator among local rank l of every
+    // host: Gloo, bound as the world's own (towards the job's store).
+    o.connect_host_group = [config, store_host = world.store_host, timeout = o.timeout, log](
+                               int rank, int size, std::shared_ptr<store::Store> store) {
+      WorldInfo across;
+      across.rank = rank;
+      across.size = size;
+      across.cross_rank = rank;
+      across.cross_size = size;
+      Config c = config;
+      c.shm = false;  // one rank per host: nothing to share memory with
+      return comm::connect_gloo(c, across, std::move(store), store_host, timeout, log);
+    };
     try {
       GpuCollectives c = p->connect(o);
       eo->stream_collectives = c.stream_collectives;

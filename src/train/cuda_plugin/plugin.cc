@@ -8,6 +8,7 @@
 
 #include "comm/gpu/gpu_world.h"
 #include "comm/nccl/communicator.h"
+#include "engine/blocking_stream_collectives.h"
 #include "store/memory_store.h"
 #include "torch/device_tensors.h"
 #include "train/cuda_plugin/nccl_stream_collectives.h"
@@ -48,9 +49,15 @@ class CudaPlugin final : public GpuPlugin {
       out.stream_collectives =
           std::make_shared<NcclStreamCollectives>(std::unique_ptr<comm::NcclCommunicator>(nccl));
     }
-    // Staged and hierarchical: the engine stages device tensors through
-    // pinned host memory over the host communicator itself (its own copies
-    // on its stream), so world.comm is not needed.
+    // Hierarchical: NCCL inside the host and the host communicator across
+    // hosts, each operation blocking the engine's thread until done.
+    if (world.choice.path == comm::GpuPath::kHierarchical && world.comm != nullptr) {
+      out.stream_collectives = std::make_shared<engine::BlockingStreamCollectives>(
+          std::shared_ptr<comm::Communicator>(std::move(world.comm)), device(o.device), o.timeout);
+    }
+    // Staged: the engine stages device tensors through pinned host memory
+    // over the host communicator itself (its own copies on its stream), so
+    // world.comm is not needed.
     return out;
   }
 };
