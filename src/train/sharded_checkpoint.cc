@@ -160,7 +160,7 @@ std::string shard_file_name(int rank, int world_size) {
 }
 
 ShardFile write_shard(CheckpointFiles& files, const std::string& dir, std::int64_t step, int rank,
-                      int world_size, const std::vector<ShardPiece>& pieces) {
+                      int world_size, const std::vector<CheckpointPiece>& pieces) {
   if (rank < 0 || rank >= world_size) {
     throw_invalid_argument("write_shard: rank " + std::to_string(rank) + " outside a world of " +
                            std::to_string(world_size));

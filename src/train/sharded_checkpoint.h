@@ -64,7 +64,7 @@ std::int64_t sharded_numel(const std::vector<std::int64_t>& shape);
 // What a rank writes: elements [offset, offset + numel) of the flattened
 // tensor `name` of full `shape`. `data` points at numel elements of dtype
 // and must stay valid during write_shard (not owned).
-struct ShardPiece {
+struct CheckpointPiece {
   std::string name;
   std::vector<std::int64_t> shape;
   std::string dtype;
@@ -128,7 +128,7 @@ std::int64_t sharded_folder_step(const std::string& folder_name);
 // Step 1: this rank's shard file of the checkpoint at `step` (creates the
 // folders). Blocks on fsync.
 ShardFile write_shard(CheckpointFiles& files, const std::string& dir, std::int64_t step, int rank,
-                      int world_size, const std::vector<ShardPiece>& pieces);
+                      int world_size, const std::vector<CheckpointPiece>& pieces);
 
 // Step 2 (rank 0): the index over every rank's ShardFile (one per rank,
 // any order). InvalidArgument naming the tensor and range when the pieces

@@ -134,7 +134,15 @@ void verify_shards(CheckpointFiles& files, const ShardedIndex& idx) {
   for (std::size_t f = 0; f < idx.files.size(); ++f) {
     const std::string path = idx.file_path(static_cast<int>(f));
     const auto& want = idx.files[f];
-    std::uint64_t have = files.size(path);
+    std::uint64_t have = 0;
+    try {
+      have = files.size(path);
+    } catch (const Error& e) {
+      throw Error(e.code(), file_text(idx, static_cast<int>(f)) + " cannot be read (" + e.what() +
+                                "); reading the whole checkpoint needs the files of all " +
+                                std::to_string(idx.world_size) + " ranks (" + idx.files.front().name + " .. " +
+                                idx.files.back().name + ") in " + idx.folder);
+    }
     if (have != want.bytes) {
       throw_data_corrupt(file_text(idx, static_cast<int>(f)) + ": " + std::to_string(have) +
                          " bytes, index says " + std::to_string(want.bytes));

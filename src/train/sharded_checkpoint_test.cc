@@ -77,9 +77,9 @@ std::vector<std::int64_t> uneven(std::int64_t numel, int world) {
   return cuts;
 }
 
-std::vector<ShardPiece> pieces_for(const std::map<std::string, Tensor>& s, int rank, int world,
+std::vector<CheckpointPiece> pieces_for(const std::map<std::string, Tensor>& s, int rank, int world,
                                    const Partition& part) {
-  std::vector<ShardPiece> out;
+  std::vector<CheckpointPiece> out;
   for (const auto& [name, t] : s) {
     auto cuts = part(t.numel(), world);
     const std::int64_t n = cuts[rank + 1] - cuts[rank];
