@@ -31,6 +31,8 @@
 #include <torch/optim/optimizer.h>
 #include <torch/ordered_dict.h>
 
+#include "hpctrain/shard_layout.h"
+
 namespace hpct {
 
 namespace engine {
@@ -100,6 +102,23 @@ struct DistributedOptions {
   // `hpctrain launch --servers K`. Empty: HPCT_SYNC.
   std::string sync;
   int staleness = -1;  // ps-async; -1: HPCT_PS_STALENESS
+  // Sharded data parallelism (docs/sharding.md; ZeRO's stages). 0: off,
+  // every rank keeps everything. 1: each rank keeps the optimizer state of
+  // its part of the parameters only (ShardLayout), updates that part, and
+  // the ranks all-gather the updated parameters. 2: as 1, and after the
+  // gradients are reduced each rank keeps only its part of them (the full
+  // gradients are freed). Stages 1 and 2 give the parameters of unsharded
+  // training bit for bit. Needs sync allreduce, float32 parameters on one
+  // device, an elementwise optimizer (SGD, Adam, AdamW, RMSprop, Adagrad)
+  // without state yet, and no lossy compression (fp16/bf16 wire types work).
+  int shard = 0;
+};
+
+// Bytes one rank holds for training, by kind (DistributedOptimizer::memory_bytes()).
+struct MemoryBytes {
+  std::int64_t parameters = 0;       // the model's trainable parameters as this rank holds them
+  std::int64_t gradients = 0;        // their gradients (full, or this rank's part at stage 2)
+  std::int64_t optimizer_state = 0;  // the optimizer's state tensors (exp_avg, momentum, ...)
 };
 
 // Wraps any torch::optim::Optimizer (which keeps doing the update): step()
@@ -153,6 +172,22 @@ class DistributedOptimizer {
   // the servers' at that moment, the same on every rank (what a checkpoint
   // saves). allreduce: does nothing (ranks must step equally often).
   void end_epoch();
+
+  // DistributedOptions::shard (0: not sharded).
+  int shard_stage() const;
+  // Which parameter elements each rank owns (sharded; at shard 0 the layout
+  // of a one-rank world: everything on this rank).
+  const ShardLayout& shard_layout() const;
+  // The optimizer that updates this rank's part when sharded (its parameters
+  // are this rank's pieces, ShardLayout::owned_pieces(rank), as flat
+  // tensors; it holds the state); optimizer() otherwise. The options of
+  // optimizer()'s param groups (a learning-rate schedule) are copied to it
+  // before each step.
+  torch::optim::Optimizer& updating_optimizer();
+  // What this rank holds now: parameters, gradients, optimizer state (the
+  // sum of the state tensors' bytes; SGD, Adam, AdamW, RMSprop and Adagrad
+  // state is counted, other optimizers' state reads 0).
+  MemoryBytes memory_bytes() const;
 
   struct Impl;
 
