@@ -88,7 +88,7 @@ struct DistributedOptimizer::Impl {
   std::string sync;     // options.sync, resolved
   std::unique_ptr<PsSync> ps;  // ps and ps-async modes (made once the parameters are known)
   std::unique_ptr<GradientCompressor> lossy;  // powersgd or int8 (gradient_compressor.h)
-  std::unique_ptr<ShardedUpdate> shard;       // options.shard 1 or 2 (sharded_update.h)
+  std::unique_ptr<ShardedUpdate> shard;       // options.shard 1, 2 or 3 (sharded_update.h)
   ShardLayout unsharded_layout;               // shard_layout() at shard 0
   LossySpec lossy_defaults;  // start step and min rate, resolved
   bool auto_lossy_pending = false;  // auto --allow-lossy: decided at the first synchronize()
@@ -143,9 +143,9 @@ struct DistributedOptimizer::Impl {
   // What sharding works with (docs/sharding.md).
   void check_shard_options(const std::string& compression_text) const {
     if (options.shard == 0) return;
-    if (options.shard < 0 || options.shard > 2) {
+    if (options.shard < 0 || options.shard > 3) {
       throw_invalid_argument("shard " + std::to_string(options.shard) +
-                             ": choose 0 (off), 1 (optimizer state) or 2 (and gradients)");
+                             ": choose 0 (off), 1 (optimizer state), 2 (and gradients) or 3 (and parameters)");
     }
     if (sync != "allreduce") {
       throw_invalid_argument("shard " + std::to_string(options.shard) + " works with --sync allreduce; with " +
@@ -193,13 +193,16 @@ struct DistributedOptimizer::Impl {
       return;
     }
     const auto t0 = SteadyClock::now();
+    ParameterGather* gather = shard ? shard->gather() : nullptr;
+    if (gather) gather->check_all_ran();
     std::unique_lock<std::mutex> lk(mu);
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!params[i].submitted) submit(params[i], i);
     }
     auto by_arrival = wait_submitted(lk);
+    if (gather) gather->release_all();  // the first layer, whose input needed no gradient
     // Stage 2 frees the gradients every step: no flat buffer to keep.
-    if (!laid_out && !(shard && shard->stage() == 2)) lay_out(by_arrival);
+    if (!laid_out && !(shard && shard->stage() >= 2)) lay_out(by_arrival);
     if (auto_lossy_pending) {
       // The first step pays one-off costs (negotiation, auto's probes).
       if (auto_steps >= 1) {
@@ -403,7 +406,8 @@ DistributedOptimizer::DistributedOptimizer(
   if (impl_->options.shard > 0) {
     std::vector<std::pair<std::string, torch::Tensor>> named;
     for (const auto& p : impl_->params) named.emplace_back(p.name, p.tensor);
-    impl_->shard = std::make_unique<ShardedUpdate>(ctx, optimizer, std::move(named), impl_->options.shard);
+    impl_->shard = std::make_unique<ShardedUpdate>(ctx, optimizer, std::move(named), impl_->options.shard,
+                                                   impl_->options.shard_prefetch);
   }
   if (impl_->sync != "allreduce") {
     std::vector<std::string> names;
@@ -512,6 +516,21 @@ torch::optim::Optimizer& DistributedOptimizer::updating_optimizer() {
   return impl_->shard ? impl_->shard->optimizer() : impl_->optimizer;
 }
 
+torch::Tensor DistributedOptimizer::run_layer(const std::string& layer, const torch::Tensor& x,
+                                             const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+  ParameterGather* gather = impl_->shard ? impl_->shard->gather() : nullptr;
+  return gather ? gather->run(layer, x, forward) : forward(x);
+}
+
+void DistributedOptimizer::with_full_parameters(const std::function<void()>& f) {
+  ParameterGather* gather = impl_->shard ? impl_->shard->gather() : nullptr;
+  if (gather) {
+    gather->with_all(f);
+  } else {
+    f();
+  }
+}
+
 MemoryBytes DistributedOptimizer::memory_bytes() const {
   if (impl_->shard) return impl_->shard->memory_bytes();
   MemoryBytes m;
@@ -520,6 +539,7 @@ MemoryBytes DistributedOptimizer::memory_bytes() const {
     if (p.tensor.grad().defined()) m.gradients += static_cast<std::int64_t>(p.tensor.grad().nbytes());
   }
   m.optimizer_state = optimizer_state_bytes(impl_->optimizer);
+  m.parameters_peak = m.parameters;
   return m;
 }
 

@@ -62,10 +62,10 @@ std::int64_t optimizer_state_bytes(const torch::optim::Optimizer& opt) {
 }
 
 ShardedUpdate::ShardedUpdate(Context& ctx, torch::optim::Optimizer& user,
-                             std::vector<std::pair<std::string, torch::Tensor>> params, int stage)
-    : ctx_(ctx), user_(user), params_(std::move(params)), stage_(stage) {
-  if (stage != 1 && stage != 2) {
-    throw_invalid_argument("shard " + std::to_string(stage) + ": this path runs stages 1 and 2");
+                             std::vector<std::pair<std::string, torch::Tensor>> params, int stage, bool prefetch)
+    : ctx_(ctx), user_(user), params_(std::move(params)), stage_(stage), prefetch_(prefetch) {
+  if (stage < 1 || stage > 3) {
+    throw_invalid_argument("shard " + std::to_string(stage) + ": choose 1, 2 or 3");
   }
   std::vector<std::pair<std::string, std::int64_t>> sizes;
   for (const auto& [name, t] : params_) {
@@ -96,10 +96,20 @@ ShardedUpdate::ShardedUpdate(Context& ctx, torch::optim::Optimizer& user,
   pieces_ = layout_.owned_pieces(ctx.rank());
   flatten_parameters();
   build_optimizer();
+  if (stage_ == 3) gather_ = std::make_unique<ParameterGather>(ctx_, layout_, params_, flat_, prefetch_);
 }
 
 void ShardedUpdate::flatten_parameters() {
   torch::NoGradGuard no_grad;
+  if (stage_ == 3) {  // this rank's range only
+    const std::int64_t begin = layout_.begin(ctx_.rank());
+    flat_ = torch::empty({layout_.count(ctx_.rank())}, torch::kFloat);
+    for (const auto& piece : pieces_) {
+      flat_.narrow(0, piece.flat_offset - begin, piece.numel)
+          .copy_(params_[piece.param_index].second.detach().reshape({-1}).narrow(0, piece.offset, piece.numel));
+    }
+    return;
+  }
   flat_ = torch::empty({layout_.total()}, torch::kFloat);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     torch::Tensor& p = params_[i].second;
@@ -126,7 +136,8 @@ void ShardedUpdate::build_optimizer() {
       throw_invalid_argument("shard: parameter " + p.first + " is not in the optimizer; build the optimizer " +
                              "over every trainable parameter");
     }
-    auto t = flat_.narrow(0, piece.flat_offset, piece.numel).detach().requires_grad_(true);
+    const std::int64_t at = stage_ == 3 ? piece.flat_offset - layout_.begin(ctx_.rank()) : piece.flat_offset;
+    auto t = flat_.narrow(0, at, piece.numel).detach().requires_grad_(true);
     piece_params_.push_back(t);
     per_group[it->second].push_back(t);
   }
@@ -146,12 +157,12 @@ void ShardedUpdate::step() {
     copy_options();
     shard_opt_->step();
   }
-  gather_parameters();
+  if (stage_ < 3) gather_parameters();
 }
 
 void ShardedUpdate::attach_gradients() {
   const std::int64_t begin = layout_.begin(ctx_.rank());
-  if (stage_ == 2) {
+  if (stage_ >= 2) {
     if (!grad_part_.defined()) grad_part_ = torch::empty({layout_.count(ctx_.rank())}, torch::kFloat);
     for (const auto& piece : pieces_) {
       const auto& g = params_[piece.param_index].second.grad();
@@ -164,7 +175,7 @@ void ShardedUpdate::attach_gradients() {
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     const auto& piece = pieces_[i];
     piece_params_[i].mutable_grad() =
-        stage_ == 2 ? grad_part_.narrow(0, piece.flat_offset - begin, piece.numel)
+        stage_ >= 2 ? grad_part_.narrow(0, piece.flat_offset - begin, piece.numel)
                     : params_[piece.param_index].second.grad().detach().reshape({-1}).narrow(0, piece.offset,
                                                                                           piece.numel);
   }
@@ -199,8 +210,13 @@ void ShardedUpdate::gather_parameters() {
 MemoryBytes ShardedUpdate::memory_bytes() const {
   MemoryBytes m;
   for (const auto& [name, p] : params_) {
-    m.parameters += bytes_of(p);
-    m.gradients += bytes_of(p.grad());
+    if (!gather_) m.parameters += bytes_of(p);
+    m.gradients += p.grad().defined() ? p.grad().numel() * 4 : 0;
+  }
+  m.parameters_peak = m.parameters;
+  if (gather_) {
+    m.parameters = gather_->live_bytes();
+    m.parameters_peak = gather_->peak_bytes();
   }
   m.gradients += bytes_of(grad_part_);
   m.optimizer_state = shard_opt_ ? optimizer_state_bytes(*shard_opt_) : 0;

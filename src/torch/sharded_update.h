@@ -1,6 +1,7 @@
-// Stages 1 and 2 of sharded data parallelism (DistributedOptions::shard,
+// Stages 1, 2 and 3 of sharded data parallelism (DistributedOptions::shard,
 // docs/sharding.md): the part of DistributedOptimizer that updates only this
-// rank's part of the parameters and all-gathers the rest.
+// rank's part of the parameters and all-gathers the rest (stage 3: keeps
+// only this rank's part, parameter_gather.h gathers layers when used).
 //
 // Set-up (every rank alike; a collective):
 //   1. The layout (hpctrain/shard_layout.h) over the trainable parameters;
@@ -26,6 +27,9 @@
 // An elementwise optimizer computes every element as it would on the whole
 // tensor, and the gradients are the same allreduce results, so the
 // parameters equal unsharded training's bit for bit.
+// Stage 3: step 2 copies this rank's range out of the parameters (flat_
+// holds that range only) and ParameterGather releases the parameters; step
+// 6 is skipped (layers are gathered by the next forward).
 //
 // Threads: the training thread only (as DistributedOptimizer). Blocks in
 // the constructor and step() (collectives through the engine).
@@ -39,23 +43,26 @@
 #include <vector>
 
 #include "hpctrain/hpctrain.h"
+#include "torch/parameter_gather.h"
 
 namespace hpct {
 
 class ShardedUpdate {
  public:
   // params: (name, tensor) with requires_grad, in named_parameters() order.
-  // InvalidArgument (naming the fix) for a stage other than 1 or 2, a
+  // InvalidArgument (naming the fix) for a stage other than 1, 2 or 3, a
   // parameter that is not float32 on the CPU, an optimizer that is not
   // elementwise (SGD, Adam, AdamW, RMSprop, Adagrad), or one that already
   // holds state.
   ShardedUpdate(Context& ctx, torch::optim::Optimizer& user,
-                std::vector<std::pair<std::string, torch::Tensor>> params, int stage);
+                std::vector<std::pair<std::string, torch::Tensor>> params, int stage, bool prefetch = true);
   ShardedUpdate(const ShardedUpdate&) = delete;
   ShardedUpdate& operator=(const ShardedUpdate&) = delete;
 
   // Steps 4-6 above; every parameter's .grad holds the reduced gradient.
   void step();
+  // Stage 3's layer gathering (null at stages 1 and 2).
+  ParameterGather* gather() { return gather_.get(); }
 
   int stage() const { return stage_; }
   const ShardLayout& layout() const { return layout_; }
@@ -75,13 +82,15 @@ class ShardedUpdate {
   torch::optim::Optimizer& user_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   int stage_;
+  bool prefetch_;
   ShardLayout layout_;
   std::vector<ShardPiece> pieces_;
   torch::Tensor flat_;                   // every parameter, in layout order
   std::vector<torch::Tensor> piece_params_;  // views of flat_, this rank's pieces
   std::vector<std::size_t> group_of_piece_group_;  // shard group -> user group
   std::unique_ptr<torch::optim::Optimizer> shard_opt_;
-  torch::Tensor grad_part_;              // stage 2: this rank's reduced gradient
+  torch::Tensor grad_part_;              // stages 2 and 3: this rank's reduced gradient
+  std::unique_ptr<ParameterGather> gather_;  // stage 3
 };
 
 // The bytes of an optimizer's state tensors (SGD, Adam, AdamW, RMSprop,
