@@ -20,6 +20,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,8 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 #include <torch/ordered_dict.h>
+
+#include "hpctrain/shard_layout.h"
 
 namespace hpct {
 
@@ -100,6 +103,35 @@ struct DistributedOptions {
   // `hpctrain launch --servers K`. Empty: HPCT_SYNC.
   std::string sync;
   int staleness = -1;  // ps-async; -1: HPCT_PS_STALENESS
+  // Sharded data parallelism (docs/sharding.md; ZeRO's stages). 0: off,
+  // every rank keeps everything. 1: each rank keeps the optimizer state of
+  // its part of the parameters only (ShardLayout), updates that part, and
+  // the ranks all-gather the updated parameters. 2: as 1, and after the
+  // gradients are reduced each rank keeps only its part of them (the full
+  // gradients are freed). 3: as 2, and each rank holds only its part of the
+  // parameters; a layer's are gathered for its forward and backward
+  // (prefetched one layer ahead) and freed after: the model must call each
+  // top-level layer through DistributedOptimizer::run_layer(). Stages 1 and
+  // 2 give the parameters of unsharded training bit for bit, stage 3 within
+  // float rounding (docs/sharding.md states the bound). Needs sync
+  // allreduce, float32 parameters on the CPU, an elementwise optimizer (SGD,
+  // Adam, AdamW, RMSprop, Adagrad) without state yet, and no lossy
+  // compression (fp16/bf16 wire types work).
+  int shard = 0;
+  // shard 3: start gathering the next layer while this one computes (live
+  // parameters: this rank's part plus two layers); false: one layer at a
+  // time (part plus the largest layer), each gather waited for in full.
+  bool shard_prefetch = true;
+};
+
+// Bytes one rank holds for training, by kind (DistributedOptimizer::memory_bytes()).
+struct MemoryBytes {
+  std::int64_t parameters = 0;       // the model's trainable parameters as this rank holds them
+  std::int64_t gradients = 0;        // their gradients (full, or this rank's part at stage 2)
+  std::int64_t optimizer_state = 0;  // the optimizer's state tensors (exp_avg, momentum, ...)
+  // The most parameter bytes held at once so far: at shard 3 this rank's
+  // part plus the layers gathered at the time; otherwise `parameters`.
+  std::int64_t parameters_peak = 0;
 };
 
 // Wraps any torch::optim::Optimizer (which keeps doing the update): step()
@@ -153,6 +185,34 @@ class DistributedOptimizer {
   // the servers' at that moment, the same on every rank (what a checkpoint
   // saves). allreduce: does nothing (ranks must step equally often).
   void end_epoch();
+
+  // DistributedOptions::shard (0: not sharded).
+  int shard_stage() const;
+  // Which parameter elements each rank owns (sharded; at shard 0 the layout
+  // of a one-rank world: everything on this rank).
+  const ShardLayout& shard_layout() const;
+  // The optimizer that updates this rank's part when sharded (its parameters
+  // are this rank's pieces, ShardLayout::owned_pieces(rank), as flat
+  // tensors; it holds the state); optimizer() otherwise. The options of
+  // optimizer()'s param groups (a learning-rate schedule) are copied to it
+  // before each step.
+  torch::optim::Optimizer& updating_optimizer();
+  // What this rank holds now: parameters, gradients, optimizer state (the
+  // sum of the state tensors' bytes; SGD, Adam, AdamW, RMSprop and Adagrad
+  // state is counted, other optimizers' state reads 0).
+  MemoryBytes memory_bytes() const;
+  // forward(x) for the model's top-level layer `layer` (a child module's
+  // name, as in named_parameters(): "fc1"). At shard 3 the layer's full
+  // parameters exist only inside forward (and again in its backward):
+  // every top-level layer with parameters must be called this way, or
+  // synchronize() raises InvalidArgument naming it. Otherwise: forward(x).
+  // A collective at shard 3 (every rank calls the same layers in order).
+  torch::Tensor run_layer(const std::string& layer, const torch::Tensor& x,
+                          const std::function<torch::Tensor(const torch::Tensor&)>& forward);
+  // f() while the module's parameters hold their full values (at shard 3
+  // every layer is gathered for it and released after: a collective, and
+  // the parameters' full size in memory meanwhile); otherwise f().
+  void with_full_parameters(const std::function<void()>& f);
 
   struct Impl;
 

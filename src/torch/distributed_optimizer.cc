@@ -30,6 +30,7 @@
 #include "ps/job.h"
 #include "torch/gradient_compressor.h"
 #include "torch/ps_sync.h"
+#include "torch/sharded_update.h"
 
 namespace hpct {
 namespace {
@@ -87,6 +88,8 @@ struct DistributedOptimizer::Impl {
   std::string sync;     // options.sync, resolved
   std::unique_ptr<PsSync> ps;  // ps and ps-async modes (made once the parameters are known)
   std::unique_ptr<GradientCompressor> lossy;  // powersgd or int8 (gradient_compressor.h)
+  std::unique_ptr<ShardedUpdate> shard;       // options.shard 1, 2 or 3 (sharded_update.h)
+  ShardLayout unsharded_layout;               // shard_layout() at shard 0
   LossySpec lossy_defaults;  // start step and min rate, resolved
   bool auto_lossy_pending = false;  // auto --allow-lossy: decided at the first synchronize()
   std::string compression_reason;   // what auto decided and why
@@ -134,6 +137,25 @@ struct DistributedOptimizer::Impl {
     if (options.backward_passes_per_step < 1) {
       throw_invalid_argument("backward_passes_per_step must be at least 1");
     }
+    check_shard_options(text);
+  }
+
+  // What sharding works with (docs/sharding.md).
+  void check_shard_options(const std::string& compression_text) const {
+    if (options.shard == 0) return;
+    if (options.shard < 0 || options.shard > 3) {
+      throw_invalid_argument("shard " + std::to_string(options.shard) +
+                             ": choose 0 (off), 1 (optimizer state), 2 (and gradients) or 3 (and parameters)");
+    }
+    if (sync != "allreduce") {
+      throw_invalid_argument("shard " + std::to_string(options.shard) + " works with --sync allreduce; with " +
+                             sync + " the parameter servers already hold the parameters (drop --shard or --sync)");
+    }
+    if (lossy || auto_lossy_pending) {
+      throw_invalid_argument("shard " + std::to_string(options.shard) + " with compression " + compression_text +
+                             ": a lossy mode keeps per-rank residuals of the whole gradient, which sharding "
+                             "does not hold; use --compression none, fp16 or bf16 (or auto without --allow-lossy)");
+    }
   }
 
   void on_grad_ready(std::size_t i) {
@@ -171,12 +193,16 @@ struct DistributedOptimizer::Impl {
       return;
     }
     const auto t0 = SteadyClock::now();
+    ParameterGather* gather = shard ? shard->gather() : nullptr;
+    if (gather) gather->check_all_ran();
     std::unique_lock<std::mutex> lk(mu);
     for (std::size_t i = 0; i < params.size(); ++i) {
       if (!params[i].submitted) submit(params[i], i);
     }
     auto by_arrival = wait_submitted(lk);
-    if (!laid_out) lay_out(by_arrival);
+    if (gather) gather->release_all();  // the first layer, whose input needed no gradient
+    // Stage 2 frees the gradients every step: no flat buffer to keep.
+    if (!laid_out && !(shard && shard->stage() >= 2)) lay_out(by_arrival);
     if (auto_lossy_pending) {
       // The first step pays one-off costs (negotiation, auto's probes).
       if (auto_steps >= 1) {
@@ -374,6 +400,15 @@ DistributedOptimizer::DistributedOptimizer(
     p.tensor = item.value();
     impl_->params.push_back(std::move(p));
   }
+  std::vector<std::pair<std::string, std::int64_t>> sizes;
+  for (const auto& p : impl_->params) sizes.emplace_back(p.name, p.tensor.numel());
+  impl_->unsharded_layout = ShardLayout(std::move(sizes), 1);
+  if (impl_->options.shard > 0) {
+    std::vector<std::pair<std::string, torch::Tensor>> named;
+    for (const auto& p : impl_->params) named.emplace_back(p.name, p.tensor);
+    impl_->shard = std::make_unique<ShardedUpdate>(ctx, optimizer, std::move(named), impl_->options.shard,
+                                                   impl_->options.shard_prefetch);
+  }
   if (impl_->sync != "allreduce") {
     std::vector<std::string> names;
     std::vector<torch::Tensor> tensors;
@@ -414,7 +449,11 @@ void DistributedOptimizer::step() {
   impl_->user_synchronized = false;
   const bool async = impl_->ps && impl_->ps->mode() == ps::Mode::kAsync;
   if (async) impl_->ps->before_step();
-  impl_->optimizer.step();
+  if (impl_->shard) {
+    impl_->shard->step();
+  } else {
+    impl_->optimizer.step();
+  }
   if (async) impl_->ps->after_step();
 }
 
@@ -466,5 +505,42 @@ void DistributedOptimizer::zero_grad() { impl_->optimizer.zero_grad(); }
 
 torch::optim::Optimizer& DistributedOptimizer::optimizer() { return impl_->optimizer; }
 bool DistributedOptimizer::overlaps() const { return impl_->overlap; }
+
+int DistributedOptimizer::shard_stage() const { return impl_->options.shard; }
+
+const ShardLayout& DistributedOptimizer::shard_layout() const {
+  return impl_->shard ? impl_->shard->layout() : impl_->unsharded_layout;
+}
+
+torch::optim::Optimizer& DistributedOptimizer::updating_optimizer() {
+  return impl_->shard ? impl_->shard->optimizer() : impl_->optimizer;
+}
+
+torch::Tensor DistributedOptimizer::run_layer(const std::string& layer, const torch::Tensor& x,
+                                             const std::function<torch::Tensor(const torch::Tensor&)>& forward) {
+  ParameterGather* gather = impl_->shard ? impl_->shard->gather() : nullptr;
+  return gather ? gather->run(layer, x, forward) : forward(x);
+}
+
+void DistributedOptimizer::with_full_parameters(const std::function<void()>& f) {
+  ParameterGather* gather = impl_->shard ? impl_->shard->gather() : nullptr;
+  if (gather) {
+    gather->with_all(f);
+  } else {
+    f();
+  }
+}
+
+MemoryBytes DistributedOptimizer::memory_bytes() const {
+  if (impl_->shard) return impl_->shard->memory_bytes();
+  MemoryBytes m;
+  for (const auto& p : impl_->params) {
+    m.parameters += static_cast<std::int64_t>(p.tensor.nbytes());
+    if (p.tensor.grad().defined()) m.gradients += static_cast<std::int64_t>(p.tensor.grad().nbytes());
+  }
+  m.optimizer_state = optimizer_state_bytes(impl_->optimizer);
+  m.parameters_peak = m.parameters;
+  return m;
+}
 
 }  // namespace hpct

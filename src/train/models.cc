@@ -26,13 +26,44 @@ class Mlp final : public Model {
   }
   torch::Tensor forward(torch::Tensor x) override {
     x = x.reshape({x.size(0), -1});
-    x = torch::relu(fc1_->forward(x));
-    x = torch::relu(fc2_->forward(x));
-    return fc3_->forward(x);
+    x = torch::relu(layer("fc1", x, [this](const torch::Tensor& t) { return fc1_->forward(t); }));
+    x = torch::relu(layer("fc2", x, [this](const torch::Tensor& t) { return fc2_->forward(t); }));
+    return layer("fc3", x, [this](const torch::Tensor& t) { return fc3_->forward(t); });
   }
+  bool runs_layers() const override { return true; }
 
  private:
   Linear fc1_{nullptr}, fc2_{nullptr}, fc3_{nullptr};
+};
+
+// mlp200m: 784-4096, twelve 4096-4096, 4096-10 (204.6M parameters, 14
+// layers of at most 16.8M): the model of docs/sharding.md's memory figures,
+// whose Adam state alone (1.6 GB) is what sharding splits.
+class DeepMlp final : public Model {
+ public:
+  explicit DeepMlp(int hidden_layers) {
+    int in = 784;
+    for (int i = 0; i <= hidden_layers; ++i) {
+      names_.push_back("fc" + std::to_string(i + 1));
+      layers_.push_back(register_module(names_.back(), Linear(in, 4096)));
+      in = 4096;
+    }
+    names_.push_back("fc" + std::to_string(hidden_layers + 2));
+    layers_.push_back(register_module(names_.back(), Linear(in, 10)));
+  }
+  torch::Tensor forward(torch::Tensor x) override {
+    x = x.reshape({x.size(0), -1});
+    for (std::size_t i = 0; i < layers_.size(); ++i) {
+      x = layer(names_[i], x, [this, i](const torch::Tensor& t) { return layers_[i]->forward(t); });
+      if (i + 1 < layers_.size()) x = torch::relu(x);
+    }
+    return x;
+  }
+  bool runs_layers() const override { return true; }
+
+ private:
+  std::vector<std::string> names_;
+  std::vector<Linear> layers_;
 };
 
 class SmallCnn final : public Model {
@@ -44,11 +75,15 @@ class SmallCnn final : public Model {
     fc2_ = register_module("fc2", Linear(128, 10));
   }
   torch::Tensor forward(torch::Tensor x) override {
-    x = F::max_pool2d(torch::relu(conv1_->forward(x)), F::MaxPool2dFuncOptions(2));
-    x = F::max_pool2d(torch::relu(conv2_->forward(x)), F::MaxPool2dFuncOptions(2));
-    x = torch::relu(fc1_->forward(x.flatten(1)));
-    return fc2_->forward(x);
+    const F::MaxPool2dFuncOptions pool(2);
+    x = F::max_pool2d(torch::relu(layer("conv1", x, [this](const torch::Tensor& t) { return conv1_->forward(t); })),
+                      pool);
+    x = F::max_pool2d(torch::relu(layer("conv2", x, [this](const torch::Tensor& t) { return conv2_->forward(t); })),
+                      pool);
+    x = torch::relu(layer("fc1", x.flatten(1), [this](const torch::Tensor& t) { return fc1_->forward(t); }));
+    return layer("fc2", x, [this](const torch::Tensor& t) { return fc2_->forward(t); });
   }
+  bool runs_layers() const override { return true; }
 
  private:
   Conv2d conv1_{nullptr}, conv2_{nullptr};
@@ -90,36 +125,42 @@ class ResNet20 final : public Model {
       int out = 16 << stage;
       for (int b = 0; b < 3; ++b) {
         int stride = (stage > 0 && b == 0) ? 2 : 1;
-        blocks_.push_back(register_module("layer" + std::to_string(stage + 1) + "_" + std::to_string(b),
-                                          std::make_shared<BasicBlock>(in, out, stride)));
+        block_names_.push_back("layer" + std::to_string(stage + 1) + "_" + std::to_string(b));
+        blocks_.push_back(register_module(block_names_.back(), std::make_shared<BasicBlock>(in, out, stride)));
         in = out;
       }
     }
     fc_ = register_module("fc", Linear(64, 10));
   }
   torch::Tensor forward(torch::Tensor x) override {
-    x = torch::relu(bn_->forward(conv_->forward(x)));
-    for (auto& b : blocks_) x = b->forward(x);
+    x = layer("conv", x, [this](const torch::Tensor& t) { return conv_->forward(t); });
+    x = torch::relu(layer("bn", x, [this](const torch::Tensor& t) { return bn_->forward(t); }));
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      x = layer(block_names_[i], x, [this, i](const torch::Tensor& t) { return blocks_[i]->forward(t); });
+    }
     x = F::adaptive_avg_pool2d(x, F::AdaptiveAvgPool2dFuncOptions(1)).flatten(1);
-    return fc_->forward(x);
+    return layer("fc", x, [this](const torch::Tensor& t) { return fc_->forward(t); });
   }
+  bool runs_layers() const override { return true; }
 
  private:
   Conv2d conv_{nullptr};
   BatchNorm2d bn_{nullptr};
   std::vector<std::shared_ptr<BasicBlock>> blocks_;
+  std::vector<std::string> block_names_;
   Linear fc_{nullptr};
 };
 
 }  // namespace
 
-std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet20"}; }
+std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet20", "mlp200m"}; }
 
 std::shared_ptr<Model> make_model(const std::string& name, int in_channels) {
   if (name == "mlp") return std::make_shared<Mlp>();
   if (name == "cnn") return std::make_shared<SmallCnn>();
   if (name == "resnet20") return std::make_shared<ResNet20>(in_channels);
-  throw_invalid_argument("unknown model '" + name + "'; choose mlp, cnn or resnet20");
+  if (name == "mlp200m") return std::make_shared<DeepMlp>(12);
+  throw_invalid_argument("unknown model '" + name + "'; choose mlp, cnn, resnet20 or mlp200m");
 }
 
 std::int64_t parameter_count(const torch::nn::Module& m) {

@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <sys/resource.h>
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -34,6 +36,30 @@
 namespace hpct::train {
 namespace {
 
+// What --shard works with; DistributedOptimizer refuses the rest (--sync
+// ps, lossy compression) by name.
+void check_shard(const TrainOptions& o) {
+  if (o.shard == 0) return;
+  const std::string flag = "--shard " + std::to_string(o.shard);
+  if (o.shard < 0 || o.shard > 3) throw_invalid_argument(flag + ": choose 0 (off), 1, 2 or 3");
+  if (!o.checkpoint_dir.empty() || !o.resume.empty() || o.stop_requested != nullptr) {
+    throw_invalid_argument(flag + " with checkpoints (--checkpoint-dir, --resume, --checkpoint-on-signal) is not "
+                           "supported yet: each rank holds only its part of the optimizer state" +
+                           std::string(o.shard == 3 ? " and of the parameters" : "") +
+                           ", which the ordinary checkpoint cannot hold; drop --shard or the checkpoint options");
+  }
+  if (parse_device(o.device).is_cuda()) {
+    throw_invalid_argument(flag + " trains on the CPU for now (--device " + o.device + "): drop --shard on GPUs");
+  }
+  if (o.shard == 3) {
+    const auto names = model_names();
+    if (std::find(names.begin(), names.end(), o.model) == names.end()) {
+      throw_invalid_argument("--shard 3 gathers each layer in the forward of a built-in model (" + o.model +
+                             " is a TorchScript model): use --shard 1 or 2, or a built-in model");
+    }
+  }
+}
+
 void check_options(const TrainOptions& o) {
   if (o.data.empty()) throw_invalid_argument("--data: no training shards given");
   if (o.epochs < 1 || o.batch < 1 || o.threads < 1 || o.log_every < 1) {
@@ -46,6 +72,7 @@ void check_options(const TrainOptions& o) {
   if (o.stop_requested != nullptr && o.checkpoint_dir.empty()) {
     throw_invalid_argument("--checkpoint-on-signal needs --checkpoint-dir: where would the checkpoint go?");
   }
+  check_shard(o);
   const torch::Device device = parse_device(o.device);
   const c10::ScalarType amp = parse_amp(o.amp);
   if (amp == c10::kHalf && !o.sync.empty() && o.sync != "allreduce") {
@@ -90,12 +117,24 @@ std::unique_ptr<metrics::RankMetrics> rank_metrics(Context& ctx, const std::shar
       });
 }
 
+// This process's peak resident memory (getrusage; Linux counts KiB).
+std::int64_t peak_resident_bytes() {
+  struct rusage u {};
+  ::getrusage(RUSAGE_SELF, &u);
+  return static_cast<std::int64_t>(u.ru_maxrss) * 1024;
+}
+
 // The summary of run_training, after the loop (a collective: the final
 // parameter check and every rank's remote reads).
 nlohmann::json summarize(Context& ctx, const TrainOptions& o, const Logger& log, const EpochLoop& loop,
                          std::int64_t resumed_from, Clock::time_point wall_start) {
-  const auto check = check_parameters(ctx, loop.model);
-  if (!o.save_model.empty()) save_final_model(ctx, loop.model, o.save_model, log);
+  const MemoryBytes memory = loop.opt.memory_bytes();  // before the gather below
+  // --shard 3: the parameters are gathered for the check and the saved model.
+  ParameterCheck check;
+  loop.opt.with_full_parameters([&] {
+    check = check_parameters(ctx, loop.model);
+    if (!o.save_model.empty()) save_final_model(ctx, loop.model, o.save_model, log);
+  });
 
   nlohmann::json s;
   s["type"] = "summary";
@@ -125,6 +164,16 @@ nlohmann::json summarize(Context& ctx, const TrainOptions& o, const Logger& log,
   }
   s["train_samples_per_s"] = static_cast<double>(loop.trained_samples) / std::max(1e-9, loop.train_seconds);
   s["wall_s"] = seconds_since(wall_start);
+  s["shard"] = o.shard;
+  {
+    const MemoryBytes& m = memory;  // rank 0's (every rank's are within a kAlign of it)
+    // Flat keys: tools find the summary as the line's last '{"'.
+    s["param_bytes"] = m.parameters;
+    s["param_peak_bytes"] = m.parameters_peak;
+    s["grad_bytes"] = m.gradients;
+    s["optimizer_state_bytes"] = m.optimizer_state;
+    s["peak_rss_bytes"] = peak_resident_bytes();
+  }
   s["params_crc32c"] = check.crc_hex;
   s["params_identical_across_ranks"] = check.identical;
   {
@@ -168,6 +217,8 @@ DistributedOptions distributed_options(const TrainOptions& o) {
   d.staleness = o.staleness;
   d.compression_start_step = o.compression_start_step;
   d.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
+  d.shard = o.shard;
+  d.shard_prefetch = o.shard_prefetch;
   return d;
 }
 
@@ -227,6 +278,11 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   // plugin's CudaDevice, the current stream's ready event); the engine
   // averages them on the GPU (gpu_engine_setup).
   DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), distributed_options(o));
+  if (opt.shard_stage() == 3) {
+    model->set_layer_runner([&opt](const std::string& layer, const torch::Tensor& x, const Model::LayerForward& f) {
+      return opt.run_layer(layer, x, f);
+    });
+  }
   if (!resumed.compression_state.empty()) {
     opt.restore_compression_state(resumed.compression_state);
   } else if (resumed.resumed_from >= 0 && !opt.lossy_compression().empty()) {
@@ -272,6 +328,11 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
   if (o.data.empty()) throw_invalid_argument("--data: no training shards given");
   if (o.epochs < 1 || o.batch < 1 || o.threads < 1 || o.log_every < 1 || o.elastic_commit_every < 1) {
     throw_invalid_argument("--epochs, --batch, --threads, --log-every and --commit-every must be at least 1");
+  }
+  if (o.shard != 0) {
+    throw_invalid_argument("--elastic with --shard " + std::to_string(o.shard) + " is not supported yet: an "
+                           "elastic commit holds the whole optimizer state on every rank, and a new world "
+                           "size would need the shards re-split; drop --shard (or --elastic)");
   }
   if (!o.resume.empty() || o.stop_requested != nullptr || (!o.sync.empty() && o.sync != "allreduce")) {
     throw_invalid_argument("--elastic keeps its state in memory (commits): drop --resume, "

@@ -62,6 +62,12 @@ struct TrainOptions {
   std::string compression;            // none, fp16, bf16, auto, powersgd[:RANK], int8; empty: HPCT_COMPRESSION
   std::int64_t compression_start_step = -1;  // lossy modes: plain steps first; -1: HPCT_COMPRESSION_START_STEP
   bool allow_lossy = false;           // auto may pick a lossy mode (or HPCT_ALLOW_LOSSY)
+  // Sharded data parallelism (docs/sharding.md): 0 off; 1 optimizer state,
+  // 2 and gradients, 3 and parameters split over the ranks. CPU, built-in
+  // models at 3, no checkpoints, parameter servers, lossy compression or
+  // elastic yet (each refused by name).
+  int shard = 0;
+  bool shard_prefetch = true;  // --shard 3: gather the next layer during this one
   // cpu, cuda or cuda:N (train/device.h; docs/gpu.md). On a GPU the loader
   // hands out pinned batches copied ahead to the device, and the engine
   // averages the gradients on it (NCCL, or staged: gpu_engine_setup).

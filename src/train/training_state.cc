@@ -84,7 +84,7 @@ void save_final_model(Context& ctx, Model& model, std::string path, const Logger
   log.info("train", "model saved to " + path);
 }
 
-std::string make_payload(Context& ctx, Model& model, torch::optim::Optimizer& opt, std::int64_t step,
+std::string make_payload(int world_size, Model& model, torch::optim::Optimizer& opt, std::int64_t step,
                          std::int64_t epoch, bool epoch_done, const std::vector<std::string>& rngs,
                          const std::vector<std::string>& loaders, const std::vector<std::string>& compressions) {
   torch::serialize::OutputArchive ar;
@@ -97,8 +97,8 @@ std::string make_payload(Context& ctx, Model& model, torch::optim::Optimizer& op
   ar.write("step", torch::tensor({step}, torch::kLong));
   ar.write("epoch", torch::tensor({epoch}, torch::kLong));
   ar.write("epoch_done", torch::tensor({epoch_done ? 1 : 0}, torch::kLong));
-  ar.write("world_size", torch::tensor({static_cast<std::int64_t>(ctx.size())}, torch::kLong));
-  for (int r = 0; r < ctx.size(); ++r) {
+  ar.write("world_size", torch::tensor({static_cast<std::int64_t>(world_size)}, torch::kLong));
+  for (int r = 0; r < world_size; ++r) {
     ar.write("rng/" + std::to_string(r), bytes_tensor(rngs[r]));
     ar.write("loader/" + std::to_string(r), bytes_tensor(loaders[r]));
     if (!compressions[r].empty()) ar.write("compression/" + std::to_string(r), bytes_tensor(compressions[r]));
@@ -209,7 +209,7 @@ void save_checkpoint(Context& ctx, const TrainOptions& o, const Logger& log, Mod
   // Residuals are every rank's own: all of them go into the checkpoint.
   auto compressions = gather_bytes(ctx, "train/ckpt_compression", opt.compression_state());
   if (ctx.rank() == 0) {
-    auto payload = make_payload(ctx, model, optimizer, step, epoch, epoch_done, rngs, loaders, compressions);
+    auto payload = make_payload(ctx.size(), model, optimizer, step, epoch, epoch_done, rngs, loaders, compressions);
     auto info = write_checkpoint(o.checkpoint_dir, step, epoch, payload);
     log.info("train", "checkpoint " + info.payload_path + " (" + std::to_string(payload.size()) + " bytes)");
   }

@@ -45,7 +45,9 @@ struct Payload {
   std::string compression;  // this rank's lossy compression state (residuals, Q); "" without one
 };
 
-std::string make_payload(Context& ctx, Model& model, torch::optim::Optimizer& opt, std::int64_t step,
+// The payload of a checkpoint of a job of world_size ranks (one entry per
+// rank in rngs, loaders and compressions).
+std::string make_payload(int world_size, Model& model, torch::optim::Optimizer& opt, std::int64_t step,
                          std::int64_t epoch, bool epoch_done, const std::vector<std::string>& rngs,
                          const std::vector<std::string>& loaders, const std::vector<std::string>& compressions);
 

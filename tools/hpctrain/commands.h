@@ -72,6 +72,7 @@ void add_launch_command(CLI::App& app, Cli& cli);      // and the hidden launch-
 void add_doctor_command(CLI::App& app, Cli& cli);      // and the hidden doctor --probe
 void add_rank_check_command(CLI::App& app, Cli& cli);  // hidden test program
 void add_train_command(CLI::App& app, Cli& cli);
+void add_checkpoint_command(CLI::App& app, Cli& cli);  // hpctrain-torch: consolidate, inspect
 void add_cluster_command(CLI::App& app, Cli& cli);    // setup, status
 void add_ps_server_command(CLI::App& app, Cli& cli);  // hidden: launch --servers starts it
 void add_report_command(CLI::App& app, Cli& cli);     // one HTML page of a run (src/report)

@@ -43,5 +43,7 @@ int main(int argc, char** argv) {
   add_forwarded_command(app, state, "train",
                         "Train a model on WebDataset shards across the job's ranks",
                         kTorchExecutable, check_train_device);
+  add_forwarded_command(app, state, "checkpoint", "Sharded checkpoints: consolidate into one file, inspect",
+                        kTorchExecutable);
   return run_cli(app, state, argc, argv);
 }

@@ -1,5 +1,5 @@
-// hpctrain-torch: the hpctrain subcommands that need libtorch (train, bench
-// engine|train|data). Users call them as `hpctrain train ...`: hpctrain,
+// hpctrain-torch: the hpctrain subcommands that need libtorch (train,
+// checkpoint, bench engine|train|data). Users call them as `hpctrain train ...`: hpctrain,
 // which does not load libtorch, execs this executable with the same argv
 // (see main.cc). Their worker ranks start this executable directly.
 #include "cli_main.h"
@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   add_bench_data_command(bench, state);
   add_bench_ps_command(bench, state);
   add_train_command(app, state);
+  add_checkpoint_command(app, state);
   add_plan_profile_command(app, state);
   return run_cli(app, state, argc, argv);
 }

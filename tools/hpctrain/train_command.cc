@@ -67,7 +67,7 @@ void print_summary(const nlohmann::json& s) {
 }
 
 // How the gradients move and where the model computes: --compression and
-// its start, --allow-lossy, --device, --amp, --sync and --staleness.
+// its start, --allow-lossy, --device, --amp, --sync, --staleness and --shard.
 void add_sync_and_device_flags(CLI::App* c, train::TrainOptions* o) {
   c->add_option("--compression", o->compression,
                 "Gradient compression: none, fp16, bf16, auto (default HPCT_COMPRESSION, auto), or lossy with "
@@ -85,6 +85,14 @@ void add_sync_and_device_flags(CLI::App* c, train::TrainOptions* o) {
                 "allreduce, ps or ps-async (parameter servers: launch --servers K; default HPCT_SYNC)");
   c->add_option("--staleness", o->staleness,
                 "ps-async: steps a worker may run ahead of the slowest (default HPCT_PS_STALENESS)");
+  c->add_option("--shard", o->shard,
+                "Sharded data parallel (docs/sharding.md): 0 off, 1 optimizer state, 2 and gradients, 3 and "
+                "parameters split over the ranks")
+      ->check(CLI::Range(0, 3))
+      ->capture_default_str();
+  c->add_option("--shard-prefetch", o->shard_prefetch,
+                "--shard 3: gather the next layer while this one computes (true; false holds one layer at a time)")
+      ->capture_default_str();
 }
 
 }  // namespace
@@ -92,7 +100,7 @@ void add_sync_and_device_flags(CLI::App* c, train::TrainOptions* o) {
 void add_train_command(CLI::App& app, Cli& cli) {
   auto o = std::make_shared<train::TrainOptions>();
   auto* c = app.add_subcommand("train", "Train a model on WebDataset shards across the job's ranks");
-  c->add_option("--model", o->model, "mlp, cnn, resnet20, or a TorchScript file (torch.jit.script(m).save())")
+  c->add_option("--model", o->model, "mlp, cnn, resnet20, mlp200m, or a TorchScript file (torch.jit.script(m).save())")
       ->capture_default_str();
   c->add_option("--data", o->data, "Training shards: files, patterns ('train-{000000..000005}.tar') or @list")
       ->required();
