@@ -267,7 +267,7 @@ struct RankMetrics::Impl {
   prometheus::Histogram* step = nullptr;
   prometheus::Counter* membership_changes = nullptr;
   prometheus::Gauge* world_size = nullptr;
-  std::array<prometheus::Gauge*, 3> memory{};  // parameters, gradients, optimizer state
+  std::array<prometheus::Gauge*, 4> memory{};  // parameters, gradients, optimizer state, parameters' peak
   std::array<prometheus::Histogram*, 4> phases{};
   std::mutex mu;  // prometheus-cpp's metrics are thread-safe; this orders a step's updates
 
@@ -315,11 +315,13 @@ RankMetrics::RankMetrics(const RankMetricsOptions& o) : impl_(std::make_unique<I
                             .Labels(labels)
                             .Register(r)
                             .Add({});
-  const char* memory[3][2] = {
+  const char* memory[4][2] = {
       {"hpctrain_parameter_bytes", "Bytes of the model's parameters this rank holds"},
       {"hpctrain_gradient_bytes", "Bytes of gradients this rank holds for its optimizer step"},
-      {"hpctrain_optimizer_state_bytes", "Bytes of optimizer state this rank holds"}};
-  for (int i = 0; i < 3; ++i) {
+      {"hpctrain_optimizer_state_bytes", "Bytes of optimizer state this rank holds"},
+      {"hpctrain_parameter_peak_bytes",
+       "The most parameter bytes this rank has held at once (sharded: with the layers gathered)"}};
+  for (int i = 0; i < 4; ++i) {
     impl_->memory[i] =
         &prometheus::BuildGauge().Name(memory[i][0]).Help(memory[i][1]).Labels(labels).Register(r).Add({});
   }
@@ -378,6 +380,7 @@ void RankMetrics::record_memory(const MemoryBytes& bytes) {
   impl_->memory[0]->Set(bytes.parameters);
   impl_->memory[1]->Set(bytes.gradients);
   impl_->memory[2]->Set(bytes.optimizer_state);
+  impl_->memory[3]->Set(bytes.parameters_peak);
 }
 
 std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, const WorldInfo& world,

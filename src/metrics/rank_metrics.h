@@ -23,11 +23,14 @@
 //   hpctrain_data_{http,s3}_stall_seconds_total         remote shard reads by kind of source
 //   hpctrain_process_cpu_seconds_total, hpctrain_process_resident_memory_bytes,
 //   hpctrain_process_peak_resident_memory_bytes        the process (/proc/self; the peak is VmHWM)
-//   hpctrain_parameter_bytes, hpctrain_gradient_bytes, hpctrain_optimizer_state_bytes
-//                                                      what this rank holds of the model's
+//   hpctrain_parameter_bytes, hpctrain_gradient_bytes, hpctrain_optimizer_state_bytes,
+//   hpctrain_parameter_peak_bytes                      what this rank holds of the model's
 //                                                      parameters, gradients and optimizer
 //                                                      state (its part when they are sharded),
-//                                                      as the optimizer reports them (record_memory)
+//                                                      and the most parameter bytes held at once
+//                                                      (sharded parameters: with the layers
+//                                                      gathered), as the optimizer reports them
+//                                                      (record_memory)
 //
 // The engine's and the communicator's figures are read when Prometheus
 // scrapes (their thread-safe snapshots), the training figures when the
@@ -71,11 +74,13 @@ struct DataSourceTotals {
 // the name, not a label: hpctrain_data_s3_bytes_total).
 inline const char* const kDataSourceKinds[] = {"http", "s3"};
 
-// What a rank holds of the model, in bytes (RankMetrics::record_memory).
+// What a rank holds of the model, in bytes (RankMetrics::record_memory); the
+// fields of hpct::MemoryBytes (DistributedOptimizer::memory_bytes()).
 struct MemoryBytes {
   double parameters = 0;
   double gradients = 0;
   double optimizer_state = 0;
+  double parameters_peak = 0;  // the most parameter bytes held at once so far
 };
 
 struct RankMetricsOptions {

@@ -145,10 +145,11 @@ TEST(RankMetrics, MemoryGaugesFollowTheOptimizerAndThePeakResidentMemoryStays) {
     volatile char* touch = big.data();  // volatile: the stores are not optimized away
     for (size_t i = 0; i < big.size(); i += 4096) touch[i] = 1;
   }
-  m.record_memory({80e6, 40e6, 160e6 / 3});
-  m.record_memory({80e6, 80e6 / 3, 160e6 / 3});  // the last values count
+  m.record_memory({80e6, 40e6, 160e6 / 3, 80e6});
+  m.record_memory({80e6 / 3, 80e6 / 3, 160e6 / 3, 50e6});  // the last values count
   text = get(m.url());
-  EXPECT_EQ(value_of(text, "hpctrain_parameter_bytes", "rank=\"0\""), 80e6);
+  EXPECT_NEAR(value_of(text, "hpctrain_parameter_bytes", "rank=\"0\""), 80e6 / 3, 1);
+  EXPECT_EQ(value_of(text, "hpctrain_parameter_peak_bytes", "rank=\"0\""), 50e6);
   EXPECT_NEAR(value_of(text, "hpctrain_gradient_bytes", "rank=\"0\""), 80e6 / 3, 1);
   EXPECT_NEAR(value_of(text, "hpctrain_optimizer_state_bytes", "rank=\"0\""), 160e6 / 3, 1);
   EXPECT_GE(value_of(text, "hpctrain_process_peak_resident_memory_bytes", "rank=\"0\""),
