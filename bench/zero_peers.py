@@ -186,10 +186,16 @@ def cpp_shard_line(args, stage):
         return {"bench": "zero_peers", "mode": "cpp-shard%d" % stage, "np": args.np,
                 "skipped": "this hpctrain's `bench train` has no --shard"}
     cmd = [args.hpctrain, "bench", "train", "--model", args.model, "--np", str(args.np),
-           "--steps", str(args.steps), "--batch", str(args.batch), "--shard", str(stage)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+           "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
+           "--shard", str(stage)]
+    # bench train trains with SGD and momentum unless it can be told otherwise.
+    optimizer = "sgd"
+    if "--optimizer" in help_text:
+        cmd += ["--optimizer", args.optimizer]
+        optimizer = args.optimizer
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=args.timeout_s).stdout
     r = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
-    r.update({"bench": "zero_peers", "mode": "cpp-shard%d" % stage})
+    r.update({"bench": "zero_peers", "mode": "cpp-shard%d" % stage, "optimizer": optimizer})
     return r
 
 
