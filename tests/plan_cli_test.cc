@@ -252,6 +252,32 @@ TEST_F(PlanCli, AllCoresTakesTheBusyFactorFromAFullHostsRun) {
   EXPECT_NE(c.out.find("--np 1,2"), std::string::npos) << c.out;
 }
 
+// The ZeRO paper's example through the CLI: 7.5B parameters, Adam in mixed
+// precision, 64 ranks: 120, 31.4, 16.6 and 1.9 GB per rank at stages 0-3.
+TEST_F(PlanCli, MemoryPerRankForEachShardStageBesideTheTime) {
+  CliRun r = run(
+      "plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --hosts 64"
+      " --paths flat --compression none --optimizer adam --precision mixed --parameters 7.5e9"
+      " --largest-layer 0 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out.substr(0, r.out.find('\n')));
+  EXPECT_EQ(j["np"], 64);
+  EXPECT_NEAR(j["memory_stage0_bytes"].get<double>() / 1e9, 120.0, 0.05) << r.out;
+  EXPECT_NEAR(j["memory_stage1_bytes"].get<double>() / 1e9, 31.4, 0.05);
+  EXPECT_NEAR(j["memory_stage2_bytes"].get<double>() / 1e9, 16.6, 0.05);
+  EXPECT_NEAR(j["memory_stage3_bytes"].get<double>() / 1e9, 1.9, 0.05);
+  CliRun t = run(
+      "plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --hosts 1,4"
+      " --paths flat --compression none --optimizer sgd");
+  ASSERT_EQ(t.exit_code, 0) << t.out;
+  EXPECT_NE(t.out.find("mem3_GB"), std::string::npos) << t.out;
+  EXPECT_NE(t.out.find("0 bytes of state per parameter (sgd, fp32)"), std::string::npos) << t.out;
+  CliRun bad = run(
+      "plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us --optimizer lamb");
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.out.find("'lamb' is not one of adam, sgd-momentum, sgd"), std::string::npos) << bad.out;
+}
+
 TEST_F(PlanCli, GivenValuesNeedNoCalibrationAndTheTableNamesTheBound) {
   CliRun r =
       run("plan --compute-per-sample 2ms --gradient-bytes 80M --link 25gbit --latency 20us"

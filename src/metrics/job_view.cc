@@ -22,6 +22,9 @@ std::string fixed(double v, int decimals) {
   return b;
 }
 
+// Bytes as whole megabytes (1e6), "-" when not known.
+std::string megabytes(double bytes) { return fixed(bytes < 0 ? -1 : bytes / 1e6, 0); }
+
 std::string who(const RankRow& r) {
   return "rank " + r.rank + " (" + (r.host != "?" ? r.host : r.target) + ")";
 }
@@ -60,6 +63,10 @@ void JobView::apply(Track& tr, const ScrapeResult& r, double now) {
   }
   row.restarts = e.value("hpctrain_restarts_total");
   row.stall_warnings = e.value("hpctrain_stall_warnings_total");
+  const Sample* peak = e.find("hpctrain_process_peak_resident_memory_bytes");
+  row.peak_rss_bytes = peak ? peak->value : -1;
+  const Sample* state = e.find("hpctrain_optimizer_state_bytes");
+  row.optimizer_state_bytes = state ? state->value : -1;
 
   // A counter that went down: the rank's process started again.
   if (!tr.history.empty() && s.steps < tr.history.back().steps) tr.history.clear();
@@ -188,20 +195,21 @@ std::vector<RankRow> JobView::rows() const {
 std::string format_table(const std::vector<RankRow>& rows, bool ansi) {
   std::string out;
   char b[512];
-  std::snprintf(b, sizeof b, "%-5s %-16s %10s %8s %10s %8s %8s %9s %-12s %9s  %-11s %s\n", "RANK",
-                "HOST", "SAMPLES/S", "DATA ms", "COMPUTE ms", "SYNC ms", "OPT ms", "DATA WAIT",
-                "SYNC PATH", "STEPS", "STATE", "NOTE");
+  std::snprintf(b, sizeof b, "%-5s %-16s %10s %8s %10s %8s %8s %9s %-12s %9s %8s %8s  %-11s %s\n",
+                "RANK", "HOST", "SAMPLES/S", "DATA ms", "COMPUTE ms", "SYNC ms", "OPT ms",
+                "DATA WAIT", "SYNC PATH", "STEPS", "PEAK MB", "STATE MB", "STATE", "NOTE");
   out += b;
   for (const auto& r : rows) {
     const double total = r.data_ms + r.compute_ms + r.sync_ms + r.optimizer_ms;
     const std::string wait =
         r.data_ms >= 0 && total > 0 ? fixed(100 * r.data_ms / total, 1) + "%" : "-";
-    std::snprintf(b, sizeof b, "%-5s %-16s %10s %8s %10s %8s %8s %9s %-12s %9s  %-11s %s",
+    std::snprintf(b, sizeof b, "%-5s %-16s %10s %8s %10s %8s %8s %9s %-12s %9s %8s %8s  %-11s %s",
                   r.rank.c_str(), r.host.substr(0, 16).c_str(), fixed(r.samples_per_s, 1).c_str(),
                   fixed(r.data_ms, 1).c_str(), fixed(r.compute_ms, 1).c_str(),
                   fixed(r.sync_ms, 1).c_str(), fixed(r.optimizer_ms, 1).c_str(), wait.c_str(),
-                  r.sync_path.substr(0, 12).c_str(), fixed(r.steps, 0).c_str(), r.state.c_str(),
-                  r.note.c_str());
+                  r.sync_path.substr(0, 12).c_str(), fixed(r.steps, 0).c_str(),
+                  megabytes(r.peak_rss_bytes).c_str(), megabytes(r.optimizer_state_bytes).c_str(),
+                  r.state.c_str(), r.note.c_str());
     const char* colour = !ansi                  ? nullptr
                          : trouble(r.state)     ? "\x1b[1;31m"
                          : r.state == "slowest" ? "\x1b[33m"
@@ -218,7 +226,8 @@ std::string format_lines(const std::vector<RankRow>& rows, const std::string& st
            " samples_per_s=" + fixed(r.samples_per_s, 1) + " data_ms=" + fixed(r.data_ms, 2) +
            " compute_ms=" + fixed(r.compute_ms, 2) + " sync_ms=" + fixed(r.sync_ms, 2) +
            " optimizer_ms=" + fixed(r.optimizer_ms, 2) + " sync_path=" + r.sync_path +
-           " steps=" + fixed(r.steps, 0) + " target=" + r.target;
+           " steps=" + fixed(r.steps, 0) + " peak_rss_mb=" + megabytes(r.peak_rss_bytes) +
+           " optimizer_state_mb=" + megabytes(r.optimizer_state_bytes) + " target=" + r.target;
     if (!r.note.empty()) out += " note=\"" + r.note + "\"";
     out += "\n";
   }

@@ -44,6 +44,10 @@ struct RankRow {
   double steps = 0;
   double restarts = 0;
   double stall_warnings = 0;
+  // Memory (-1: not exported by this rank): the process's peak resident
+  // memory, and the optimizer state it holds (its part when sharded).
+  double peak_rss_bytes = -1;
+  double optimizer_state_bytes = -1;
 };
 
 struct JobViewOptions {

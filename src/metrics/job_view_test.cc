@@ -86,6 +86,27 @@ TEST(JobView, RatesStepSplitPathAndTheSlowestRank) {
       << lines;
 }
 
+// Memory columns: a rank that exports its peak resident memory and its
+// optimizer state shows them in megabytes; one that does not shows "-".
+TEST(JobView, MemoryColumnsShowWhatARankExports) {
+  JobView v;
+  ScrapeResult with = scrape("a:1", 0, 10, 0.001, 0.01, 0.001, 0.001);
+  with.body += "hpctrain_process_peak_resident_memory_bytes{host=\"h0\",job=\"j\",rank=\"0\"} 812000000\n"
+               "hpctrain_optimizer_state_bytes{host=\"h0\",job=\"j\",rank=\"0\"} 53400000\n";
+  v.update({with, scrape("b:1", 1, 10, 0.001, 0.01, 0.001, 0.001)}, 1.0);
+  const auto rows = v.rows();
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_DOUBLE_EQ(rows[0].peak_rss_bytes, 812e6);
+  EXPECT_DOUBLE_EQ(rows[0].optimizer_state_bytes, 53.4e6);
+  EXPECT_EQ(rows[1].peak_rss_bytes, -1);
+  const std::string table = format_table(rows, false);
+  EXPECT_NE(table.find("PEAK MB"), std::string::npos) << table;
+  const std::string lines = format_lines(rows, "t");
+  EXPECT_NE(lines.find("peak_rss_mb=812 optimizer_state_mb=53 "), std::string::npos) << lines;
+  EXPECT_NE(lines.find("rank=1 host=h1"), std::string::npos);
+  EXPECT_NE(lines.find("peak_rss_mb=- optimizer_state_mb=- "), std::string::npos) << lines;
+}
+
 TEST(JobView, StalledAndUnreachableAreMarkedWithEventsAndClearedWhenTheyRecover) {
   JobViewOptions o;
   o.stall_after_s = 5;

@@ -32,7 +32,22 @@ ProcessStats read_process_stats() {
   if (statm >> size >> resident) {
     s.resident_bytes = resident * static_cast<std::uint64_t>(sysconf(_SC_PAGESIZE));
   }
+  s.peak_resident_bytes = read_peak_resident_bytes();
   return s;
+}
+
+std::uint64_t read_peak_resident_bytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream rest(line.substr(6));
+      unsigned long long kib = 0;
+      if (rest >> kib) return kib * 1024;  // "VmHWM:   123456 kB"
+      return 0;
+    }
+  }
+  return 0;
 }
 
 }  // namespace hpct::metrics

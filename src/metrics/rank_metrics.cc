@@ -136,6 +136,13 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
     g.gauge.value = static_cast<double>(p.resident_bytes);
     mem.metric.push_back(g);
     out.push_back(std::move(mem));
+    MetricFamily peak = family("hpctrain_process_peak_resident_memory_bytes",
+                               "Peak resident memory of the rank's process since it began (VmHWM)",
+                               MetricType::Gauge);
+    ClientMetric hwm = base();
+    hwm.gauge.value = static_cast<double>(p.peak_resident_bytes);
+    peak.metric.push_back(hwm);
+    out.push_back(std::move(peak));
     return out;
   }
 
@@ -260,6 +267,7 @@ struct RankMetrics::Impl {
   prometheus::Histogram* step = nullptr;
   prometheus::Counter* membership_changes = nullptr;
   prometheus::Gauge* world_size = nullptr;
+  std::array<prometheus::Gauge*, 4> memory{};  // parameters, gradients, optimizer state, parameters' peak
   std::array<prometheus::Histogram*, 4> phases{};
   std::mutex mu;  // prometheus-cpp's metrics are thread-safe; this orders a step's updates
 
@@ -307,6 +315,16 @@ RankMetrics::RankMetrics(const RankMetricsOptions& o) : impl_(std::make_unique<I
                             .Labels(labels)
                             .Register(r)
                             .Add({});
+  const char* memory[4][2] = {
+      {"hpctrain_parameter_bytes", "Bytes of the model's parameters this rank holds"},
+      {"hpctrain_gradient_bytes", "Bytes of gradients this rank holds for its optimizer step"},
+      {"hpctrain_optimizer_state_bytes", "Bytes of optimizer state this rank holds"},
+      {"hpctrain_parameter_peak_bytes",
+       "The most parameter bytes this rank has held at once (sharded: with the layers gathered)"}};
+  for (int i = 0; i < 4; ++i) {
+    impl_->memory[i] =
+        &prometheus::BuildGauge().Name(memory[i][0]).Help(memory[i][1]).Labels(labels).Register(r).Add({});
+  }
   auto& phases = prometheus::BuildHistogram()
                      .Name("hpctrain_step_phase_seconds")
                      .Help("Time of a step's parts: data wait, forward and backward, gradient sync, optimizer")
@@ -355,6 +373,14 @@ void RankMetrics::record_world(std::int64_t changes, int size) {
   const double more = static_cast<double>(changes) - impl_->membership_changes->Value();
   if (more > 0) impl_->membership_changes->Increment(more);
   impl_->world_size->Set(size);
+}
+
+void RankMetrics::record_memory(const MemoryBytes& bytes) {
+  std::lock_guard<std::mutex> lk(impl_->mu);
+  impl_->memory[0]->Set(bytes.parameters);
+  impl_->memory[1]->Set(bytes.gradients);
+  impl_->memory[2]->Set(bytes.optimizer_state);
+  impl_->memory[3]->Set(bytes.parameters_peak);
 }
 
 std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, const WorldInfo& world,

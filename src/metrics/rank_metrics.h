@@ -21,7 +21,16 @@
 //                                                      elastic jobs: worlds since the start, ranks now
 //   hpctrain_data_{http,s3}_bytes_total, hpctrain_data_{http,s3}_stalls_total,
 //   hpctrain_data_{http,s3}_stall_seconds_total         remote shard reads by kind of source
-//   hpctrain_process_cpu_seconds_total, hpctrain_process_resident_memory_bytes
+//   hpctrain_process_cpu_seconds_total, hpctrain_process_resident_memory_bytes,
+//   hpctrain_process_peak_resident_memory_bytes        the process (/proc/self; the peak is VmHWM)
+//   hpctrain_parameter_bytes, hpctrain_gradient_bytes, hpctrain_optimizer_state_bytes,
+//   hpctrain_parameter_peak_bytes                      what this rank holds of the model's
+//                                                      parameters, gradients and optimizer
+//                                                      state (its part when they are sharded),
+//                                                      and the most parameter bytes held at once
+//                                                      (sharded parameters: with the layers
+//                                                      gathered), as the optimizer reports them
+//                                                      (record_memory)
 //
 // The engine's and the communicator's figures are read when Prometheus
 // scrapes (their thread-safe snapshots), the training figures when the
@@ -65,6 +74,15 @@ struct DataSourceTotals {
 // the name, not a label: hpctrain_data_s3_bytes_total).
 inline const char* const kDataSourceKinds[] = {"http", "s3"};
 
+// What a rank holds of the model, in bytes (RankMetrics::record_memory); the
+// fields of hpct::MemoryBytes (DistributedOptimizer::memory_bytes()).
+struct MemoryBytes {
+  double parameters = 0;
+  double gradients = 0;
+  double optimizer_state = 0;
+  double parameters_peak = 0;  // the most parameter bytes held at once so far
+};
+
 struct RankMetricsOptions {
   std::string bind_address = "127.0.0.1";
   int port = 0;  // 0: a free port (tests)
@@ -96,6 +114,12 @@ class RankMetrics {
   // An elastic job's world: `changes` membership changes since the job
   // began (the elastic generation; never decreasing) and the ranks now in it.
   void record_world(std::int64_t changes, int size);
+
+  // The bytes this rank holds of the model's parameters, gradients and
+  // optimizer state (with sharding: its part, plus what is gathered at the
+  // time of the call). The optimizer calls it when they change (after the
+  // first step, after a re-shard); the gauges keep the last values.
+  void record_memory(const MemoryBytes& bytes);
 
  private:
   struct Impl;

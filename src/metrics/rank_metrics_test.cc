@@ -8,6 +8,7 @@
 
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "comm/testing/thread_world.h"
 #include "core/config.h"
@@ -129,6 +130,31 @@ TEST(RankMetrics, MembershipChangesCountTheElasticGenerationsAndTheWorldSizeFoll
   text = get(m.url());
   EXPECT_EQ(value_of(text, "hpctrain_membership_changes_total", "rank=\"0\""), 2);
   EXPECT_EQ(value_of(text, "hpctrain_world_size", "rank=\"0\""), 2);
+}
+
+// The optimizer's byte counts as gauges, and the process's peak resident
+// memory: a 64 MiB buffer touched and freed leaves the peak at least that
+// far above what was resident before it.
+TEST(RankMetrics, MemoryGaugesFollowTheOptimizerAndThePeakResidentMemoryStays) {
+  RankMetrics m(RankMetricsOptions{});
+  std::string text = get(m.url());
+  EXPECT_EQ(value_of(text, "hpctrain_optimizer_state_bytes", "rank=\"0\""), 0);
+  const double before = value_of(text, "hpctrain_process_resident_memory_bytes", "rank=\"0\"");
+  {
+    std::vector<char> big(64u << 20);
+    volatile char* touch = big.data();  // volatile: the stores are not optimized away
+    for (size_t i = 0; i < big.size(); i += 4096) touch[i] = 1;
+  }
+  m.record_memory({80e6, 40e6, 160e6 / 3, 80e6});
+  m.record_memory({80e6 / 3, 80e6 / 3, 160e6 / 3, 50e6});  // the last values count
+  text = get(m.url());
+  EXPECT_NEAR(value_of(text, "hpctrain_parameter_bytes", "rank=\"0\""), 80e6 / 3, 1);
+  EXPECT_EQ(value_of(text, "hpctrain_parameter_peak_bytes", "rank=\"0\""), 50e6);
+  EXPECT_NEAR(value_of(text, "hpctrain_gradient_bytes", "rank=\"0\""), 80e6 / 3, 1);
+  EXPECT_NEAR(value_of(text, "hpctrain_optimizer_state_bytes", "rank=\"0\""), 160e6 / 3, 1);
+  EXPECT_GE(value_of(text, "hpctrain_process_peak_resident_memory_bytes", "rank=\"0\""),
+            before + (64u << 20) * 0.9);
+  EXPECT_NE(text.find("# TYPE hpctrain_process_peak_resident_memory_bytes gauge"), std::string::npos);
 }
 
 TEST(RankMetrics, PortInUseIsOneLineNamingTheAddressAndTheFix) {

@@ -9,6 +9,7 @@
 
 #include "bench/scaling_plot.h"
 #include "core/error.h"
+#include "report/memory_section.h"
 #include "report/svg_chart.h"
 
 namespace hpct::report {
@@ -428,6 +429,7 @@ void add_run_sections(ReportPage& page, RunInputs in, const RunReportOptions& o)
     if (!segs.empty() || !in.epochs.empty())
       page.add_section("Loss and accuracy", loss_section(in, segs));
     page.add_section("Step time per rank", split_section(in, o));
+    if (has_memory(in)) page.add_section("Memory per rank", memory_section(in));
     page.add_section("Restarts, faults and changes", events_section(in));
   }
   if (!in.bench_train.empty()) page.add_section("Scaling (bench train)", scaling_section(in));

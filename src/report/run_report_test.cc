@@ -67,6 +67,45 @@ TEST(RunReport, SelfContainedPageWithEverySection) {
   EXPECT_NE(html.find("<a class='trace' href='timeline.json'>"), std::string::npos);
 }
 
+// Memory per rank: shown from the summary's "memory" array (the last run's),
+// else from the last step line whose ranks carry the byte counts; absent
+// when no line has them.
+TEST(RunReport, MemoryPerRankFromTheSummaryOrTheStepLines) {
+  RunInputs in;
+  read_run_text("metrics.jsonl", kTwoRanks, &in);
+  {
+    ReportPage page("hpctrain report");
+    add_run_sections(page, in, RunReportOptions{});
+    EXPECT_EQ(page.html().find("<h2>Memory per rank"), std::string::npos);
+  }
+  read_run_text(
+      "more.jsonl",
+      R"({"type":"step","step":15,"loss":1.5,"ranks":[{"optimizer_state_bytes":53400000,"peak_rss_bytes":812000000},{"optimizer_state_bytes":53300000}]})"
+      "\n",
+      &in);
+  {
+    ReportPage page("hpctrain report");
+    add_run_sections(page, in, RunReportOptions{});
+    const std::string html = page.html();
+    EXPECT_NE(html.find("<h2>Memory per rank"), std::string::npos);
+    EXPECT_NE(html.find("<td class='text'>rank 1</td><td>&ndash;</td><td>&ndash;</td><td>53.3</td>"),
+              std::string::npos) << html;
+    EXPECT_NE(html.find("<td>53.4</td><td>812.0</td>"), std::string::npos);
+    EXPECT_NE(html.find("step 15"), std::string::npos);
+  }
+  read_run_text(
+      "summary.jsonl",
+      R"({"type":"summary","model":"mlp","np":1,"memory":[{"parameter_bytes":80000000,"gradient_bytes":26700000,"optimizer_state_bytes":53400000,"peak_rss_bytes":900000000}]})"
+      "\n",
+      &in);
+  ReportPage page("hpctrain report");
+  add_run_sections(page, in, RunReportOptions{});
+  const std::string html = page.html();
+  EXPECT_NE(html.find("<td class='text'>rank 0</td><td>80.0</td><td>26.7</td><td>53.4</td><td>900.0</td>"),
+            std::string::npos) << html;
+  EXPECT_NE(html.find("the run's summary line"), std::string::npos);
+}
+
 TEST(RunReport, OlderFileWithoutPerRankSplitSaysSo) {
   RunInputs in;
   read_run_text(

@@ -32,6 +32,7 @@
 #include "core/subprocess.h"
 #include "plan/calibration.h"
 #include "plan/cost_model.h"
+#include "plan/memory_model.h"
 
 namespace hpct::cli {
 namespace {
@@ -60,6 +61,11 @@ struct PlanArgs {
   bool json = false;
   std::string plot;
   std::string save;  // write the effective calibration here
+  // Memory per rank per shard stage (plan/memory_model.h).
+  std::string optimizer = "adam";
+  std::string precision = "fp32";
+  double parameters = 0;     // 0: the calibration's gradient bytes / 4
+  double largest_layer = -1; // elements; -1: from the calibration's gradient names
 };
 
 std::vector<int> parse_int_list(const std::string& text, const std::string& flag) {
@@ -196,6 +202,51 @@ plan::Calibration effective_calibration(const PlanArgs& a) {
   return cal;
 }
 
+plan::MemoryModel effective_memory_model(const PlanArgs& a, const plan::Calibration& cal) {
+  plan::MemoryModel m = plan::memory_model_of(cal.profile, a.optimizer, a.precision);
+  if (a.parameters > 0 || a.largest_layer >= 0) {
+    const double psi = a.parameters > 0 ? a.parameters : m.parameters;
+    // Given parameters with no given layer: the profile's share of its largest layer.
+    const double layer = a.largest_layer >= 0 ? a.largest_layer
+                         : m.parameters > 0   ? m.largest_layer / m.parameters * psi
+                                              : 0;
+    m = plan::memory_model(psi, layer, a.optimizer, a.precision);
+  }
+  return m;
+}
+
+// Bytes per rank at each shard stage, as the prediction line's memory_stageK_bytes.
+void add_memory(json* j, const plan::MemoryModel& m, int ranks) {
+  for (int stage = 0; stage <= 3; ++stage) {
+    const plan::MemoryPerRank r = plan::memory_per_rank(m, stage, ranks);
+    (*j)["memory_stage" + std::to_string(stage) + "_bytes"] = r.total();
+  }
+}
+
+void print_table_header(const plan::Calibration& cal, const plan::MemoryModel& mem) {
+  std::printf(
+      "model %s, batch %d per rank; one rank alone: %.1f ms a step, %.0f samples/s, %.1f MB of "
+      "gradients in %zu tensors\n",
+      cal.profile.model.c_str(), cal.profile.batch, cal.profile.step_s() * 1e3,
+      cal.profile.batch / cal.profile.step_s(), cal.profile.gradient_bytes() / 1e6,
+      cal.profile.gradients.size());
+  if (cal.host.shared_cores > 0) {
+    std::printf("cores: %d shared by all hosts", cal.host.shared_cores);
+  } else {
+    std::printf("cores: %d per host", cal.host.cores);
+  }
+  std::printf(", %d thread per rank; all cores busy: compute x %.3f\n", cal.host.threads_per_rank,
+              cal.host.busy_factor);
+  std::printf(
+      "memory per rank (GB) at shard stage 0..3: %.4g parameters, %g bytes each and per gradient, "
+      "%g bytes of state per parameter (%s, %s), largest layer %.4g parameters\n",
+      mem.parameters, mem.bytes_per_element, mem.state_bytes_per_parameter, mem.optimizer.c_str(),
+      mem.precision.c_str(), mem.largest_layer);
+  std::printf("%-6s %-10s %6s %5s %7s %-7s %9s %9s %9s %11s %6s %12s %8s %8s %8s %8s\n", "path",
+              "compress", "hosts", "L", "ranks", "alg", "step_ms", "comp_ms", "sync_ms",
+              "samples/s", "eff", "wire_MB/host", "mem0_GB", "mem1_GB", "mem2_GB", "mem3_GB");
+}
+
 json prediction_json(const plan::Calibration& cal, const plan::Prediction& p) {
   const auto& s = p.scenario;
   return {{"plan", "prediction"},
@@ -243,25 +294,8 @@ int run_plan(const PlanArgs& a) {
     }
   }
   plan::hosts_within_efficiency(cal, series.front(), a.efficiency_bound, 1);  // checks the bound
-
-  if (!a.json) {
-    std::printf(
-        "model %s, batch %d per rank; one rank alone: %.1f ms a step, %.0f samples/s, %.1f MB of "
-        "gradients in %zu tensors\n",
-        cal.profile.model.c_str(), cal.profile.batch, cal.profile.step_s() * 1e3,
-        cal.profile.batch / cal.profile.step_s(), cal.profile.gradient_bytes() / 1e6,
-        cal.profile.gradients.size());
-    if (cal.host.shared_cores > 0) {
-      std::printf("cores: %d shared by all hosts", cal.host.shared_cores);
-    } else {
-      std::printf("cores: %d per host", cal.host.cores);
-    }
-    std::printf(", %d thread per rank; all cores busy: compute x %.3f\n", cal.host.threads_per_rank,
-                cal.host.busy_factor);
-    std::printf("%-6s %-10s %6s %5s %7s %-7s %9s %9s %9s %11s %6s %12s\n", "path", "compress",
-                "hosts", "L", "ranks", "alg", "step_ms", "comp_ms", "sync_ms", "samples/s", "eff",
-                "wire_MB/host");
-  }
+  const plan::MemoryModel mem = effective_memory_model(a, cal);
+  if (!a.json) print_table_header(cal, mem);
   std::vector<json> plot_runs;
   std::vector<json> bounds;
   for (const auto& base : series) {
@@ -269,15 +303,19 @@ int run_plan(const PlanArgs& a) {
       plan::Scenario s = base;
       s.hosts = h;
       const plan::Prediction p = plan::predict(cal, s);
-      const json j = prediction_json(cal, p);
+      json j = prediction_json(cal, p);
+      add_memory(&j, mem, h * s.ranks_per_host);
       if (a.json) {
         std::cout << j.dump() << '\n';
       } else {
-        std::printf("%-6s %-10s %6d %5d %7d %-7s %9.1f %9.1f %9.1f %11.0f %6.3f %12.1f\n",
-                    plan::path_name(s).c_str(), s.compression.c_str(), h, s.ranks_per_host,
-                    h * s.ranks_per_host, p.algorithm.c_str(), p.step_s * 1e3, p.compute_s * 1e3,
-                    p.exposed_sync_s * 1e3, p.samples_per_s, p.efficiency,
-                    p.wire_bytes_per_host / 1e6);
+        std::printf(
+            "%-6s %-10s %6d %5d %7d %-7s %9.1f %9.1f %9.1f %11.0f %6.3f %12.1f %8.3f %8.3f %8.3f "
+            "%8.3f\n",
+            plan::path_name(s).c_str(), s.compression.c_str(), h, s.ranks_per_host,
+            h * s.ranks_per_host, p.algorithm.c_str(), p.step_s * 1e3, p.compute_s * 1e3,
+            p.exposed_sync_s * 1e3, p.samples_per_s, p.efficiency, p.wire_bytes_per_host / 1e6,
+            j["memory_stage0_bytes"].get<double>() / 1e9, j["memory_stage1_bytes"].get<double>() / 1e9,
+            j["memory_stage2_bytes"].get<double>() / 1e9, j["memory_stage3_bytes"].get<double>() / 1e9);
       }
       if (&base == &series.front()) plot_runs.push_back(j);
     }
@@ -355,6 +393,21 @@ void add_plan_command(CLI::App& app, Cli& cli) {
       ->group(cg);
   c->add_option("--save", a->save, "Write the effective calibration (file plus given values) here")
       ->group(cg);
+  const char* mg = "Memory per rank (shard stages 0-3)";
+  c->add_option("--optimizer", a->optimizer, "adam, sgd-momentum or sgd: its state per parameter")
+      ->capture_default_str()
+      ->group(mg);
+  c->add_option("--precision", a->precision,
+                "fp32, or mixed (fp16 parameters and gradients, an fp32 master copy in the state)")
+      ->capture_default_str()
+      ->group(mg);
+  c->add_option("--parameters", a->parameters,
+                "Parameter count (default: the calibration's gradient bytes / 4): 7.5e9")
+      ->group(mg);
+  c->add_option("--largest-layer", a->largest_layer,
+                "Parameters of the largest layer, gathered whole at stage 3 (default: from the "
+                "calibration's parameter names)")
+      ->group(mg);
   c->add_option("--hosts", a->hosts, "Host counts: 1,2,4,...")->capture_default_str();
   c->add_option("--ranks-per-host", a->ranks_per_host, "Ranks per host: 1,2,8")
       ->capture_default_str();

@@ -309,7 +309,7 @@ class _DistributedOptimizer(torch.optim.Optimizer):
 
 def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
                          backward_passes_per_step=1, op=None, gradient_predivide_factor=1.0,
-                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None):
+                         num_groups=0, groups=None, sparse_as_dense=False, process_set=None, shard=0):
     """Wraps optimizer: gradients are averaged (op) over ranks before its step().
 
     Horovod's signature. compression: hvd.Compression.none/fp16/bf16 are cast
@@ -319,13 +319,27 @@ def DistributedOptimizer(optimizer, named_parameters=None, compression=None,
     in Python around the allreduce. num_groups and groups are accepted: the engine fuses ready
     gradients by itself. Returns an instance of a subclass of the optimizer's
     own class over the same param_groups.
+
+    shard=1 keeps the optimizer state of this rank's part of the parameters
+    only and all-gathers the updated parameters after each step; shard=2
+    also keeps only this rank's part of each reduced gradient (ZeRO stages
+    1 and 2; zero.py). The parameters come out bit for bit as with shard=0.
+    state_dict() is then this rank's part. shard=3 is refused (C++ only).
     """
     from .compression import Compression
     from .mpi_ops import _global_only
     _global_only(process_set, "DistributedOptimizer")
     if compression is None:
         compression = Compression.none
-    cls = type(optimizer.__class__.__name__, (optimizer.__class__,),
-               dict(_DistributedOptimizer.__dict__))
-    return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
-               op, gradient_predivide_factor, sparse_as_dense)
+    methods = dict(_DistributedOptimizer.__dict__)
+    if shard:
+        from . import zero
+        zero.check_shard(shard, compression)
+        methods["_hvd_init_unsharded"] = methods["__init__"]
+        methods["_hvd_reset_unsharded"] = methods["_hvd_reset"]
+        methods.update((k, v) for k, v in zero.ShardedMixin.__dict__.items()
+                       if k not in ("__dict__", "__weakref__", "__module__", "__doc__"))
+    cls = type(optimizer.__class__.__name__, (optimizer.__class__,), methods)
+    args = (optimizer.param_groups, named_parameters, compression, backward_passes_per_step,
+            op, gradient_predivide_factor, sparse_as_dense)
+    return cls(*args, shard=shard) if shard else cls(*args)
