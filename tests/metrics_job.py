@@ -69,6 +69,9 @@ class Job:
         self.procs = []
         self.cleanups = []
         self.sd = os.path.join(self.tmp, "targets.json")
+        self.np = 2             # ranks of a job on this machine
+        self.launch_extra = []  # more launch options
+        self.train_extra = []   # more train options
 
     def __enter__(self):
         return self
@@ -94,22 +97,23 @@ class Job:
         else:
             # Below the kernel's ephemeral range (32768 and up here), so no port
             # the job's own connections take on the fly can land on a rank's.
-            self.base = next(p for p in range(20000 + os.getpid() % 5000, 32000, 2)
-                             if port_free(p) and port_free(p + 1))
-            where = ["-np", "2"]
-            expected = ["127.0.0.1:%d" % self.base, "127.0.0.1:%d" % (self.base + 1)]
+            self.base = next(p for p in range(20000 + os.getpid() % 5000, 32000, 4)
+                             if all(port_free(p + i) for i in range(self.np)))
+            where = ["-np", str(self.np)]
+            expected = ["127.0.0.1:%d" % (self.base + i) for i in range(self.np)]
         job = subprocess.Popen(
-            [self.hpctrain, "launch"] + where + ["--metrics-port", str(self.base), "--metrics-sd", self.sd, "--",
-             self.hpctrain, "train", "--model", model, "--data", self.tmp + "/fm-{000000..000003}.tar",
+            [self.hpctrain, "launch"] + where + ["--metrics-port", str(self.base), "--metrics-sd", self.sd] +
+            self.launch_extra +
+            ["--", self.hpctrain, "train", "--model", model, "--data", self.tmp + "/fm-{000000..000003}.tar",
              "--epochs", "50", "--max-steps", "100000", "--batch", "16", "--threads", "1",
-             "--log-every", "50", "--progress", "lines"],
+             "--log-every", "50", "--progress", "lines"] + self.train_extra,
             stdout=self.log("job.log"), stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(job)
         wait_for("the launcher writes " + self.sd, lambda: os.path.exists(self.sd), 30)
         sd = json.load(open(self.sd))
         targets = sd[0]["targets"]
         assert targets == expected, "discovery file lists %s, expected %s" % (targets, expected)
-        self.job_id = sd[0]["labels"]["job"]
+        self.job_id = sd[0]["labels"]["launch_id"]
         self.targets = targets
         return targets
 
@@ -138,12 +142,14 @@ class Job:
         """fn() runs first when the job stops (e.g. a tmux server of the test's own)."""
         self.cleanups.append(fn)
 
-    def stop(self):
+    def stop_processes(self):
+        """Stops every process started (cleanups first), keeping the files."""
         for fn in self.cleanups:
             try:
                 fn()
             except Exception as e:  # noqa: BLE001 - cleanup goes on
                 print("cleanup: %r" % e)
+        self.cleanups = []
         for p in reversed(self.procs):
             if p.poll() is None:
                 try:
@@ -154,6 +160,9 @@ class Job:
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
+
+    def stop(self):
+        self.stop_processes()
         for name in sorted(os.listdir(self.tmp)):
             if name.endswith(".log"):
                 print("---- %s (last lines)" % name)

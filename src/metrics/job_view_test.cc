@@ -18,7 +18,7 @@ ScrapeResult scrape(const std::string& target, int rank, double steps, double da
                     double restarts = 0) {
   char b[2048];
   const std::string l =
-      "host=\"h" + std::to_string(rank) + "\",job=\"j\",rank=\"" + std::to_string(rank) + "\"";
+      "host=\"h" + std::to_string(rank) + "\",launch_id=\"j\",rank=\"" + std::to_string(rank) + "\"";
   std::snprintf(b, sizeof b,
                 "# TYPE hpctrain_samples_total counter\n"
                 "hpctrain_samples_total{%s} %g\n"

@@ -275,7 +275,7 @@ struct RankMetrics::Impl {
 
 RankMetrics::RankMetrics(const RankMetricsOptions& o) : impl_(std::make_unique<Impl>()) {
   const std::map<std::string, std::string> labels = {
-      {"rank", std::to_string(o.rank)}, {"host", o.host}, {"job", o.job}};
+      {"rank", std::to_string(o.rank)}, {"host", o.host}, {"launch_id", o.launch_id}};
   auto& r = *impl_->registry;
   impl_->samples = &prometheus::BuildCounter()
                         .Name("hpctrain_samples_total")
@@ -373,7 +373,7 @@ std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, cons
   o.engine = engine;
   o.comm = comm;
   o.data_sources = std::move(data_sources);
-  o.job = env.get("HPCT_JOB_ID").value_or("hpctrain");
+  o.launch_id = env.get("HPCT_JOB_ID").value_or("hpctrain");
   char name[256] = {0};
   ::gethostname(name, sizeof(name) - 1);
   o.host = env.get("HPCT_HOSTNAME").value_or(name);

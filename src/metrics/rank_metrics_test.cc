@@ -61,7 +61,7 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
     RankMetricsOptions o;
     o.rank = comm.rank();
     o.host = "host-" + std::to_string(comm.rank());
-    o.job = "test-job";
+    o.launch_id = "test-job";
     o.restarts = 2;
     o.engine = &e;
     o.comm = &comm;
@@ -76,7 +76,7 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
     const std::string text = get(m.url());
     const std::string me = "rank=\"" + std::to_string(comm.rank()) + "\"";
     EXPECT_EQ(value_of(text, "hpctrain_samples_total", me), 192);
-    EXPECT_EQ(value_of(text, "hpctrain_steps_total", "job=\"test-job\""), 3);
+    EXPECT_EQ(value_of(text, "hpctrain_steps_total", "launch_id=\"test-job\""), 3);
     EXPECT_EQ(value_of(text, "hpctrain_step_seconds_count", "host=\"host-" + std::to_string(comm.rank())), 3);
     EXPECT_NEAR(value_of(text, "hpctrain_step_phase_seconds_sum", "phase=\"compute\""), 0.030, 1e-9);
     EXPECT_EQ(value_of(text, "hpctrain_restarts_total", me), 2);
