@@ -17,6 +17,9 @@
 //                                                      shm, direct, ring, hierarchical, mpi
 //   hpctrain_compression_ratio                         allreduced tensor bytes / bytes on the wire
 //   hpctrain_stall_warnings_total                      the engine's stall warnings
+//   hpctrain_straggler{cause}, hpctrain_straggler_slowdown_ratio,
+//   hpctrain_straggler_late_seconds_total, hpctrain_straggler_wait_seconds_total
+//                                                      the rank named slowest (engine/straggler.h)
 //   hpctrain_restarts_total                            restarts of the job before this run
 //   hpctrain_membership_changes_total, hpctrain_world_size
 //                                                      elastic jobs: worlds since the start, ranks now

@@ -81,6 +81,11 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
     EXPECT_NEAR(value_of(text, "hpctrain_step_phase_seconds_sum", "phase=\"compute\""), 0.030, 1e-9);
     EXPECT_EQ(value_of(text, "hpctrain_restarts_total", me), 2);
     EXPECT_EQ(value_of(text, "hpctrain_compression_ratio", me), 1);
+    // Before the ranks' first straggler exchange: every cause at 0, no wait yet.
+    for (const char* cause : {"data", "compute", "network"})
+      EXPECT_EQ(value_of(text, "hpctrain_straggler", std::string("cause=\"") + cause + "\""), 0) << cause;
+    EXPECT_EQ(value_of(text, "hpctrain_straggler_slowdown_ratio", me), 0);
+    EXPECT_EQ(value_of(text, "hpctrain_straggler_late_seconds_total", me), 0);
     // The gradient went by one path; its bytes are counted there.
     const std::string path = comm.algorithm(comm::OpKind::kAllreduce, v.size() * 4);
     const std::string label = "path=\"" + path.substr(0, path.find(':')) + "\"";
