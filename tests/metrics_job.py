@@ -72,6 +72,7 @@ class Job:
         self.np = 2             # ranks of a job on this machine
         self.launch_extra = []  # more launch options
         self.train_extra = []   # more train options
+        self.with_head = False  # across namespace hosts: one more rank on this machine (the head)
 
     def __enter__(self):
         return self
@@ -91,7 +92,11 @@ class Job:
             hosts = self.netns["NETNS_HOSTS"].split()[:2]
             # Each namespace host has its own ports: any base is free there.
             self.base = 9400
-            where = ["-H", "%s:1,%s:1" % (hosts[0], hosts[1]), "-i", self.netns["NETNS_KEY"],
+            if self.with_head:  # the head's ports are this machine's
+                hosts.append(self.netns["NETNS_HEAD"])
+                self.base = next(p for p in range(20000 + os.getpid() % 5000, 32000, 4)
+                                 if port_free(p, self.netns["NETNS_HEAD"]))
+            where = ["-H", ",".join("%s:1" % h for h in hosts), "-i", self.netns["NETNS_KEY"],
                      "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "UserKnownHostsFile=/dev/null"]
             expected = ["%s:%d" % (h, self.base) for h in hosts]
         else:
@@ -127,7 +132,7 @@ class Job:
         """The PID of the process serving targets[index]: the rank listening on that port on its host."""
         host, port = self.targets[index].rsplit(":", 1)
         cmd = ["ss", "-Hltnp", "sport = :%s" % port]
-        if self.netns:
+        if self.netns and host in self.netns["NETNS_HOSTS"].split():
             i = self.netns["NETNS_HOSTS"].split().index(host) + 1
             cmd = ["ip", "netns", "exec", "hpct-%s-h%d" % (self.netns["NETNS_NAME"], i)] + cmd
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout

@@ -1,10 +1,13 @@
 #!/usr/bin/python3
 """A rank slowed by a CPU limit is named the straggler; an undisturbed run names no one.
 
-    straggler_test.py HPCTRAIN
+    straggler_test.py HPCTRAIN [NETNS_DIR]
 
 Starts `hpctrain launch -np 3 --metrics-port BASE --metrics-sd FILE
---output-dir DIR -- hpctrain train --model mlp ...` on this machine, and:
+--output-dir DIR -- hpctrain train --model mlp ...` on this machine, or,
+given the state directory of a 2-host cluster of scripts/netns-cluster.sh,
+with rank 0 and 1 on the namespace hosts and rank 2 on this machine (the
+head, over the bridge); then:
 1. lets it train undisturbed for UNDISTURBED_S (default 45) seconds, the
    straggler window (20 s) covered at least once: no rank may be named
    (no warning line, every endpoint's hpctrain_straggler at 0), on a machine
@@ -32,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from metrics_job import SKIP, Job, wait_for  # noqa: E402
 
 HPCTRAIN = sys.argv[1]
+NETNS_DIR = sys.argv[2] if len(sys.argv) > 2 else None
 UNDISTURBED_S = float(os.environ.get("UNDISTURBED_S", "45"))
 NAMED_WITHIN_S = 30
 
@@ -109,8 +113,9 @@ def main():
     limit = CpuLimit()
     slow_pid = None
     try:
-        with Job(HPCTRAIN) as job:
+        with Job(HPCTRAIN, NETNS_DIR) as job:
             job.np = 3
+            job.with_head = True
             job.train_extra = ["--metrics", os.path.join(job.tmp, "out", "metrics.jsonl")]
             job.launch_extra = ["--output-dir", os.path.join(job.tmp, "out")]
             os.makedirs(os.path.join(job.tmp, "out"))

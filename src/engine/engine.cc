@@ -30,12 +30,13 @@ void Handle::wait() const {
   } else {
     // The time this rank waits for the others (and the collective), for
     // the straggler exchange: two clock reads.
-    const auto t0 = SteadyClock::now();
+    StragglerMeter* meter = state_->meter.get();
+    if (meter) meter->begin_wait(SteadyClock::now());
     state_->engine->run_rounds_for(*state_);
     std::unique_lock<std::mutex> lk(state_->mu);
     if (!state_->done) state_->engine->flush();
     state_->cv.wait(lk, [&] { return state_->done; });
-    if (state_->meter) state_->meter->add_blocked(std::chrono::duration<double>(SteadyClock::now() - t0).count());
+    if (meter) meter->end_wait(SteadyClock::now());
     if (state_->error) std::rethrow_exception(state_->error);
   }
   // The device's completion, ordered on the tensor's stream: no host wait.

@@ -34,7 +34,11 @@ double straggler_median(std::vector<double> v) {
 // ---- the rule ----
 
 StragglerDetector::StragglerDetector(const StragglerOptions& options, int size)
-    : options_(options), ranks_(size), over_(size, 0), under_(size, 0) {
+    : options_(options),
+      ranks_(size),
+      warmup_left_s_(options.window_s / 2),
+      over_(size, 0),
+      under_(size, 0) {
   for (int r = 0; r < size; ++r) ranks_[r].rank = r;
 }
 
@@ -51,6 +55,12 @@ std::vector<StragglerDetector::Change> StragglerDetector::add(
     for (int i = 0; i < n; ++i)
       if (i != r) others.push_back(in[i].blocked_s);
     ranks_[r].late_s += std::max(0.0, straggler_median(others) - in[r].blocked_s);
+  }
+  // The job's start (loading, the first broadcasts from rank 0, warm-up
+  // steps) is not the ranks' steady pace: its first half window is not judged.
+  if (warmup_left_s_ > 0) {
+    warmup_left_s_ -= duration;
+    return {};
   }
   intervals_.push_back(in);
   durations_.push_back(duration);
@@ -157,10 +167,15 @@ std::vector<StragglerDetector::Change> StragglerDetector::judge(const std::vecto
 
 // ---- this rank's figures ----
 
-void StragglerMeter::add_blocked(double s) {
+void StragglerMeter::begin_wait(SteadyClock::time_point now) {
   std::lock_guard<std::mutex> lk(mu_);
-  s_.blocked_s += s;
+  if (waiting_++ == 0) waiting_since_ = now;
   s_.waits += 1;
+}
+
+void StragglerMeter::end_wait(SteadyClock::time_point now) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (--waiting_ == 0) s_.blocked_s += std::chrono::duration<double>(now - waiting_since_).count();
 }
 
 void StragglerMeter::add_comm(double s) {
@@ -179,6 +194,10 @@ StragglerSample StragglerMeter::take(SteadyClock::time_point now) {
   std::lock_guard<std::mutex> lk(mu_);
   StragglerSample out = s_;
   out.elapsed_s = std::chrono::duration<double>(now - since_).count();
+  if (waiting_ > 0) {  // a wait across the exchange: its part so far is this interval's
+    out.blocked_s += std::chrono::duration<double>(now - waiting_since_).count();
+    waiting_since_ = now;
+  }
   s_ = StragglerSample{};
   since_ = now;
   return out;

@@ -21,7 +21,8 @@
 //   slowdown(r) = work(r) / median over the other ranks of work - 1
 //   late(r)     = median over the others of blocked - blocked(r)  (>= 0):
 //                 the time the others waited for r beyond what r waited.
-// The rule (StragglerDetector): once the window (HPCT_STRAGGLER_WINDOW_S)
+// The rule (StragglerDetector): after the job's first half window (its
+// start is not its pace), once the window (HPCT_STRAGGLER_WINDOW_S)
 // is covered and every rank has blocked at least min_waits times in it, the
 // rank with the largest slowdown is a candidate when that slowdown is at
 // least HPCT_STRAGGLER_MARGIN; a candidate in `persist` evaluations in a row
@@ -111,6 +112,7 @@ class StragglerDetector {
   std::vector<StragglerRank> ranks_;
   std::deque<std::vector<StragglerSample>> intervals_;
   std::deque<double> durations_;
+  double warmup_left_s_;  // the first half window of the job is not judged
   double covered_s_ = 0;
   std::vector<int> over_;   // evaluations in a row as the candidate over the margin
   std::vector<int> under_;  // named ranks: evaluations in a row below half the margin
@@ -123,15 +125,21 @@ double straggler_median(std::vector<double> v);
 class StragglerMeter {
  public:
   StragglerMeter() : since_(SteadyClock::now()) {}
-  void add_blocked(double s);
+  // A caller starts and ends waiting for a handle. Blocked time is the time
+  // during which at least one caller waits, so threads that wait at once
+  // (a Python backend's) count it once.
+  void begin_wait(SteadyClock::time_point now);
+  void end_wait(SteadyClock::time_point now);
   void add_comm(double s);
   void add_work(double data_s, double compute_s);
   StragglerSample take(SteadyClock::time_point now);
 
  private:
   std::mutex mu_;
-  StragglerSample s_;              // GUARDED_BY(mu_)
-  SteadyClock::time_point since_;  // GUARDED_BY(mu_)
+  StragglerSample s_;                        // GUARDED_BY(mu_)
+  SteadyClock::time_point since_;            // GUARDED_BY(mu_)
+  int waiting_ = 0;                          // GUARDED_BY(mu_): callers in a wait now
+  SteadyClock::time_point waiting_since_{};  // GUARDED_BY(mu_)
 };
 
 // Every rank's sample, in rank order (one allgather).

@@ -184,7 +184,7 @@ TEST(StragglerEngine, RankZeroNamesTheSlowRankWithItsHost) {
     Engine e(c, o, log);
     const auto work = std::chrono::milliseconds(c.rank() == 2 ? 28 : 20);
     std::vector<float> g(1000, 1.0f);
-    const auto end = SteadyClock::now() + std::chrono::seconds(6);
+    const auto end = SteadyClock::now() + std::chrono::seconds(8);
     while (true) {
       std::this_thread::sleep_for(work);
       e.note_work(0, std::chrono::duration<double>(work).count());
@@ -211,6 +211,37 @@ TEST(StragglerEngine, RankZeroNamesTheSlowRankWithItsHost) {
       << named;
   EXPECT_NE(named.find("the time goes to compute"), std::string::npos) << named;
   EXPECT_EQ(named.find("rank 0 on"), std::string::npos) << named;
+}
+
+}  // namespace
+}  // namespace hpct::engine
+
+namespace hpct::engine {
+namespace {
+
+// Two callers waiting at once block the rank once; a wait across an
+// exchange is split between the intervals.
+TEST(StragglerMeter, OverlappingWaitsCountOnceAndSplitAtTheExchange) {
+  StragglerMeter m;
+  const auto t0 = SteadyClock::now();
+  auto at = [&](double s) {
+    return t0 + std::chrono::duration_cast<SteadyClock::duration>(std::chrono::duration<double>(s));
+  };
+  m.begin_wait(at(1));
+  m.begin_wait(at(1.5));
+  m.end_wait(at(2));
+  m.end_wait(at(3));  // blocked 1..3: 2 s
+  m.begin_wait(at(4));
+  auto a = m.take(at(5));  // 1 s of the wait so far
+  EXPECT_NEAR(a.blocked_s, 3, 1e-9);
+  EXPECT_EQ(a.waits, 3);
+  m.end_wait(at(5.5));
+  m.add_work(0.1, 0.2);
+  auto b = m.take(at(6));
+  EXPECT_NEAR(b.blocked_s, 0.5, 1e-9);
+  EXPECT_NEAR(b.elapsed_s, 1, 1e-9);
+  EXPECT_EQ(b.steps, 1);
+  EXPECT_NEAR(b.compute_s, 0.2, 1e-9);
 }
 
 }  // namespace
