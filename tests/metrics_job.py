@@ -69,6 +69,10 @@ class Job:
         self.procs = []
         self.cleanups = []
         self.sd = os.path.join(self.tmp, "targets.json")
+        self.np = 2             # ranks of a job on this machine
+        self.launch_extra = []  # more launch options
+        self.train_extra = []   # more train options
+        self.with_head = False  # across namespace hosts: one more rank on this machine (the head)
 
     def __enter__(self):
         return self
@@ -88,28 +92,33 @@ class Job:
             hosts = self.netns["NETNS_HOSTS"].split()[:2]
             # Each namespace host has its own ports: any base is free there.
             self.base = 9400
-            where = ["-H", "%s:1,%s:1" % (hosts[0], hosts[1]), "-i", self.netns["NETNS_KEY"],
+            if self.with_head:  # the head's ports are this machine's
+                hosts.append(self.netns["NETNS_HEAD"])
+                self.base = next(p for p in range(20000 + os.getpid() % 5000, 32000, 4)
+                                 if port_free(p, self.netns["NETNS_HEAD"]))
+            where = ["-H", ",".join("%s:1" % h for h in hosts), "-i", self.netns["NETNS_KEY"],
                      "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "UserKnownHostsFile=/dev/null"]
             expected = ["%s:%d" % (h, self.base) for h in hosts]
         else:
             # Below the kernel's ephemeral range (32768 and up here), so no port
             # the job's own connections take on the fly can land on a rank's.
-            self.base = next(p for p in range(20000 + os.getpid() % 5000, 32000, 2)
-                             if port_free(p) and port_free(p + 1))
-            where = ["-np", "2"]
-            expected = ["127.0.0.1:%d" % self.base, "127.0.0.1:%d" % (self.base + 1)]
+            self.base = next(p for p in range(20000 + os.getpid() % 5000, 32000, 4)
+                             if all(port_free(p + i) for i in range(self.np)))
+            where = ["-np", str(self.np)]
+            expected = ["127.0.0.1:%d" % (self.base + i) for i in range(self.np)]
         job = subprocess.Popen(
-            [self.hpctrain, "launch"] + where + ["--metrics-port", str(self.base), "--metrics-sd", self.sd, "--",
-             self.hpctrain, "train", "--model", model, "--data", self.tmp + "/fm-{000000..000003}.tar",
+            [self.hpctrain, "launch"] + where + ["--metrics-port", str(self.base), "--metrics-sd", self.sd] +
+            self.launch_extra +
+            ["--", self.hpctrain, "train", "--model", model, "--data", self.tmp + "/fm-{000000..000003}.tar",
              "--epochs", "50", "--max-steps", "100000", "--batch", "16", "--threads", "1",
-             "--log-every", "50", "--progress", "lines"],
+             "--log-every", "50", "--progress", "lines"] + self.train_extra,
             stdout=self.log("job.log"), stderr=subprocess.STDOUT, start_new_session=True)
         self.procs.append(job)
         wait_for("the launcher writes " + self.sd, lambda: os.path.exists(self.sd), 30)
         sd = json.load(open(self.sd))
         targets = sd[0]["targets"]
         assert targets == expected, "discovery file lists %s, expected %s" % (targets, expected)
-        self.job_id = sd[0]["labels"]["job"]
+        self.job_id = sd[0]["labels"]["launch_id"]
         self.targets = targets
         return targets
 
@@ -123,7 +132,7 @@ class Job:
         """The PID of the process serving targets[index]: the rank listening on that port on its host."""
         host, port = self.targets[index].rsplit(":", 1)
         cmd = ["ss", "-Hltnp", "sport = :%s" % port]
-        if self.netns:
+        if self.netns and host in self.netns["NETNS_HOSTS"].split():
             i = self.netns["NETNS_HOSTS"].split().index(host) + 1
             cmd = ["ip", "netns", "exec", "hpct-%s-h%d" % (self.netns["NETNS_NAME"], i)] + cmd
         out = subprocess.run(cmd, capture_output=True, text=True, timeout=10).stdout
@@ -138,12 +147,14 @@ class Job:
         """fn() runs first when the job stops (e.g. a tmux server of the test's own)."""
         self.cleanups.append(fn)
 
-    def stop(self):
+    def stop_processes(self):
+        """Stops every process started (cleanups first), keeping the files."""
         for fn in self.cleanups:
             try:
                 fn()
             except Exception as e:  # noqa: BLE001 - cleanup goes on
                 print("cleanup: %r" % e)
+        self.cleanups = []
         for p in reversed(self.procs):
             if p.poll() is None:
                 try:
@@ -154,6 +165,9 @@ class Job:
                 except subprocess.TimeoutExpired:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait()
+
+    def stop(self):
+        self.stop_processes()
         for name in sorted(os.listdir(self.tmp)):
             if name.endswith(".log"):
                 print("---- %s (last lines)" % name)

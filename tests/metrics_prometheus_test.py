@@ -10,7 +10,9 @@ namespace host. Then Debian's prometheus with a file_sd_configs job on that
 file (scrape every second) on this machine (the root namespace reaches the
 hosts over the bridge), and checks, each within 30 s, what an operator
 would look at:
-- Prometheus's API lists every rank's target as up;
+- Prometheus's API lists every rank's target as up, and
+  `up{job="hpctrain"}` (the scrape configuration's job) finds every rank
+  with the launch id in a label of its own (launch_id);
 - it has a samples rate for every rank (rate(hpctrain_samples_total[5s]) > 0);
 - promtool check metrics finds nothing to report on any rank's endpoint.
 Every process it started is stopped by PID.
@@ -63,20 +65,31 @@ def main():
             return up if up == sorted(targets) else None
         print("targets up: %s after %.1f s" % (wait_for("every rank's target up", all_up), time.monotonic() - t0))
 
+        def query(q):
+            return get_json(api + "query?query=" + urllib.parse.quote(q))["data"]["result"]
+
+        # What a dashboard or an alert filters on: the scrape configuration's
+        # job name finds every rank, and the launch id is a label of its own.
+        up = {r["metric"]["instance"]: r["metric"] for r in query('up{job="hpctrain"}')}
+        assert sorted(up) == sorted(targets), ("up{job=\"hpctrain\"}", up, targets)
+        for instance, labels in up.items():
+            assert labels.get("launch_id") == job.job_id, (instance, labels, job.job_id)
+        print('up{job="hpctrain"}: %d series, launch_id %s' % (len(up), job.job_id))
+
         def rates():
-            q = urllib.parse.quote("rate(hpctrain_samples_total[5s])")
-            res = get_json(api + "query?query=" + q)["data"]["result"]
-            per_rank = {r["metric"]["rank"]: (float(r["value"][1]), r["metric"]["host"], r["metric"]["job"])
-                        for r in res}
+            res = query('rate(hpctrain_samples_total{job="hpctrain"}[5s])')
+            per_rank = {r["metric"]["rank"]: (float(r["value"][1]), r["metric"]) for r in res}
             ok = sorted(per_rank) == ["0", "1"] and min(v[0] for v in per_rank.values()) > 0
             return per_rank if ok else None
         per_rank = wait_for("a samples rate for every rank", rates)
-        print("samples/s per rank, as Prometheus computes them: %s after %.1f s" % (per_rank, time.monotonic() - t0))
-        for rank, (_, host, job_label) in per_rank.items():
-            # The series name the launcher's job id, and across hosts the rank's own host.
+        print("samples/s per rank, as Prometheus computes them: %s after %.1f s"
+              % ({r: v[0] for r, v in per_rank.items()}, time.monotonic() - t0))
+        for rank, (_, labels) in per_rank.items():
+            # The series carry the launch id, and across hosts the rank's own host.
             if NETNS_DIR:
-                assert targets[int(rank)] == "%s:%d" % (host, job.base), (rank, host, targets)
-            assert job_label == job.job_id, (rank, job_label, job.job_id)
+                assert targets[int(rank)] == "%s:%d" % (labels["host"], job.base), (rank, labels, targets)
+            assert labels.get("launch_id") == job.job_id, (rank, labels, job.job_id)
+            assert "exported_job" not in labels, (rank, labels)
 
         for t in targets:
             text = urllib.request.urlopen("http://%s/metrics" % t, timeout=5).read()

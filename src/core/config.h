@@ -107,6 +107,13 @@ namespace hpct {
   X(double, stall_abort_s, "HPCT_STALL_ABORT_S", -1.0,                                          \
     "Engine: fail such a tensor with Timeout on every rank that submitted it after this long " \
     "(-1: HPCT_TIMEOUT_S; 0: never, only warn)")                                                \
+  X(double, straggler_window_s, "HPCT_STRAGGLER_WINDOW_S", 20.0,                                \
+    "Engine: seconds over which the ranks compare how long each waited for the others; a rank " \
+    "persistently slower than the median is named (0: off; docs/why.md)")                       \
+  X(double, straggler_margin, "HPCT_STRAGGLER_MARGIN", 0.2,                                     \
+    "Engine: a rank is named the straggler when its work is this much above the median rank's") \
+  X(std::int64_t, straggler_min_waits, "HPCT_STRAGGLER_MIN_WAITS", 10,                          \
+    "Engine: least waits for collectives per rank in a straggler window before it is judged")   \
   X(std::int64_t, metrics_port, "HPCT_METRICS_PORT", 0,                                        \
     "Prometheus /metrics of each rank on this port + its local rank (0: off; hpctrain launch "  \
     "--metrics-port sets it; docs/metrics.md)")                                                 \

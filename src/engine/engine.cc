@@ -24,11 +24,21 @@ bool Handle::poll() const {
 }
 
 void Handle::wait() const {
-  if (!poll()) state_->engine->run_rounds_for(*state_);
-  std::unique_lock<std::mutex> lk(state_->mu);
-  if (!state_->done) state_->engine->flush();
-  state_->cv.wait(lk, [&] { return state_->done; });
-  if (state_->error) std::rethrow_exception(state_->error);
+  if (poll()) {
+    std::lock_guard<std::mutex> lk(state_->mu);
+    if (state_->error) std::rethrow_exception(state_->error);
+  } else {
+    // The time this rank waits for the others (and the collective), for
+    // the straggler exchange: two clock reads.
+    StragglerMeter* meter = state_->meter.get();
+    if (meter) meter->begin_wait(SteadyClock::now());
+    state_->engine->run_rounds_for(*state_);
+    std::unique_lock<std::mutex> lk(state_->mu);
+    if (!state_->done) state_->engine->flush();
+    state_->cv.wait(lk, [&] { return state_->done; });
+    if (meter) meter->end_wait(SteadyClock::now());
+    if (state_->error) std::rethrow_exception(state_->error);
+  }
   // The device's completion, ordered on the tensor's stream: no host wait.
   if (state_->completion) state_->device->wait(state_->stream, *state_->completion);
 }
@@ -89,6 +99,11 @@ EngineOptions EngineOptions::from_config(const Config& c) {
   // A lossy mode is DistributedOptimizer's; what it leaves uncompressed
   // goes as the default would.
   o.compression = is_lossy_compression(c.compression) ? Compression::kAuto : parse_compression(c.compression);
+  if (c.straggler_window_s < 0) throw_invalid_argument("HPCT_STRAGGLER_WINDOW_S must be >= 0 (0: off)");
+  if (c.straggler_margin <= 0) throw_invalid_argument("HPCT_STRAGGLER_MARGIN must be > 0 (0.2: 20% slower)");
+  o.straggler.window_s = c.straggler_window_s;
+  o.straggler.margin = c.straggler_margin;
+  o.straggler.min_waits = static_cast<int>(std::max<std::int64_t>(0, c.straggler_min_waits));
   return o;
 }
 
@@ -104,6 +119,7 @@ Engine::Engine(comm::Communicator& comm, const EngineOptions& options, Logger lo
       idle_period_(std::clamp(Micros(static_cast<long long>(options.stall_warn_s * 250000)),
                               Micros(10000), Micros(1000000))),
       auto_compression_(comm, options.host_identity),
+      straggler_(options.straggler, comm.rank(), comm.size(), options.host, logger_),
       pending_wait_(std::max(cycle_, Micros(1000))) {
   ControllerOptions co;
   co.fusion_bytes = options.fusion_bytes;
@@ -198,6 +214,7 @@ Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
   auto state = std::make_shared<Handle::State>();
   state->name = req.name;
   state->engine = this;
+  state->meter = straggler_.meter();
   state->device = t.device;
   state->stream = t.stream;
   {

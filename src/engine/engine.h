@@ -87,6 +87,7 @@
 #include "engine/device.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
+#include "engine/straggler.h"
 
 namespace hpct::engine {
 
@@ -107,6 +108,10 @@ struct EngineOptions {
   // communicator). Null: device tensors are staged through host memory and
   // the communicator.
   std::shared_ptr<StreamCollectives> stream_collectives;
+  // Stragglers (straggler.h): HPCT_STRAGGLER_*, and this rank's host as
+  // rank 0's warning names it (HPCT_HOSTNAME; set by hpct::init).
+  StragglerOptions straggler;
+  std::string host = "?";
 
   static EngineOptions from_config(const Config& config);
 };
@@ -221,6 +226,13 @@ class Engine {
     std::uint64_t stall_warnings = 0;          // stall warnings this rank logged (the coordinator's)
   };
   Stats stats() const;
+  // The training loop's parts of one step (seconds): waiting for its batch,
+  // and its own compute (forward, backward, optimizer). They tell where a
+  // straggler's time goes. Thread-safe, cheap.
+  void note_work(double data_s, double compute_s) { straggler_.meter()->add_work(data_s, compute_s); }
+  // Every rank's straggler standing as of the last exchange, in rank order
+  // (empty before it; straggler.h). Thread-safe copy.
+  std::vector<StragglerRank> straggler_status() const { return straggler_.status(); }
   // What compression auto decided so far, per size class (thread-safe copy).
   std::vector<std::pair<int, AutoCompression::Decision>> auto_compression_decisions() const;
 
@@ -330,6 +342,7 @@ class Engine {
   std::mutex round_mu_;
   std::unique_ptr<Controller> controller_;
   std::unique_ptr<Timeline> timeline_;
+  StragglerWatch straggler_;  // after_round: round_mu_ held
   FusionBuffer fusion_;
   std::map<Device*, std::unique_ptr<DeviceSlots>> device_slots_;
   // Keepalives of completed device tensors whose completion event has not

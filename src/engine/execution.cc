@@ -131,6 +131,7 @@ void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool fr
   if (from_full && r.type != Response::Type::kAllgather) {
     for (Entry* e : es) controller_->cache().insert(e->req);
   }
+  straggler_.meter()->add_comm(std::chrono::duration<double>(SteadyClock::now() - ready).count());
   complete_all(es, nullptr);
 }
 

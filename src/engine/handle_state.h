@@ -26,6 +26,8 @@ struct Handle::State {
   std::vector<std::int64_t> gathered_shape;
   // Valid while !done: the engine completes every handle before it goes.
   Engine* engine = nullptr;
+  // Where wait() counts its blocked time (straggler.h); may outlive the engine.
+  std::shared_ptr<StragglerMeter> meter;
   // Device tensors: the device, the stream wait() orders, and (set before
   // done) the completion event.
   Device* device = nullptr;

@@ -150,6 +150,7 @@ bool Engine::round(bool shutdown_requested) {
     full = full || full_needed;
   }
   const bool stop = full && full_phase(shutdown_requested, &progress);
+  if (!stop) straggler_.after_round(comm_);  // every few seconds, the same round on every rank
   // While tensors wait for other ranks, retry every cycle; back off (to 16
   // cycles, at most the idle period) only while rounds change nothing, so a
   // straggler's tensor waits at most that long for this rank to join.

@@ -490,7 +490,9 @@ std::string prometheus_targets(const std::vector<RankPlacement>& ranks, int base
   }
   nlohmann::json group;
   group["targets"] = targets;
-  group["labels"] = {{"job", job_id}};
+  // Not "job": Prometheus keeps a discovered job label, which would replace
+  // the scrape configuration's job name that dashboards and alerts filter on.
+  group["labels"] = {{"launch_id", job_id}};
   return nlohmann::json::array({group}).dump(2) + "\n";
 }
 

@@ -60,7 +60,8 @@ struct LaunchOptions {
 };
 
 // The file_sd_configs document for the ranks placed as `ranks`: one group
-// with every rank's host:port and the job's label. all_local: every rank
+// with every rank's host:port and the label launch_id (the job's id; not
+// `job`, which stays the scrape configuration's). all_local: every rank
 // listens on loopback.
 std::string prometheus_targets(const std::vector<RankPlacement>& ranks, int base_port, bool all_local,
                                const std::string& job_id);

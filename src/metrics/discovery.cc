@@ -48,8 +48,8 @@ Targets read_discovery_file(const std::string& path) {
       out.targets.push_back(t.get<std::string>());
     }
     if (group.contains("labels") && group["labels"].is_object() &&
-        group["labels"].contains("job") && group["labels"]["job"].is_string()) {
-      out.job = group["labels"]["job"].get<std::string>();
+        group["labels"].contains("launch_id") && group["labels"]["launch_id"].is_string()) {
+      out.launch_id = group["labels"]["launch_id"].get<std::string>();
     }
   }
   if (out.targets.empty()) throw_data_corrupt(path + ": lists no targets" + fix);

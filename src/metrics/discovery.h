@@ -1,6 +1,6 @@
 // The targets of a job's ranks from the Prometheus file-based discovery
 // file that `hpctrain launch --metrics-sd FILE` writes (file_sd_configs,
-// JSON: [{"targets": ["host:port", ...], "labels": {"job": ID}}, ...]), or
+// JSON: [{"targets": ["host:port", ...], "labels": {"launch_id": ID}}, ...]), or
 // from a list given on the command line.
 #pragma once
 
@@ -11,7 +11,7 @@ namespace hpct::metrics {
 
 struct Targets {
   std::vector<std::string> targets;  // host:port, in the file's order
-  std::string job;                   // the groups' job label, if any
+  std::string launch_id;             // the groups' launch_id label, if any
 };
 
 // Io when the file cannot be read, DataCorrupt (naming the file and the

@@ -32,9 +32,9 @@ TEST(Discovery, ReadsTheLaunchersFileAndTargetLists) {
   // As hpctrain launch --metrics-sd writes it (launch/prometheus_targets_test.cc).
   auto t =
       read_discovery_file(write_file("[{\"targets\": [\"10.7.0.2:9400\", \"10.7.0.3:9400\"], "
-                                     "\"labels\": {\"job\": \"job-7\"}}]\n"));
+                                     "\"labels\": {\"launch_id\": \"job-7\"}}]\n"));
   EXPECT_EQ(t.targets, (std::vector<std::string>{"10.7.0.2:9400", "10.7.0.3:9400"}));
-  EXPECT_EQ(t.job, "job-7");
+  EXPECT_EQ(t.launch_id, "job-7");
   EXPECT_EQ(parse_target_list("h1:9400,h2:9401").targets,
             (std::vector<std::string>{"h1:9400", "h2:9401"}));
 }

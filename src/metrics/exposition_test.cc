@@ -15,7 +15,7 @@ TEST(Exposition, ReadsSamplesLabelsEscapesSpecialValuesAndTimestamps) {
   const std::string text =
       "# HELP hpctrain_samples_total Training samples\n"
       "# TYPE hpctrain_samples_total counter\n"
-      "hpctrain_samples_total{host=\"10.0.0.2\",job=\"j-1\",rank=\"1\"} 6400\n"
+      "hpctrain_samples_total{host=\"10.0.0.2\",launch_id=\"j-1\",rank=\"1\"} 6400\n"
       "\n"
       "hpctrain_step_phase_seconds_bucket{phase=\"sync\",le=\"+Inf\"} 12\r\n"
       "hpctrain_step_phase_seconds_sum{phase=\"sync\"} 0.25 1700000000000\n"
@@ -40,7 +40,7 @@ TEST(Exposition, ReadsSamplesLabelsEscapesSpecialValuesAndTimestamps) {
   Exposition e(samples);
   EXPECT_EQ(e.value("hpctrain_step_phase_seconds_sum", {{"phase", "sync"}}), 0.25);
   EXPECT_EQ(e.value("hpctrain_step_phase_seconds_sum", {{"phase", "data"}}, -7), -7);
-  EXPECT_EQ(e.find("hpctrain_samples_total", {{"rank", "1"}, {"job", "j-1"}})->value, 6400);
+  EXPECT_EQ(e.find("hpctrain_samples_total", {{"rank", "1"}, {"launch_id", "j-1"}})->value, 6400);
   EXPECT_EQ(e.find("hpctrain_samples_total", {{"rank", "0"}}), nullptr);
   EXPECT_EQ(e.all("plain_gauge").size(), 1u);
 }

@@ -15,6 +15,9 @@ bool trouble(const std::string& state) {
   return state == "STALLED" || state == "UNREACHABLE" || state == "BAD";
 }
 
+// States whose start and end are events.
+bool marked(const std::string& state) { return trouble(state) || state == "STRAGGLER"; }
+
 std::string fixed(double v, int decimals) {
   if (v < 0) return "-";
   char b[32];
@@ -67,6 +70,12 @@ void JobView::apply(Track& tr, const ScrapeResult& r, double now) {
   row.peak_rss_bytes = peak ? peak->value : -1;
   const Sample* state = e.find("hpctrain_optimizer_state_bytes");
   row.optimizer_state_bytes = state ? state->value : -1;
+  row.slowdown = e.value("hpctrain_straggler_slowdown_ratio");
+  row.straggler_cause.clear();
+  for (const Sample* g : e.all("hpctrain_straggler")) {
+    auto c = g->labels.find("cause");
+    if (g->value > 0 && c != g->labels.end()) row.straggler_cause = c->second;
+  }
 
   // A counter that went down: the rank's process started again.
   if (!tr.history.empty() && s.steps < tr.history.back().steps) tr.history.clear();
@@ -115,6 +124,12 @@ void JobView::apply(Track& tr, const ScrapeResult& r, double now) {
     std::snprintf(b, sizeof b, "no step for %.0f s (at step %.0f)", still, s.steps);
     row.note = b;
     row.samples_per_s = 0;
+  } else if (!row.straggler_cause.empty()) {
+    row.state = "STRAGGLER";
+    char b[128];
+    std::snprintf(b, sizeof b, "%.0f%% slower than the median rank, the time goes to %s",
+                  100 * std::max(0.0, row.slowdown), row.straggler_cause.c_str());
+    row.note = b;
   } else {
     row.state = "ok";
     row.note.clear();
@@ -127,6 +142,7 @@ void JobView::mark_slowest() {
   int candidates = 0;
   for (auto& [target, tr] : tracks_) {
     RankRow& r = tr.row;
+    if (r.state == "STRAGGLER") return;  // the ranks' own judgement, over a longer window
     if (r.state != "ok" || r.compute_ms < 0) continue;
     const double work = r.data_ms + r.compute_ms + r.optimizer_ms;
     ++candidates;
@@ -164,7 +180,7 @@ std::vector<std::string> JobView::update(const std::vector<ScrapeResult>& round,
   for (const auto& [t, tr] : tracks_) {
     const std::string& was = before[t];
     const std::string& is = tr.row.state;
-    const bool was_bad = trouble(was), is_bad = trouble(is);
+    const bool was_bad = marked(was), is_bad = marked(is);
     if (is_bad && was != is) {
       events.push_back(who(tr.row) + " " + is + ": " + tr.row.note);
     } else if (was_bad && !is_bad) {
@@ -210,10 +226,11 @@ std::string format_table(const std::vector<RankRow>& rows, bool ansi) {
                   r.sync_path.substr(0, 12).c_str(), fixed(r.steps, 0).c_str(),
                   megabytes(r.peak_rss_bytes).c_str(), megabytes(r.optimizer_state_bytes).c_str(),
                   r.state.c_str(), r.note.c_str());
-    const char* colour = !ansi                  ? nullptr
-                         : trouble(r.state)     ? "\x1b[1;31m"
-                         : r.state == "slowest" ? "\x1b[33m"
-                                                : nullptr;
+    const char* colour = !ansi                    ? nullptr
+                         : trouble(r.state)       ? "\x1b[1;31m"
+                         : r.state == "STRAGGLER" ? "\x1b[1;33m"
+                         : r.state == "slowest"   ? "\x1b[33m"
+                                                  : nullptr;
     out += colour ? std::string(colour) + b + "\x1b[0m\n" : std::string(b) + "\n";
   }
   return out;

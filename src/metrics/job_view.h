@@ -11,6 +11,11 @@
 //                per step) is the largest of the job's ranks: the others
 //                wait for it in sync (marked when 5% or more above the
 //                fastest rank's)
+//   STRAGGLER    steps move, and the ranks themselves name it the straggler
+//                (hpctrain_straggler: persistently slower than the median by
+//                HPCT_STRAGGLER_MARGIN over HPCT_STRAGGLER_WINDOW_S;
+//                engine/straggler.h); the note says by how much and where
+//                its time goes (data, compute or network)
 //   STALLED      answers, but its step counter has not moved for stall_after
 //   UNREACHABLE  its endpoint did not answer (refused, unreachable, or no
 //                whole answer within the scrape's bound: a stopped process)
@@ -48,6 +53,8 @@ struct RankRow {
   // memory, and the optimizer state it holds (its part when sharded).
   double peak_rss_bytes = -1;
   double optimizer_state_bytes = -1;
+  double slowdown = 0;            // hpctrain_straggler_slowdown_ratio
+  std::string straggler_cause;    // the cause while named, else empty
 };
 
 struct JobViewOptions {
@@ -89,7 +96,8 @@ class JobView {
 };
 
 // The rows as a table with a header line, each line ending in '\n'.
-// ansi: marked rows in colour (red: STALLED, UNREACHABLE, BAD; yellow: slowest).
+// ansi: marked rows in colour (red: STALLED, UNREACHABLE, BAD; yellow:
+// STRAGGLER, slowest).
 std::string format_table(const std::vector<RankRow>& rows, bool ansi);
 // One plain line per rank, each prefixed with `stamp` (for logs and pipes).
 std::string format_lines(const std::vector<RankRow>& rows, const std::string& stamp);

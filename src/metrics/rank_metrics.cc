@@ -94,6 +94,7 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
                                    MetricType::Counter);
       stalls.metric.push_back(counter(static_cast<double>(s.stall_warnings)));
       out.push_back(std::move(stalls));
+      add_straggler(out);
     }
     {
       // Every kind, zero when the job reads none of it, so a dashboard's
@@ -147,6 +148,45 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
   }
 
  private:
+  // This rank's standing among the ranks (engine/straggler.h), as of the
+  // engine's last exchange: zeros until then.
+  void add_straggler(std::vector<MetricFamily>& out) const {
+    const auto all = engine_->straggler_status();
+    engine::StragglerRank me;
+    if (engine_->rank() < static_cast<int>(all.size())) me = all[static_cast<std::size_t>(engine_->rank())];
+    MetricFamily named = family("hpctrain_straggler",
+                                "1 on the cause (data, compute, network) while this rank is named the "
+                                "straggler: persistently slower than the median rank",
+                                MetricType::Gauge);
+    for (auto cause : {engine::StragglerCause::kData, engine::StragglerCause::kCompute,
+                       engine::StragglerCause::kNetwork}) {
+      ClientMetric m = base();
+      m.label.push_back({"cause", engine::straggler_cause_name(cause)});
+      m.gauge.value = me.named && me.cause == cause ? 1 : 0;
+      named.metric.push_back(std::move(m));
+    }
+    out.push_back(std::move(named));
+    MetricFamily slow = family("hpctrain_straggler_slowdown_ratio",
+                               "This rank's work time over the median of the other ranks' less 1, over "
+                               "the last straggler window (HPCT_STRAGGLER_WINDOW_S)",
+                               MetricType::Gauge);
+    ClientMetric g = base();
+    g.gauge.value = me.slowdown;
+    slow.metric.push_back(std::move(g));
+    out.push_back(std::move(slow));
+    MetricFamily late = family("hpctrain_straggler_late_seconds_total",
+                               "Time the other ranks (their median) waited for this rank beyond what it "
+                               "waited for them",
+                               MetricType::Counter);
+    late.metric.push_back(counter(me.late_s));
+    out.push_back(std::move(late));
+    MetricFamily waited = family("hpctrain_straggler_wait_seconds_total",
+                                 "Time this rank's callers were blocked waiting for collectives",
+                                 MetricType::Counter);
+    waited.metric.push_back(counter(me.waited_s));
+    out.push_back(std::move(waited));
+  }
+
   static MetricFamily family(const std::string& name, const std::string& help, MetricType type) {
     MetricFamily f;
     f.name = name;
@@ -283,7 +323,7 @@ struct RankMetrics::Impl {
 
 RankMetrics::RankMetrics(const RankMetricsOptions& o) : impl_(std::make_unique<Impl>()) {
   const std::map<std::string, std::string> labels = {
-      {"rank", std::to_string(o.rank)}, {"host", o.host}, {"job", o.job}};
+      {"rank", std::to_string(o.rank)}, {"host", o.host}, {"launch_id", o.launch_id}};
   auto& r = *impl_->registry;
   impl_->samples = &prometheus::BuildCounter()
                         .Name("hpctrain_samples_total")
@@ -399,7 +439,7 @@ std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, cons
   o.engine = engine;
   o.comm = comm;
   o.data_sources = std::move(data_sources);
-  o.job = env.get("HPCT_JOB_ID").value_or("hpctrain");
+  o.launch_id = env.get("HPCT_JOB_ID").value_or("hpctrain");
   char name[256] = {0};
   ::gethostname(name, sizeof(name) - 1);
   o.host = env.get("HPCT_HOSTNAME").value_or(name);

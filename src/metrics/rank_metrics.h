@@ -4,7 +4,8 @@
 // on that port + its local rank, on the address the job's connections use.
 //
 // Names follow Prometheus conventions (hpctrain_ prefix, base units, _total
-// on counters). Every series has the labels rank, host and job; a family
+// on counters). Every series has the labels rank, host and launch_id (not job:
+// Prometheus sets job from its scrape configuration); a family
 // split in parts has one more (phase or path):
 //
 //   hpctrain_samples_total, hpctrain_steps_total       training progress
@@ -16,6 +17,9 @@
 //                                                      shm, direct, ring, hierarchical, mpi
 //   hpctrain_compression_ratio                         allreduced tensor bytes / bytes on the wire
 //   hpctrain_stall_warnings_total                      the engine's stall warnings
+//   hpctrain_straggler{cause}, hpctrain_straggler_slowdown_ratio,
+//   hpctrain_straggler_late_seconds_total, hpctrain_straggler_wait_seconds_total
+//                                                      the rank named slowest (engine/straggler.h)
 //   hpctrain_restarts_total                            restarts of the job before this run
 //   hpctrain_membership_changes_total, hpctrain_world_size
 //                                                      elastic jobs: worlds since the start, ranks now
@@ -88,7 +92,7 @@ struct RankMetricsOptions {
   int port = 0;  // 0: a free port (tests)
   int rank = 0;
   std::string host;
-  std::string job = "hpctrain";
+  std::string launch_id = "hpctrain";  // the job's id (HPCT_JOB_ID): label launch_id
   int restarts = 0;
   const engine::Engine* engine = nullptr;      // may be null
   const comm::Communicator* comm = nullptr;    // may be null
@@ -128,7 +132,7 @@ class RankMetrics {
 
 // This rank's endpoint as the job's settings say (HPCT_METRICS_PORT + local
 // rank; HPCT_BIND_ADDRESS, else the address that reaches the job's store,
-// else loopback; job and host from HPCT_JOB_ID and HPCT_HOSTNAME), or null
+// else loopback; launch id and host from HPCT_JOB_ID and HPCT_HOSTNAME), or null
 // when HPCT_METRICS_PORT is 0.
 std::unique_ptr<RankMetrics> rank_metrics_from_config(const Config& config, const WorldInfo& world,
                                                       const Env& env, const engine::Engine* engine,

@@ -62,7 +62,7 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
     RankMetricsOptions o;
     o.rank = comm.rank();
     o.host = "host-" + std::to_string(comm.rank());
-    o.job = "test-job";
+    o.launch_id = "test-job";
     o.restarts = 2;
     o.engine = &e;
     o.comm = &comm;
@@ -77,11 +77,16 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
     const std::string text = get(m.url());
     const std::string me = "rank=\"" + std::to_string(comm.rank()) + "\"";
     EXPECT_EQ(value_of(text, "hpctrain_samples_total", me), 192);
-    EXPECT_EQ(value_of(text, "hpctrain_steps_total", "job=\"test-job\""), 3);
+    EXPECT_EQ(value_of(text, "hpctrain_steps_total", "launch_id=\"test-job\""), 3);
     EXPECT_EQ(value_of(text, "hpctrain_step_seconds_count", "host=\"host-" + std::to_string(comm.rank())), 3);
     EXPECT_NEAR(value_of(text, "hpctrain_step_phase_seconds_sum", "phase=\"compute\""), 0.030, 1e-9);
     EXPECT_EQ(value_of(text, "hpctrain_restarts_total", me), 2);
     EXPECT_EQ(value_of(text, "hpctrain_compression_ratio", me), 1);
+    // Before the ranks' first straggler exchange: every cause at 0, no wait yet.
+    for (const char* cause : {"data", "compute", "network"})
+      EXPECT_EQ(value_of(text, "hpctrain_straggler", std::string("cause=\"") + cause + "\""), 0) << cause;
+    EXPECT_EQ(value_of(text, "hpctrain_straggler_slowdown_ratio", me), 0);
+    EXPECT_EQ(value_of(text, "hpctrain_straggler_late_seconds_total", me), 0);
     // The gradient went by one path; its bytes are counted there.
     const std::string path = comm.algorithm(comm::OpKind::kAllreduce, v.size() * 4);
     const std::string label = "path=\"" + path.substr(0, path.find(':')) + "\"";

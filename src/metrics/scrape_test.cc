@@ -40,7 +40,7 @@ TEST(Scrape, AnswersRefusalsAndSilenceEachWithinTheBoundInParallel) {
   RankMetricsOptions o;
   o.rank = 3;
   o.host = "h3";
-  o.job = "j-9";
+  o.launch_id = "j-9";
   RankMetrics rank(o);
   rank.record_step(32, 0.001, 0.01, 0.002, 0.001);
   int silent_port = 0;
@@ -56,7 +56,7 @@ TEST(Scrape, AnswersRefusalsAndSilenceEachWithinTheBoundInParallel) {
   ASSERT_EQ(r.size(), 4u);
   EXPECT_TRUE(r[0].ok) << r[0].error;
   Exposition e(parse_exposition(r[0].body));
-  EXPECT_EQ(e.value("hpctrain_samples_total", {{"rank", "3"}, {"host", "h3"}, {"job", "j-9"}}), 32);
+  EXPECT_EQ(e.value("hpctrain_samples_total", {{"rank", "3"}, {"host", "h3"}, {"launch_id", "j-9"}}), 32);
   EXPECT_FALSE(r[1].ok);
   EXPECT_FALSE(r[1].timed_out);
   EXPECT_NE(r[1].error.find("Connection refused"), std::string::npos) << r[1].error;

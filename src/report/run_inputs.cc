@@ -1,6 +1,9 @@
 #include "report/run_inputs.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -87,6 +90,28 @@ void launcher_event(const std::string& line, const std::string& name, RunInputs*
     e.kind = "membership";
   } else {
     return;
+  }
+  in->events.push_back(e);
+}
+
+// Rank 0's log line naming (or clearing) the straggler (engine/straggler.h):
+// "[hpctrain rank 0 12:00:01.123 W straggler] rank 2 on host h2 is ...".
+// The line tells the time of day (UTC); the day is the log's last write's.
+void straggler_event(const std::string& line, const std::string& path, RunInputs* in) {
+  static const Regex logged(R"(^\[hpctrain(?: rank \d+)? (\d\d):(\d\d):(\d\d)\.(\d\d\d) [A-Z] straggler\] (.*)$)");
+  const auto m = logged.search(line);
+  if (!m) return;
+  RunEvent e;
+  e.kind = "straggler";
+  e.text = m->group(5);
+  e.source = path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    const double written = static_cast<double>(st.st_mtime);
+    double t = std::floor(written / 86400) * 86400 + std::stod(m->group(1)) * 3600 +
+               std::stod(m->group(2)) * 60 + std::stod(m->group(3)) + std::stod(m->group(4)) / 1000;
+    if (t > written + 60) t -= 86400;  // logged before midnight, written after
+    e.time = t;
   }
   in->events.push_back(e);
 }
@@ -185,6 +210,8 @@ bool read_one_file(const fs::path& p, bool strict, RunInputs* in) {
     while (std::getline(lines, line)) {
       if (by_name == Kind::kLauncherLog) {
         launcher_event(line, path, in);
+      } else if (line.find(" straggler] ") != std::string::npos) {
+        straggler_event(line, path, in);
       } else if (line.rfind("fault: ", 0) == 0) {
         static const Regex at_step(R"(at step (\d+))");
         RunEvent e;

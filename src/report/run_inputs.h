@@ -10,7 +10,9 @@
 //     in its first 256 bytes; only linked, never parsed;
 //   - launcher.log of `launch --output-dir`: "<unix seconds> text" lines;
 //     restarts, failures and elastic membership changes become events;
-//   - rank.N/stdout and rank.N/stderr: "fault: ..." lines become events;
+//   - rank.N/stdout and rank.N/stderr: "fault: ..." lines, and the log
+//     lines naming a straggler ("[hpctrain rank 0 ... straggler] rank 2 on
+//     host h2 is the slowest ..."), become events;
 //   - checkpoints (ckpt-NNNNNNNNNN.json beside their payload): events.
 // In a directory, files of no known kind are skipped; named on the command
 // line, they are an error.
@@ -28,7 +30,7 @@ namespace hpct::report {
 struct RunEvent {
   double time = NAN;  // Unix seconds, when the source tells
   double step = NAN;  // training step, when the source tells
-  std::string kind;   // restart, resume, fault, membership, checkpoint
+  std::string kind;   // restart, resume, fault, membership, checkpoint, straggler
   std::string text;
   std::string source;  // the file it came from
 };

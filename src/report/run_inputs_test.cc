@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -111,6 +113,16 @@ TEST_F(RunInputsTest, BadInputIsOneLineNamingTheProblemAndTheFix) {
   for (const std::string& line : {e}) EXPECT_EQ(line.find('\n'), std::string::npos) << line;
 }
 
+// The time of day as the log writes it (UTC), e.g. 12:00:01.123.
+std::string clock_now() {
+  const std::time_t t = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&t, &tm);
+  char b[32];
+  std::snprintf(b, sizeof b, "%02d:%02d:%02d.000", tm.tm_hour, tm.tm_min, tm.tm_sec);
+  return b;
+}
+
 // A run directory as launch --output-dir and train leave it: the launcher's
 // own log (written by the real OutputMux), rank logs, metrics, a trace and
 // checkpoints.
@@ -120,6 +132,8 @@ TEST_F(RunInputsTest, RunDirectoryEveryKindAndEventsPlacedOnSteps) {
     launch::OutputMux mux(launch::OutputPrefix::kRank, {"h", "h"}, dir_.string(), devnull, devnull);
     mux.rank_line(0, false, "epoch 1 step 10 loss 2.0");
     mux.rank_line(1, false, "fault: worker 1 ends itself at step 12 (kill)");
+    mux.rank_line(0, true, "[hpctrain rank 0 " + clock_now() + " W straggler] rank 1 on host h is the slowest "
+                           "for the last 20 s: 31% slower than the median, the time goes to compute");
     mux.launcher_line(
         "rank 1 on host h was killed by signal 9 (Killed); stopped the other ranks in 5 ms");
     mux.launcher_line("restarting the job (restart 1 of 1); ranks see HPCT_RESTART=1");
@@ -143,6 +157,7 @@ TEST_F(RunInputsTest, RunDirectoryEveryKindAndEventsPlacedOnSteps) {
   EXPECT_EQ(kinds["fault"], 3);    // the rank's own line and the launcher's two
   EXPECT_EQ(kinds["restart"], 2);  // the launcher's line and the restarted run's start line
   EXPECT_EQ(kinds["membership"], 1);
+  EXPECT_EQ(kinds["straggler"], 1);
   // The launcher's lines have times of now, after every metrics line: they
   // fall on the last step known.
   place_events(&in);
@@ -150,6 +165,11 @@ TEST_F(RunInputsTest, RunDirectoryEveryKindAndEventsPlacedOnSteps) {
     EXPECT_TRUE(std::isfinite(e.step)) << e.kind << ": " << e.text;
     if (e.source.find("launcher.log") != std::string::npos) {
       EXPECT_EQ(e.step, 20) << e.text;
+    }
+    if (e.kind == "straggler") {
+      // Logged now, after every metrics line: the last step known.
+      EXPECT_EQ(e.step, 20) << e.text;
+      EXPECT_EQ(e.text.rfind("rank 1 on host h is the slowest for the last 20 s", 0), 0u) << e.text;
     }
     if (e.kind == "checkpoint") {
       EXPECT_EQ(e.step, 10);

@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <algorithm>
 
@@ -49,6 +50,21 @@ void keep_freed_memory(const Config& config, const Logger& logger) {
 
 std::unique_ptr<Context> init(const Config& config) { return init(config, EngineSetup()); }
 
+namespace {
+
+// The engine's options, with this rank's host as the launcher named it
+// (HPCT_HOSTNAME), else the machine's name: rank 0's straggler warning
+// names it.
+engine::EngineOptions engine_options(const Config& config) {
+  engine::EngineOptions eo = engine::EngineOptions::from_config(config);
+  char name[256] = {0};
+  ::gethostname(name, sizeof(name) - 1);
+  eo.host = ProcessEnv().get("HPCT_HOSTNAME").value_or(name);
+  return eo;
+}
+
+}  // namespace
+
 std::unique_ptr<Context> init(const Config& config, const EngineSetup& setup) {
   auto impl = std::make_unique<Context::Impl>();
   impl->config = config;
@@ -58,7 +74,7 @@ std::unique_ptr<Context> init(const Config& config, const EngineSetup& setup) {
   impl->info = impl->world.info;
   impl->comm = impl->world.comm.get();
   impl->logger = impl->logger.with_rank(impl->comm->rank());
-  engine::EngineOptions eo = engine::EngineOptions::from_config(config);
+  engine::EngineOptions eo = engine_options(config);
   if (setup) setup(impl->world, impl->logger, &eo);
   impl->engine = std::make_unique<engine::Engine>(*impl->comm, std::move(eo), impl->logger);
   return std::make_unique<Context>(std::move(impl));
@@ -87,8 +103,7 @@ std::unique_ptr<Context> make_context(comm::World world, const Config& config,
   impl->info = impl->world.info;
   impl->comm = impl->world.comm.get();
   impl->logger = logger.with_rank(impl->comm->rank());
-  impl->engine = std::make_unique<engine::Engine>(
-      *impl->comm, engine::EngineOptions::from_config(config), impl->logger);
+  impl->engine = std::make_unique<engine::Engine>(*impl->comm, engine_options(config), impl->logger);
   return std::make_unique<Context>(std::move(impl));
 }
 

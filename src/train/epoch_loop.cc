@@ -90,6 +90,8 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
     interval.compute += D(t2 - t1).count();
     interval.sync += D(t3 - t2).count();
     interval.optim += D(t4 - t3).count();
+    // Where a straggler's time goes (engine/straggler.h): data, or compute.
+    ctx.engine().note_work(D(t1 - t0).count(), D(t2 - t1).count() + D(t4 - t3).count());
     if (prometheus) {
       prometheus->record_step(batch.labels.size(0), D(t1 - t0).count(), D(t2 - t1).count(),
                               D(t3 - t2).count(), D(t4 - t3).count());

@@ -95,7 +95,7 @@ int run_top(const TopArgs& a) {
       std::snprintf(
           head, sizeof head,
           "hpctrain top  job %s  %zu ranks  %.1f samples/s  %s  (every %.1f s; Ctrl-C ends)",
-          targets.job.empty() ? "?" : targets.job.c_str(), rows.size(), total, stamp.c_str(),
+          targets.launch_id.empty() ? "?" : targets.launch_id.c_str(), rows.size(), total, stamp.c_str(),
           a.interval_s);
       frame += std::string(head) + "\x1b[K\n";
       if (!source_error.empty()) frame += "\x1b[1;31m" + source_error + "\x1b[0m\x1b[K\n";
