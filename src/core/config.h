@@ -119,6 +119,12 @@ namespace hpct {
     "--metrics-port sets it; docs/metrics.md)")                                                 \
   X(std::string, timeline, "HPCT_TIMELINE", "",                                                 \
     "Engine: rank 0 writes a Chrome-trace JSON of every tensor's phases to this file")         \
+  X(std::int64_t, flight_record_entries, "HPCT_FLIGHT_RECORD_ENTRIES", 2000,                    \
+    "Engine: recent operations each rank keeps in its flight record, written to "              \
+    "HPCT_JOB_DIR/flight when the job fails (0: off; docs/why.md)")                            \
+  X(std::string, job_dir, "HPCT_JOB_DIR", "",                                                   \
+    "Directory of the job's records, shared by its hosts: flight records on failure, read by " \
+    "hpctrain why (set by hpctrain launch; empty: none written)")                              \
   X(std::string, compression, "HPCT_COMPRESSION", "auto",                                       \
     "Engine: wire type of float32 allreduces: none, fp16, bf16, or auto (fp16 only where the "  \
     "job measured it faster: never in shared memory; docs/engine.md); lossy, with error "        \

@@ -96,6 +96,9 @@ EngineOptions EngineOptions::from_config(const Config& c) {
   o.stall_abort_s = c.stall_abort_s < 0 ? c.timeout_s : c.stall_abort_s;
   o.stall_warn_s = o.stall_abort_s > 0 ? std::min(c.stall_warn_s, o.stall_abort_s / 2) : c.stall_warn_s;
   o.timeline_path = c.timeline;
+  if (c.flight_record_entries < 0) throw_invalid_argument("HPCT_FLIGHT_RECORD_ENTRIES must be >= 0 (0: off)");
+  o.flight_entries = static_cast<std::size_t>(c.flight_record_entries);
+  o.job_dir = c.job_dir;
   // A lossy mode is DistributedOptimizer's; what it leaves uncompressed
   // goes as the default would.
   o.compression = is_lossy_compression(c.compression) ? Compression::kAuto : parse_compression(c.compression);
@@ -120,7 +123,8 @@ Engine::Engine(comm::Communicator& comm, const EngineOptions& options, Logger lo
                               Micros(10000), Micros(1000000))),
       auto_compression_(comm, options.host_identity),
       straggler_(options.straggler, comm.rank(), comm.size(), options.host, logger_),
-      pending_wait_(std::max(cycle_, Micros(1000))) {
+      pending_wait_(std::max(cycle_, Micros(1000))),
+      flight_(options.flight_entries) {
   ControllerOptions co;
   co.fusion_bytes = options.fusion_bytes;
   co.cache_capacity = options.cache_capacity;
@@ -129,6 +133,12 @@ Engine::Engine(comm::Communicator& comm, const EngineOptions& options, Logger lo
   controller_ = std::make_unique<Controller>(comm, co, logger_);
   if (rank_ == 0 && !options.timeline_path.empty()) {
     timeline_ = std::make_unique<Timeline>(options.timeline_path);
+  }
+  if (flight_.enabled() && !options.job_dir.empty()) {
+    FlightIdentity who;
+    who.rank = rank_;
+    who.size = size_;
+    flight_dump_ = std::make_unique<FlightDump>(flight_, options.job_dir, who);
   }
   thread_ = std::thread([this] { run(); });
 }
@@ -162,13 +172,21 @@ Engine::Stats Engine::stats() const {
   return s;
 }
 
+void Engine::write_flight_record(const std::string& reason) {
+  if (!flight_dump_) {
+    throw_invalid_argument("no flight record to write: set HPCT_JOB_DIR (hpctrain launch sets it) and "
+                           "HPCT_FLIGHT_RECORD_ENTRIES above 0");
+  }
+  flight_dump_->write_now(reason);
+}
+
 std::vector<std::pair<int, AutoCompression::Decision>> Engine::auto_compression_decisions() const {
   std::lock_guard<std::mutex> lk(mu_);
   return auto_decisions_;
 }
 
 Handle Engine::allreduce_async(const std::string& name, TensorRef t, comm::ReduceOp op,
-                               std::optional<Compression> compression) {
+                               std::optional<Compression> compression, const CallSite& site) {
   Request r;
   r.name = name;
   r.kind = CollectiveKind::kAllreduce;
@@ -176,10 +194,11 @@ Handle Engine::allreduce_async(const std::string& name, TensorRef t, comm::Reduc
   r.compression = t.dtype == comm::DataType::kFloat32
                       ? compression.value_or(options_.compression)
                       : Compression::kNone;
-  return submit(std::move(r), std::move(t), nullptr);
+  return submit(std::move(r), std::move(t), nullptr, site);
 }
 
-Handle Engine::allgather_async(const std::string& name, TensorRef t, OutputAllocator allocate) {
+Handle Engine::allgather_async(const std::string& name, TensorRef t, OutputAllocator allocate,
+                               const CallSite& site) {
   if (t.shape.empty()) {
     throw_invalid_argument("allgather of tensor '" + name +
                            "': a scalar has no rows to gather; reshape it to [1]");
@@ -187,10 +206,10 @@ Handle Engine::allgather_async(const std::string& name, TensorRef t, OutputAlloc
   Request r;
   r.name = name;
   r.kind = CollectiveKind::kAllgather;
-  return submit(std::move(r), std::move(t), std::move(allocate));
+  return submit(std::move(r), std::move(t), std::move(allocate), site);
 }
 
-Handle Engine::broadcast_async(const std::string& name, TensorRef t, int root) {
+Handle Engine::broadcast_async(const std::string& name, TensorRef t, int root, const CallSite& site) {
   if (root < 0 || root >= size_) {
     throw_invalid_argument("broadcast of tensor '" + name + "': root " + std::to_string(root) +
                            " is not a rank of this world of " + std::to_string(size_));
@@ -199,10 +218,10 @@ Handle Engine::broadcast_async(const std::string& name, TensorRef t, int root) {
   r.name = name;
   r.kind = CollectiveKind::kBroadcast;
   r.root = root;
-  return submit(std::move(r), std::move(t), nullptr);
+  return submit(std::move(r), std::move(t), nullptr, site);
 }
 
-Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
+Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate, const CallSite& site) {
   req.dtype = t.dtype;
   req.shape = std::move(t.shape);  // the engine keeps only the request's copy
   for (auto d : req.shape) {
@@ -244,6 +263,7 @@ Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate) {
     e.allocate = std::move(allocate);
     e.state = state;
     e.submitted = SteadyClock::now();
+    e.flight_seq = flight_.submitted(e.req, e.req.count() * comm::dtype_size(e.req.dtype), site, e.submitted);
     incoming_.push_back(std::move(e));
     // Only the first tensor of a batch moves the background thread's next
     // round (the fusion window starts with it); waking it for each of a

@@ -85,6 +85,7 @@
 #include "core/log.h"
 #include "engine/auto_compression.h"
 #include "engine/device.h"
+#include "engine/flight_record.h"
 #include "engine/fusion.h"
 #include "engine/message.h"
 #include "engine/straggler.h"
@@ -101,6 +102,8 @@ struct EngineOptions {
   double stall_warn_s = 60;             // HPCT_STALL_WARN_S
   double stall_abort_s = 0;             // HPCT_STALL_ABORT_S (from_config: -1 becomes HPCT_TIMEOUT_S; 0: never)
   std::string timeline_path;            // HPCT_TIMELINE (rank 0 writes it)
+  std::size_t flight_entries = 2000;    // HPCT_FLIGHT_RECORD_ENTRIES (0: no flight record)
+  std::string job_dir;                  // HPCT_JOB_DIR: where the flight record is written (empty: never)
   Compression compression = Compression::kNone;  // HPCT_COMPRESSION, for float32 allreduce (its default: auto)
   // kAuto: which ranks share a host (null: comm::host_identity). Tests only.
   std::function<std::int64_t()> host_identity;
@@ -189,14 +192,18 @@ class Engine {
   // In place: t becomes the reduction over ranks. kAvg averages. compression
   // defaults to the engine's (applies to float32 only). InvalidArgument for a
   // duplicate pending name, a null buffer or an op the dtype cannot take.
+  // `site` (every operation): where it was asked for, kept in the flight
+  // record (flight_record.h); the caller's line unless given.
   Handle allreduce_async(const std::string& name, TensorRef t, comm::ReduceOp op,
-                         std::optional<Compression> compression = std::nullopt);
+                         std::optional<Compression> compression = std::nullopt,
+                         const CallSite& site = CallSite::here());
   // The rows (first dimension) of every rank's t, in rank order; ranks may
   // have different first dimensions. Output through `allocate` or, when it is
   // null, in the handle (gathered()).
-  Handle allgather_async(const std::string& name, TensorRef t, OutputAllocator allocate = nullptr);
+  Handle allgather_async(const std::string& name, TensorRef t, OutputAllocator allocate = nullptr,
+                         const CallSite& site = CallSite::here());
   // In place: t on root is copied to every rank.
-  Handle broadcast_async(const std::string& name, TensorRef t, int root);
+  Handle broadcast_async(const std::string& name, TensorRef t, int root, const CallSite& site = CallSite::here());
 
   // Starts a round now instead of at the end of the fusion window (see
   // Pacing). Handle::wait() calls it; a caller that submitted its last
@@ -206,6 +213,14 @@ class Engine {
   // Announces the shutdown to every rank, fails every pending handle, joins
   // the thread. Idempotent; never throws.
   void shutdown();
+
+  // This rank's flight record: its recent operations and the training
+  // loop's phase (set_phase). Written to HPCT_JOB_DIR/flight on a failed
+  // operation and on SIGUSR1 when a job directory is set.
+  FlightRecord& flight_record() { return flight_; }
+  // Writes the flight record now (Io when it cannot; InvalidArgument
+  // without a job directory).
+  void write_flight_record(const std::string& reason);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -246,6 +261,7 @@ class Engine {
     SteadyClock::time_point reported;
     bool is_reported = false;
     std::shared_ptr<DeviceEvent> completion;  // device tensors: set by the execution
+    std::uint64_t flight_seq = 0;             // its slot in the flight record
   };
   // A device's memory for the engine (execution_device.cc).
   struct DeviceSlots;
@@ -253,7 +269,12 @@ class Engine {
   friend class Handle;  // wait() runs rounds (run_rounds_for)
   static constexpr int kCallerRounds = 3;
 
-  Handle submit(Request req, TensorRef t, OutputAllocator allocate);
+  Handle submit(Request req, TensorRef t, OutputAllocator allocate, const CallSite& site);
+  // The entries' flight-record states (flight_record.h).
+  void flight_mark(const std::vector<Entry*>& es, FlightState s, SteadyClock::time_point t,
+                   FlightPath path = FlightPath::kNone) {
+    flight_.mark(es.begin(), es.end(), [](const Entry* e) { return e->flight_seq; }, s, t, path);
+  }
   void run();
   // Handle::wait(): rounds on the caller's thread until s is done, at most
   // kCallerRounds, while no other thread runs one. Takes round_mu_ (try),
@@ -299,6 +320,7 @@ class Engine {
   // each, bounded by the communicator's timeout).
   void release_retired(bool all);
   void complete(Entry& e, std::exception_ptr error);
+  void note_flight_error(std::exception_ptr error);  // execution.cc
   void complete_all(const std::vector<Entry*>& es, std::exception_ptr error);
   void fail_all(std::exception_ptr error);
   Entry* find(std::string_view name);
@@ -362,6 +384,8 @@ class Engine {
   SteadyClock::time_point last_round_start_{};
   SteadyClock::time_point last_round_end_{};
 
+  FlightRecord flight_;
+  std::unique_ptr<FlightDump> flight_dump_;  // null without a job directory
   std::thread thread_;
 };
 

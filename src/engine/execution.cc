@@ -73,6 +73,7 @@ void Engine::execute_cached(std::vector<Entry*>& es) {
 
 void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool from_full) {
   const auto ready = SteadyClock::now();
+  flight_mark(es, FlightState::kNegotiated, ready);
   if (timeline_) {
     for (Entry* e : es) {
       timeline_->phase(e->req.name, "queued", e->submitted, e->reported);
@@ -80,6 +81,7 @@ void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool fr
     }
   }
   Device* device = r.type == Response::Type::kAllreduce ? nullptr : device_of(es);  // allreduce: its own
+  if (device != nullptr) flight_mark(es, FlightState::kStarted, ready, FlightPath::kDevice);
   if (r.type == Response::Type::kAllreduce) {
     execute_allreduce(r, es);
   } else if (device != nullptr && r.type == Response::Type::kBroadcast) {
@@ -89,6 +91,7 @@ void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool fr
   } else if (r.type == Response::Type::kBroadcast) {
     Entry& e = *es[0];
     auto t0 = SteadyClock::now();
+    flight_mark(es, FlightState::kStarted, t0, FlightPath::kBroadcast);
     comm::BroadcastOptions o;
     o.buffer = e.tensor.data;
     o.count = e.req.count();
@@ -118,6 +121,7 @@ void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool fr
       out = e.state->gathered.data();
     }
     auto t0 = SteadyClock::now();
+    flight_mark(es, FlightState::kStarted, t0, FlightPath::kAllgather);
     o.input = e.tensor.data;
     o.output = out;
     o.dtype = comm::DataType::kUInt8;
@@ -139,6 +143,8 @@ void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool fr
 // is marked done before the first waiter is woken: a caller waiting on them
 // in turn wakes once.
 void Engine::complete_all(const std::vector<Entry*>& es, std::exception_ptr error) {
+  flight_mark(es, error ? FlightState::kFailed : FlightState::kDone, SteadyClock::now());
+  if (error && flight_.enabled()) note_flight_error(error);
   std::vector<std::shared_ptr<Handle::State>> states;
   states.reserve(es.size());
   {
@@ -200,6 +206,7 @@ bool Engine::allreduce_segments(const Response& r, std::vector<Entry*>& es, std:
   so.op = r.op;
   so.segments.reserve(es.size());
   for (Entry* e : es) so.segments.push_back({e->tensor.data, e->req.count()});
+  flight_mark(es, FlightState::kStarted, t_fuse, FlightPath::kSegments);
   if (comm::try_allreduce_segments(comm_, so)) {
     const auto t_done = SteadyClock::now();
     {
@@ -228,6 +235,7 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
   for (Entry* e : es) total += e->req.count();
   const Compression compression = allreduce_compression(r, total);  // collective: before any branch
   if (Device* d = device_of(es)) {
+    flight_mark(es, FlightState::kStarted, SteadyClock::now(), FlightPath::kDevice);
     execute_allreduce_device(r, es, *d, compression);
     return;
   }
@@ -268,6 +276,8 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
     if (compressed && r.op == comm::ReduceOp::kAvg) o.op = comm::ReduceOp::kSum;
   }
   auto t_comm = SteadyClock::now();
+  flight_mark(es, FlightState::kStarted, t_comm,
+              adjacent ? FlightPath::kInPlace : compressed ? FlightPath::kCompressed : FlightPath::kPacked);
   comm::allreduce(comm_, o);
   auto t_done = SteadyClock::now();
   if (!adjacent) {
@@ -305,6 +315,20 @@ void Engine::execute_allreduce(const Response& r, std::vector<Entry*>& es) {
 }
 
 void Engine::complete(Entry& e, std::exception_ptr error) { complete_all({&e}, error); }
+
+// An operation failed: the record keeps the error, and is written (a stall,
+// a mismatch or a lost peer is what the record is for).
+void Engine::note_flight_error(std::exception_ptr error) {
+  std::string what = "unknown error";
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& x) {
+    what = x.what();
+  } catch (...) {
+  }
+  flight_.note_error(what);
+  if (flight_dump_) flight_dump_->request("error: " + what);
+}
 
 void Engine::fail_all(std::exception_ptr error) {
   while (!pending_.empty()) {

@@ -10,7 +10,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -20,6 +22,7 @@
 #include "core/fd.h"
 #include "core/world.h"
 #include "launch/child_process.h"
+#include "launch/flight_request.h"
 #include "launch/rank_protocol.h"
 #include "net/socket.h"
 
@@ -125,6 +128,19 @@ std::map<std::string, std::string> program_env(const RankSpec& spec, const RankP
   return e;
 }
 
+// The flight-record request of a stop, when the job has a directory for it
+// (HPCT_JOB_DIR) and the record is on. It waits at most 2 s (or the grace
+// period, when shorter): the record is a few hundred kB.
+std::unique_ptr<FlightRequest> flight_request(const std::map<std::string, std::string>& env, int rank,
+                                              const RankSpec& spec) {
+  auto dir = env.find("HPCT_JOB_DIR");
+  auto entries = env.find("HPCT_FLIGHT_RECORD_ENTRIES");
+  if (dir == env.end() || dir->second.empty() || rank >= spec.size) return nullptr;
+  if (entries != env.end() && std::atoll(entries->second.c_str()) <= 0) return nullptr;
+  const Millis wait = std::min(Millis(2000), seconds_to_millis(spec.grace_s));
+  return std::make_unique<FlightRequest>(dir->second, rank, own_hostname(), wait);
+}
+
 class Wrapper {
  public:
   Wrapper(RankSpec spec, int rank) : spec_(std::move(spec)), rank_(rank) {}
@@ -160,6 +176,9 @@ class Wrapper {
     bool out_open = true, err_open = true;
     bool stopping = false;
     SteadyClock::time_point kill_at{};
+    // Before the SIGTERM of a stop: the program's flight record (flight_request.h).
+    std::unique_ptr<FlightRequest> flight = flight_request(env, rank_, spec_);
+    bool asking = false;
     int status = 0;
     bool ended = false;
     const Millis grace = seconds_to_millis(spec_.grace_s);
@@ -206,11 +225,20 @@ class Wrapper {
       }
       if (stop_now && !stopping) {
         stopping = true;
+        asking = flight && flight->start(child.pid);
+        if (!asking) {
+          ::kill(-child.pid, SIGTERM);
+          kill_at = SteadyClock::now() + grace;
+        }
+      }
+      ended = reap(child.pid, &status);
+      if (asking && (ended || flight->done())) {
+        asking = false;
+        flight->finish(ended);
         ::kill(-child.pid, SIGTERM);
         kill_at = SteadyClock::now() + grace;
       }
-      if (stopping && SteadyClock::now() >= kill_at) ::kill(-child.pid, SIGKILL);
-      ended = reap(child.pid, &status);
+      if (stopping && !asking && SteadyClock::now() >= kill_at) ::kill(-child.pid, SIGKILL);
     }
     // The program is gone; take what it wrote last, without waiting on
     // descendants that may still hold the pipes, then end those too.
