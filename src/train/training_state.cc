@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "train/checkpoint.h"
+#include "train/sharded_checkpoint_train.h"
 #include "train/scripted_model.h"
 #include "train/train_setup.h"
 #include "train/validation.h"
@@ -201,8 +202,12 @@ ResumePoint resume_point(Context& ctx, const TrainOptions& o, const Logger& log,
 
 void save_checkpoint(Context& ctx, const TrainOptions& o, const Logger& log, Model& model,
                      torch::optim::Optimizer& optimizer, data::Loader& loader, DistributedOptimizer& opt,
-                     std::int64_t step, std::int64_t epoch, bool epoch_done) {
+                     std::int64_t step, std::int64_t epoch, bool epoch_done, std::uint64_t consumed) {
   if (o.checkpoint_dir.empty()) return;
+  if (opt.shard_stage() > 0) {
+    save_sharded_checkpoint(ctx, o, log, model, optimizer, opt, loader, {step, epoch, epoch_done, consumed});
+    return;
+  }
   average_buffers(ctx, model);
   auto rngs = gather_bytes(ctx, "train/ckpt_rng", rng_state());
   auto loaders = gather_bytes(ctx, "train/ckpt_loader", loader.save_state());
