@@ -63,6 +63,12 @@ TEST(TrainShardResume, SavedAtThreeRanksResumesAtTwoAndFour) {
   ASSERT_TRUE(fs::exists(step6 + "/index.json")) << ref.out;
   ASSERT_TRUE(fs::exists(step6 + "/shard-00002-of-00003.bin")) << ref.out;
 
+  // What --shard wrote consolidates into one file for torch.
+  auto whole = hpct::test::run_shell("timeout 120 " + std::string(HPCT_BINARY) + " checkpoint consolidate " + d +
+                                     "/ref -o " + d + "/whole.pt 2>&1");
+  EXPECT_EQ(whole.exit_code, 0) << whole.out;
+  EXPECT_NE(whole.out.find("\"step\":12"), std::string::npos) << whole.out;
+
   // The same world size: bit for bit.
   TrainRun same = train(shards, d, 3, 4, 2, "--resume " + step6 + " --checkpoint-dir " + d + "/r3");
   ASSERT_EQ(same.exit_code, 0) << same.out;
