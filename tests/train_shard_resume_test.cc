@@ -64,8 +64,9 @@ TEST(TrainShardResume, SavedAtThreeRanksResumesAtTwoAndFour) {
   ASSERT_TRUE(fs::exists(step6 + "/shard-00002-of-00003.bin")) << ref.out;
 
   // What --shard wrote consolidates into one file for torch.
-  auto whole = hpct::test::run_shell("timeout 120 " + std::string(HPCT_BINARY) + " checkpoint consolidate " + d +
-                                     "/ref -o " + d + "/whole.pt 2>&1");
+  auto whole =
+      hpct::test::run_shell("timeout 120 " + std::string(HPCT_BINARY) + " checkpoint consolidate " +
+                            d + "/ref -o " + d + "/whole.pt 2>&1");
   EXPECT_EQ(whole.exit_code, 0) << whole.out;
   EXPECT_NE(whole.out.find("\"step\":12"), std::string::npos) << whole.out;
 
