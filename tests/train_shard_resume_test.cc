@@ -109,6 +109,15 @@ TEST(TrainShardResume, SavedAtThreeRanksResumesAtTwoAndFour) {
                             " --checkpoint-dir " + d + "/rx 2>&1");
   EXPECT_NE(refused.exit_code, 0) << refused.out;
   EXPECT_NE(refused.out.find("resume with --data-split global"), std::string::npos) << refused.out;
+  // Without --shard, --resume auto does not start from scratch beside sharded checkpoints.
+  auto whole_resume =
+      hpct::test::run_shell("timeout 120 " + std::string(HPCT_BINARY) + " launch -np 2 -- " +
+                            HPCT_BINARY + " train --model cnn --data '" + shards +
+                            "' --threads 1 --resume auto --checkpoint-dir " + d + "/ref 2>&1");
+  EXPECT_NE(whole_resume.exit_code, 0) << whole_resume.out;
+  EXPECT_NE(whole_resume.out.find("holds sharded checkpoints (written with --shard)"),
+            std::string::npos)
+      << whole_resume.out;
 }
 
 }  // namespace
