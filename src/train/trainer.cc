@@ -128,6 +128,14 @@ std::int64_t peak_resident_bytes() {
   return static_cast<std::int64_t>(u.ru_maxrss) * 1024;
 }
 
+// --shard 3: the model's layers gather their parameters through the optimizer.
+void gather_layers_through(DistributedOptimizer& opt, Model& model) {
+  if (opt.shard_stage() != 3) return;
+  model.set_layer_runner([&opt](const std::string& layer, const torch::Tensor& x, const Model::LayerForward& f) {
+    return opt.run_layer(layer, x, f);
+  });
+}
+
 // The summary of run_training, after the loop (a collective: the final
 // parameter check and every rank's remote reads).
 nlohmann::json summarize(Context& ctx, const TrainOptions& o, const Logger& log, const EpochLoop& loop,
@@ -299,11 +307,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   // plugin's CudaDevice, the current stream's ready event); the engine
   // averages them on the GPU (gpu_engine_setup).
   DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), distributed_options(o));
-  if (opt.shard_stage() == 3) {
-    model->set_layer_runner([&opt](const std::string& layer, const torch::Tensor& x, const Model::LayerForward& f) {
-      return opt.run_layer(layer, x, f);
-    });
-  }
+  gather_layers_through(opt, *model);
   if (opt.shard_stage() > 0) resumed = resume_sharded_checkpoint(ctx, o, log, *model, *optimizer, opt);
   restore_compression(opt, resumed);
 
