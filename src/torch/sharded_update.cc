@@ -76,6 +76,16 @@ ShardedUpdate::ShardedUpdate(Context& ctx, torch::optim::Optimizer& user,
     }
     sizes.emplace_back(name, t.numel());
   }
+  // Adagrad makes its state (step 0) in its constructor: that is no
+  // history yet, and this rank's part of it is made again for its pieces.
+  if (auto* adagrad = dynamic_cast<torch::optim::Adagrad*>(&user_)) {
+    bool fresh = true;
+    for (const auto& [key, st] : adagrad->state()) {
+      (void)key;
+      fresh = fresh && static_cast<const torch::optim::AdagradParamState&>(*st).step() == 0;
+    }
+    if (fresh) adagrad->state().clear();
+  }
   if (!user_.state().empty()) {
     throw_invalid_argument("shard: the optimizer already holds state; sharding keeps each rank's part of it "
                            "from the first step on, so pass an optimizer that has not stepped yet");

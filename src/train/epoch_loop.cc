@@ -28,7 +28,14 @@ void EpochLoop::run(std::int64_t first_epoch) {
 }
 
 void EpochLoop::run_epoch(std::int64_t epoch, bool* stop) {
-  loader.start_epoch(epoch);
+  epoch_consumed = 0;
+  if (o.data_split == "global") {
+    epoch_consumed = resume_consumed;
+    resume_consumed = 0;
+    loader.start_elastic_epoch(epoch, epoch_consumed, ctx.rank(), ctx.size());
+  } else {
+    loader.start_epoch(epoch);
+  }
   if (!loader_state.empty()) {
     loader.restore_state(loader_state);
     loader_state.clear();
@@ -84,6 +91,7 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
     if (finite) opt.step();
     auto t4 = Clock::now();
     ++step;
+    epoch_consumed += static_cast<std::uint64_t>(global_batch);
     last_loss_t = loss.detach();
     using D = std::chrono::duration<double>;
     interval.data += D(t1 - t0).count();
@@ -216,7 +224,7 @@ void EpochLoop::evaluate() {
 }
 
 void EpochLoop::save(std::int64_t epoch, bool epoch_done) {
-  save_checkpoint(ctx, o, log, model, optimizer, loader, opt, step, epoch, epoch_done);
+  save_checkpoint(ctx, o, log, model, optimizer, loader, opt, step, epoch, epoch_done, epoch_consumed);
 }
 
 }  // namespace hpct::train

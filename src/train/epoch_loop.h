@@ -59,6 +59,8 @@ struct EpochLoop {
   // Advanced by the loop.
   std::int64_t step = 0;
   std::string loader_state;  // a resumed Loader position, applied at the first epoch
+  std::uint64_t resume_consumed = 0;  // --data-split global: the resumed position in the first epoch
+  std::uint64_t epoch_consumed = 0;   // samples of this epoch the job consumed
   double val_loss = NAN, val_acc = NAN, last_loss = NAN;
   std::int64_t trained_samples = 0;
   double train_seconds = 0;

@@ -140,8 +140,9 @@ void verify_shards(CheckpointFiles& files, const ShardedIndex& idx) {
     } catch (const Error& e) {
       throw Error(e.code(), file_text(idx, static_cast<int>(f)) + " cannot be read (" + e.what() +
                                 "); reading the whole checkpoint needs the files of all " +
-                                std::to_string(idx.world_size) + " ranks (" + idx.files.front().name + " .. " +
-                                idx.files.back().name + ") in " + idx.folder);
+                                std::to_string(idx.world_size) + " ranks (" +
+                                idx.files.front().name + " .. " + idx.files.back().name + ") in " +
+                                idx.folder);
     }
     if (have != want.bytes) {
       throw_data_corrupt(file_text(idx, static_cast<int>(f)) + ": " + std::to_string(have) +

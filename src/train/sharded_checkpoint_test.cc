@@ -78,7 +78,7 @@ std::vector<std::int64_t> uneven(std::int64_t numel, int world) {
 }
 
 std::vector<CheckpointPiece> pieces_for(const std::map<std::string, Tensor>& s, int rank, int world,
-                                   const Partition& part) {
+                                        const Partition& part) {
   std::vector<CheckpointPiece> out;
   for (const auto& [name, t] : s) {
     auto cuts = part(t.numel(), world);

@@ -24,6 +24,7 @@
 #include "train/elastic_loop.h"
 #include "train/epoch_loop.h"
 #include "train/models.h"
+#include "train/sharded_checkpoint_train.h"
 #include "train/train_setup.h"
 #include "train/training_state.h"
 #include "train/validation.h"
@@ -42,12 +43,7 @@ void check_shard(const TrainOptions& o) {
   if (o.shard == 0) return;
   const std::string flag = "--shard " + std::to_string(o.shard);
   if (o.shard < 0 || o.shard > 3) throw_invalid_argument(flag + ": choose 0 (off), 1, 2 or 3");
-  if (!o.checkpoint_dir.empty() || !o.resume.empty() || o.stop_requested != nullptr) {
-    throw_invalid_argument(flag + " with checkpoints (--checkpoint-dir, --resume, --checkpoint-on-signal) is not "
-                           "supported yet: each rank holds only its part of the optimizer state" +
-                           std::string(o.shard == 3 ? " and of the parameters" : "") +
-                           ", which the ordinary checkpoint cannot hold; drop --shard or the checkpoint options");
-  }
+  // Checkpoints are sharded (sharded_checkpoint_train.h).
   if (parse_device(o.device).is_cuda()) {
     throw_invalid_argument(flag + " trains on the CPU for now (--device " + o.device + "): drop --shard on GPUs");
   }
@@ -73,6 +69,14 @@ void check_options(const TrainOptions& o) {
     throw_invalid_argument("--checkpoint-on-signal needs --checkpoint-dir: where would the checkpoint go?");
   }
   check_shard(o);
+  if (o.data_split == "global" && o.shard == 0 && !o.checkpoint_dir.empty()) {
+    throw_invalid_argument("--data-split global with whole checkpoints: they keep each rank's loader position "
+                           "for the world size that wrote them; use --data-split rank, or --shard N (sharded "
+                           "checkpoints keep the global position)");
+  }
+  if (o.data_split != "rank" && o.data_split != "global") {
+    throw_invalid_argument("--data-split " + o.data_split + ": choose rank or global");
+  }
   const torch::Device device = parse_device(o.device);
   const c10::ScalarType amp = parse_amp(o.amp);
   if (amp == c10::kHalf && !o.sync.empty() && o.sync != "allreduce") {
@@ -122,6 +126,14 @@ std::int64_t peak_resident_bytes() {
   struct rusage u {};
   ::getrusage(RUSAGE_SELF, &u);
   return static_cast<std::int64_t>(u.ru_maxrss) * 1024;
+}
+
+// --shard 3: the model's layers gather their parameters through the optimizer.
+void gather_layers_through(DistributedOptimizer& opt, Model& model) {
+  if (opt.shard_stage() != 3) return;
+  model.set_layer_runner([&opt](const std::string& layer, const torch::Tensor& x, const Model::LayerForward& f) {
+    return opt.run_layer(layer, x, f);
+  });
 }
 
 // The summary of run_training, after the loop (a collective: the final
@@ -222,6 +234,22 @@ DistributedOptions distributed_options(const TrainOptions& o) {
   return d;
 }
 
+namespace {
+
+// A resumed run's lossy-compression state (residuals), or the refusal of a
+// lossy mode the checkpoint was not written with.
+void restore_compression(DistributedOptimizer& opt, const ResumePoint& resumed) {
+  if (!resumed.compression_state.empty()) {
+    opt.restore_compression_state(resumed.compression_state);
+  } else if (resumed.resumed_from >= 0 && !opt.lossy_compression().empty()) {
+    throw_invalid_argument("--compression " + opt.lossy_compression() + ": the checkpoint of step " +
+                           std::to_string(resumed.resumed_from) + " holds no compression state (written without it); " +
+                           "resume with the compression it was written with");
+  }
+}
+
+}  // namespace
+
 nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& log) {
   check_options(o);
   learning_rate(o, ctx.size(), 0);  // refuse a bad schedule before any work
@@ -263,7 +291,8 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   const std::int64_t steps_per_epoch = loader.batches_per_epoch();
   if (steps_per_epoch < 1) throw_invalid_argument("the training shards hold less than one batch per rank");
 
-  const ResumePoint resumed = resume_point(ctx, o, log, *model, *optimizer);
+  // Sharded runs resume once DistributedOptimizer holds the shards (below).
+  ResumePoint resumed = o.shard > 0 ? ResumePoint{} : resume_point(ctx, o, log, *model, *optimizer);
   broadcast_parameters(ctx, *model);  // on the host: the engine moves host tensors
   std::vector<torch::Tensor> trainable;
   for (const auto& p : model->parameters()) {
@@ -278,18 +307,9 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   // plugin's CudaDevice, the current stream's ready event); the engine
   // averages them on the GPU (gpu_engine_setup).
   DistributedOptimizer opt(ctx, *optimizer, model->named_parameters(), distributed_options(o));
-  if (opt.shard_stage() == 3) {
-    model->set_layer_runner([&opt](const std::string& layer, const torch::Tensor& x, const Model::LayerForward& f) {
-      return opt.run_layer(layer, x, f);
-    });
-  }
-  if (!resumed.compression_state.empty()) {
-    opt.restore_compression_state(resumed.compression_state);
-  } else if (resumed.resumed_from >= 0 && !opt.lossy_compression().empty()) {
-    throw_invalid_argument("--compression " + opt.lossy_compression() + ": the checkpoint of step " +
-                           std::to_string(resumed.resumed_from) + " holds no compression state (written without it); " +
-                           "resume with the compression it was written with");
-  }
+  gather_layers_through(opt, *model);
+  if (opt.shard_stage() > 0) resumed = resume_sharded_checkpoint(ctx, o, log, *model, *optimizer, opt);
+  restore_compression(opt, resumed);
 
   MetricsFile metrics(lead ? o.metrics : "");
   const auto prometheus = rank_metrics(ctx, shard_fs);
@@ -305,6 +325,7 @@ nlohmann::json run_training(Context& ctx, const TrainOptions& o, const Logger& l
   loop.params = trainable;
   loop.step = resumed.step;
   loop.loader_state = resumed.loader_state;
+  loop.resume_consumed = resumed.consumed;
   {
     // Where this run begins: a restart by the launcher or a resume shows
     // in the report's timeline.

@@ -64,9 +64,17 @@ struct TrainOptions {
   bool allow_lossy = false;           // auto may pick a lossy mode (or HPCT_ALLOW_LOSSY)
   // Sharded data parallelism (docs/sharding.md): 0 off; 1 optimizer state,
   // 2 and gradients, 3 and parameters split over the ranks. CPU, built-in
-  // models at 3, no checkpoints, parameter servers, lossy compression or
-  // elastic yet (each refused by name).
+  // models at 3, no parameter servers, lossy compression or elastic yet
+  // (each refused by name). Checkpoints are sharded
+  // (sharded_checkpoint_train.h) and resume at any world size.
   int shard = 0;
+  // How the epoch's samples are split: "rank" (each rank a contiguous
+  // slice, with a shuffle buffer; sampler.h) or "global" (global step j
+  // takes the j-th global batch of the epoch's sequence, rank r its r-th
+  // part, as elastic jobs do: the same samples per step at any world size
+  // with the same global batch, so a sharded checkpoint resumes mid-epoch
+  // at another world size).
+  std::string data_split = "rank";
   bool shard_prefetch = true;  // --shard 3: gather the next layer during this one
   // cpu, cuda or cuda:N (train/device.h; docs/gpu.md). On a GPU the loader
   // hands out pinned batches copied ahead to the device, and the engine

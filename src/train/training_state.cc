@@ -11,6 +11,8 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "train/checkpoint.h"
+#include "train/sharded_checkpoint.h"
+#include "train/sharded_checkpoint_train.h"
 #include "train/scripted_model.h"
 #include "train/train_setup.h"
 #include "train/validation.h"
@@ -168,9 +170,16 @@ ResumePoint resume_point(Context& ctx, const TrainOptions& o, const Logger& log,
       auto info = find_latest(o.checkpoint_dir, log, &payload);
       chosen = info ? static_cast<double>(info->step) : -1;
       if (info) where = info->payload_path;
-      if (!info) log.info("train", "no checkpoint in " + o.checkpoint_dir + "; starting from scratch");
+      // -2: only sharded checkpoints there (every rank refuses below).
+      if (!info && !list_sharded_indexes(o.checkpoint_dir).empty()) chosen = -2;
+      if (!info && chosen != -2) log.info("train", "no checkpoint in " + o.checkpoint_dir + "; starting from scratch");
     }
     chosen = allreduce(ctx, "train/resume_step", chosen, false);
+    if (chosen == -2) {
+      throw_invalid_argument(o.checkpoint_dir + " holds sharded checkpoints (written with --shard): resume with "
+                             "--shard N, or make a whole one with `hpctrain checkpoint consolidate " +
+                             o.checkpoint_dir + " -o FILE --format hpctrain` and --resume FILE");
+    }
     if (chosen >= 0 && !lead) {
       char name[32];
       std::snprintf(name, sizeof name, "/ckpt-%010lld.json", static_cast<long long>(chosen));
@@ -201,8 +210,12 @@ ResumePoint resume_point(Context& ctx, const TrainOptions& o, const Logger& log,
 
 void save_checkpoint(Context& ctx, const TrainOptions& o, const Logger& log, Model& model,
                      torch::optim::Optimizer& optimizer, data::Loader& loader, DistributedOptimizer& opt,
-                     std::int64_t step, std::int64_t epoch, bool epoch_done) {
+                     std::int64_t step, std::int64_t epoch, bool epoch_done, std::uint64_t consumed) {
   if (o.checkpoint_dir.empty()) return;
+  if (opt.shard_stage() > 0) {
+    save_sharded_checkpoint(ctx, o, log, model, optimizer, opt, loader, {step, epoch, epoch_done, consumed});
+    return;
+  }
   average_buffers(ctx, model);
   auto rngs = gather_bytes(ctx, "train/ckpt_rng", rng_state());
   auto loaders = gather_bytes(ctx, "train/ckpt_loader", loader.save_state());

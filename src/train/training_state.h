@@ -63,6 +63,7 @@ struct ResumePoint {
   std::int64_t resumed_from = -1;
   std::string loader_state;       // the Loader's position in first_epoch; "" at its start
   std::string compression_state;  // this rank's; "" without one
+  std::uint64_t consumed = 0;     // --data-split global: samples of first_epoch the job consumed
 };
 
 // --resume: rank 0 chooses the checkpoint (auto: the newest whole one in
@@ -73,8 +74,10 @@ ResumePoint resume_point(Context& ctx, const TrainOptions& o, const Logger& log,
 
 // A checkpoint at `step` into --checkpoint-dir (nothing without one): buffers
 // averaged, every rank's states gathered, rank 0 writes (a collective).
+// Sharded (--shard): every rank writes its shard (sharded_checkpoint_train.h);
+// consumed: the samples of `epoch` the job consumed.
 void save_checkpoint(Context& ctx, const TrainOptions& o, const Logger& log, Model& model,
                      torch::optim::Optimizer& optimizer, data::Loader& loader, DistributedOptimizer& opt,
-                     std::int64_t step, std::int64_t epoch, bool epoch_done);
+                     std::int64_t step, std::int64_t epoch, bool epoch_done, std::uint64_t consumed = 0);
 
 }  // namespace hpct::train

@@ -90,6 +90,11 @@ void add_sync_and_device_flags(CLI::App* c, train::TrainOptions* o) {
                 "parameters split over the ranks")
       ->check(CLI::Range(0, 3))
       ->capture_default_str();
+  c->add_option("--data-split", o->data_split,
+                "rank (a slice per rank) or global (by global batch: the same samples per step at any world "
+                "size, so a --shard checkpoint resumes mid-epoch on more or fewer ranks)")
+      ->check(CLI::IsMember({"rank", "global"}))
+      ->capture_default_str();
   c->add_option("--shard-prefetch", o->shard_prefetch,
                 "--shard 3: gather the next layer while this one computes (true; false holds one layer at a time)")
       ->capture_default_str();
