@@ -92,6 +92,8 @@ PYBIND11_MODULE(_C, m) {
       .def("allreduce", &Runtime::allreduce, py::arg("tensor"), py::arg("name"), py::arg("op"),
            py::arg("compression") = "")
       .def("allgather", &Runtime::allgather, py::arg("tensor"), py::arg("name"))
+      .def("allgather_into", &Runtime::allgather_into, py::arg("tensor"), py::arg("name"),
+           py::arg("out"))
       .def("broadcast", &Runtime::broadcast, py::arg("tensor"), py::arg("name"), py::arg("root"))
       .def("shutdown", &Runtime::shutdown, py::call_guard<py::gil_scoped_release>());
 

@@ -14,6 +14,7 @@ namespace hpct::py {
 
 torch::Tensor Operation::wait() const {
   handle_.wait();
+  if (mismatch_ && !mismatch_->empty()) throw_invalid_argument(*mismatch_);
   if (gathered_) return *gathered_;
   return output_;
 }
@@ -118,6 +119,32 @@ Operation Runtime::allgather(const torch::Tensor& t, const std::string& name) {
         return out->data_ptr();
       });
   return Operation(std::move(h), torch::Tensor(), out);
+}
+
+Operation Runtime::allgather_into(const torch::Tensor& t, const std::string& name,
+                                  const torch::Tensor& out) {
+  if (!out.is_contiguous() || out.device() != t.device() || out.scalar_type() != t.scalar_type()) {
+    throw_invalid_argument("allgather of " + name + " into a tensor: the output must be contiguous, "
+                           "on the input's device and of its dtype");
+  }
+  auto scratch = std::make_shared<torch::Tensor>();
+  auto mismatch = std::make_shared<std::string>();
+  const auto options = t.options();
+  const std::int64_t room = out.numel();
+  void* into = out.data_ptr();
+  auto h = live().engine().allgather_async(
+      name, tensor_ref(t, "tensor " + name),
+      [scratch, mismatch, options, room, into, name](const std::vector<std::int64_t>& shape) {
+        std::int64_t n = 1;
+        for (auto d : shape) n *= d;
+        if (n == room) return into;
+        // Called on the engine's thread: no throw here; wait() reports it.
+        *mismatch = "allgather of " + name + ": the ranks' parts add up to " + std::to_string(n) +
+                    " elements, the output holds " + std::to_string(room);
+        *scratch = torch::empty(shape, options);
+        return scratch->data_ptr();
+      });
+  return Operation(std::move(h), out, nullptr, mismatch);
 }
 
 Operation Runtime::broadcast(const torch::Tensor& t, const std::string& name, int root) {

@@ -25,8 +25,12 @@ class Operation {
  public:
   Operation() = default;
   Operation(engine::Handle handle, torch::Tensor output,
-            std::shared_ptr<torch::Tensor> gathered = nullptr)
-      : handle_(std::move(handle)), output_(std::move(output)), gathered_(std::move(gathered)) {}
+            std::shared_ptr<torch::Tensor> gathered = nullptr,
+            std::shared_ptr<std::string> mismatch = nullptr)
+      : handle_(std::move(handle)),
+        output_(std::move(output)),
+        gathered_(std::move(gathered)),
+        mismatch_(std::move(mismatch)) {}
 
   // Done (successfully or not)? Never blocks.
   bool poll() const { return handle_.poll(); }
@@ -41,6 +45,9 @@ class Operation {
   engine::Handle handle_;
   torch::Tensor output_;
   std::shared_ptr<torch::Tensor> gathered_;  // allgather: allocated by the engine thread
+  // allgather_into: set by the engine thread when the result did not fit the
+  // given tensor (it then went to a scratch tensor); wait() raises it.
+  std::shared_ptr<std::string> mismatch_;
 };
 
 class Runtime {
@@ -78,6 +85,12 @@ class Runtime {
                       const std::string& compression);
   // Every rank's rows of t (first dimensions may differ), in rank order, in a new tensor.
   Operation allgather(const torch::Tensor& t, const std::string& name);
+  // The same, written into `out` (CPU, contiguous, of t's dtype), which must
+  // hold every rank's elements: no result tensor is allocated (the sharded
+  // optimizer gathers parameters into their own storage). A result of
+  // another element count goes to a scratch tensor and wait() raises
+  // InvalidArgument naming both counts. t must not overlap out.
+  Operation allgather_into(const torch::Tensor& t, const std::string& name, const torch::Tensor& out);
   // In place on t: root's values everywhere.
   Operation broadcast(const torch::Tensor& t, const std::string& name, int root);
 

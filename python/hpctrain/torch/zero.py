@@ -217,17 +217,18 @@ class ShardedMixin(object):
         return loss
 
     def _hvd_gather_params(self):
-        """Every parameter from its owners' parts (one allgather each, fused by the engine)."""
+        """Every parameter from its owners' parts, written into its own storage
+        (one allgather each, fused by the engine; only this rank's parts are
+        copied first, as the sent tensors must not overlap the output)."""
         from . import _C
         ops = []
-        for p in self._hvd_params:
-            lo, hi = self._hvd_parts[id(p)]
-            mine = p.detach().view(-1).narrow(0, lo, hi - lo).contiguous()
-            ops.append(self._hvd_rt.allgather(mine, "zero.param." + self._hvd_plain_names[id(p)]))
-        outs = _C.wait_all(ops)
         with torch.no_grad():
-            for p, out in zip(self._hvd_params, outs):
-                p.view(-1).copy_(out)
+            for p in self._hvd_params:
+                lo, hi = self._hvd_parts[id(p)]
+                mine = p.detach().view(-1).narrow(0, lo, hi - lo).clone()
+                ops.append(self._hvd_rt.allgather_into(
+                    mine, "zero.param." + self._hvd_plain_names[id(p)], p.detach().view(-1)))
+        _C.wait_all(ops)  # releases the GIL
 
     def _hvd_reset(self):
         self._hvd_kept.clear()
