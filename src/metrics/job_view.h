@@ -49,8 +49,8 @@ struct RankRow {
   double steps = 0;
   double restarts = 0;
   double stall_warnings = 0;
-  double slowdown = 0;            // hpctrain_straggler_slowdown_ratio
-  std::string straggler_cause;    // the cause while named, else empty
+  double slowdown = 0;          // hpctrain_straggler_slowdown_ratio
+  std::string straggler_cause;  // the cause while named, else empty
 };
 
 struct JobViewOptions {
