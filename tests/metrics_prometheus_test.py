@@ -84,6 +84,7 @@ def main():
         per_rank = wait_for("a samples rate for every rank", rates)
         print("samples/s per rank, as Prometheus computes them: %s after %.1f s"
               % ({r: v[0] for r, v in per_rank.items()}, time.monotonic() - t0))
+        print("a rank's series labels: %s" % sorted(per_rank["0"][1].items()))
         for rank, (_, labels) in per_rank.items():
             # The series carry the launch id, and across hosts the rank's own host.
             if NETNS_DIR:

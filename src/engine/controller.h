@@ -43,6 +43,9 @@
 //         (every rank adds the same requests in the same order, so the caches
 //         stay identical without ever being exchanged).
 //   3. On shutdown every rank fails the handles it still holds and stops.
+//   4. About every HPCT_STRAGGLER_WINDOW_S / 10 seconds, after a round that
+//      does not stop, one allgather of 128 bytes per rank: the straggler
+//      exchange (straggler.h), at the same round on every rank.
 //
 // Why no deadlock: a rank never blocks on one named tensor; it reports what
 // it has and executes only what every rank has reported, in one order that

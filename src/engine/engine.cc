@@ -102,8 +102,10 @@ EngineOptions EngineOptions::from_config(const Config& c) {
   // A lossy mode is DistributedOptimizer's; what it leaves uncompressed
   // goes as the default would.
   o.compression = is_lossy_compression(c.compression) ? Compression::kAuto : parse_compression(c.compression);
-  if (c.straggler_window_s < 0) throw_invalid_argument("HPCT_STRAGGLER_WINDOW_S must be >= 0 (0: off)");
-  if (c.straggler_margin <= 0) throw_invalid_argument("HPCT_STRAGGLER_MARGIN must be > 0 (0.2: 20% slower)");
+  if (c.straggler_window_s < 0)
+    throw_invalid_argument("HPCT_STRAGGLER_WINDOW_S must be >= 0 (0: off)");
+  if (c.straggler_margin <= 0)
+    throw_invalid_argument("HPCT_STRAGGLER_MARGIN must be > 0 (0.2: 20% slower)");
   o.straggler.window_s = c.straggler_window_s;
   o.straggler.margin = c.straggler_margin;
   o.straggler.min_waits = static_cast<int>(std::max<std::int64_t>(0, c.straggler_min_waits));

@@ -244,7 +244,9 @@ class Engine {
   // The training loop's parts of one step (seconds): waiting for its batch,
   // and its own compute (forward, backward, optimizer). They tell where a
   // straggler's time goes. Thread-safe, cheap.
-  void note_work(double data_s, double compute_s) { straggler_.meter()->add_work(data_s, compute_s); }
+  void note_work(double data_s, double compute_s) {
+    straggler_.meter()->add_work(data_s, compute_s);
+  }
   // Every rank's straggler standing as of the last exchange, in rank order
   // (empty before it; straggler.h). Thread-safe copy.
   std::vector<StragglerRank> straggler_status() const { return straggler_.status(); }

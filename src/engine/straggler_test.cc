@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "comm/testing/thread_world.h"
+#include "core/config.h"
+#include "core/error.h"
 #include "engine/engine.h"
 
 namespace hpct::engine {
@@ -241,6 +243,37 @@ TEST(StragglerMeter, OverlappingWaitsCountOnceAndSplitAtTheExchange) {
   EXPECT_NEAR(b.elapsed_s, 1, 1e-9);
   EXPECT_EQ(b.steps, 1);
   EXPECT_NEAR(b.compute_s, 0.2, 1e-9);
+}
+
+}  // namespace
+}  // namespace hpct::engine
+
+namespace hpct::engine {
+namespace {
+
+// The settings as the registry reads them, and the one-line errors.
+TEST(StragglerOptions, FromTheConfigRegistryAndBadValuesNamed) {
+  Config c;
+  EXPECT_EQ(EngineOptions::from_config(c).straggler.window_s, 20);
+  c.set("HPCT_STRAGGLER_WINDOW_S", "0", ConfigSource::kEnv);
+  c.set("HPCT_STRAGGLER_MARGIN", "0.3", ConfigSource::kEnv);
+  c.set("HPCT_STRAGGLER_MIN_WAITS", "4", ConfigSource::kEnv);
+  const auto o = EngineOptions::from_config(c).straggler;
+  EXPECT_EQ(o.window_s, 0);
+  EXPECT_EQ(o.margin, 0.3);
+  EXPECT_EQ(o.min_waits, 4);
+  c.set("HPCT_STRAGGLER_WINDOW_S", "-1", ConfigSource::kEnv);
+  try {
+    EngineOptions::from_config(c);
+    ADD_FAILURE() << "a negative window was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("HPCT_STRAGGLER_WINDOW_S must be >= 0 (0: off)"),
+              std::string::npos)
+        << e.what();
+  }
+  c.set("HPCT_STRAGGLER_WINDOW_S", "20", ConfigSource::kEnv);
+  c.set("HPCT_STRAGGLER_MARGIN", "0", ConfigSource::kEnv);
+  EXPECT_THROW(EngineOptions::from_config(c), Error);
 }
 
 }  // namespace

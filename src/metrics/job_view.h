@@ -53,8 +53,8 @@ struct RankRow {
   // memory, and the optimizer state it holds (its part when sharded).
   double peak_rss_bytes = -1;
   double optimizer_state_bytes = -1;
-  double slowdown = 0;            // hpctrain_straggler_slowdown_ratio
-  std::string straggler_cause;    // the cause while named, else empty
+  double slowdown = 0;          // hpctrain_straggler_slowdown_ratio
+  std::string straggler_cause;  // the cause while named, else empty
 };
 
 struct JobViewOptions {

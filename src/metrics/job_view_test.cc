@@ -17,8 +17,8 @@ ScrapeResult scrape(const std::string& target, int rank, double steps, double da
                     double sync, double opt, const std::string& path = "ring", double bytes = 0,
                     double restarts = 0) {
   char b[2048];
-  const std::string l =
-      "host=\"h" + std::to_string(rank) + "\",launch_id=\"j\",rank=\"" + std::to_string(rank) + "\"";
+  const std::string l = "host=\"h" + std::to_string(rank) + "\",launch_id=\"j\",rank=\"" +
+                        std::to_string(rank) + "\"";
   std::snprintf(b, sizeof b,
                 "# TYPE hpctrain_samples_total counter\n"
                 "hpctrain_samples_total{%s} %g\n"
@@ -182,7 +182,8 @@ namespace {
 // row, says how much slower and why, and its start and end are events.
 TEST(JobView, MarksTheRankTheRanksNamedStraggler) {
   auto with_straggler = [](ScrapeResult r, int rank, double slowdown, const char* cause) {
-    const std::string l = "host=\"h" + std::to_string(rank) + "\",launch_id=\"j\",rank=\"" + std::to_string(rank) + "\"";
+    const std::string l = "host=\"h" + std::to_string(rank) + "\",launch_id=\"j\",rank=\"" +
+                          std::to_string(rank) + "\"";
     r.body += "hpctrain_straggler_slowdown_ratio{" + l + "} " + std::to_string(slowdown) + "\n";
     for (const char* c : {"data", "compute", "network"}) {
       r.body += "hpctrain_straggler{" + l + ",cause=\"" + c + "\"} " +
@@ -194,19 +195,22 @@ TEST(JobView, MarksTheRankTheRanksNamedStraggler) {
   v.update({with_straggler(scrape("a:1", 0, 10, 0.001, 0.02, 0.01, 0.001), 0, 0, nullptr),
             with_straggler(scrape("b:1", 1, 10, 0.001, 0.026, 0.004, 0.001), 1, 0.31, nullptr)},
            10.0);
-  auto events = v.update({with_straggler(scrape("a:1", 0, 20, 0.001, 0.02, 0.01, 0.001), 0, -0.2, nullptr),
-                          with_straggler(scrape("b:1", 1, 20, 0.001, 0.026, 0.004, 0.001), 1, 0.31, "compute")},
-                         11.0);
+  auto events = v.update(
+      {with_straggler(scrape("a:1", 0, 20, 0.001, 0.02, 0.01, 0.001), 0, -0.2, nullptr),
+       with_straggler(scrape("b:1", 1, 20, 0.001, 0.026, 0.004, 0.001), 1, 0.31, "compute")},
+      11.0);
   auto rows = v.rows();
   EXPECT_EQ(rows[0].state, "ok");  // not "slowest" either: the ranks said who
   EXPECT_EQ(rows[1].state, "STRAGGLER");
   EXPECT_EQ(rows[1].note, "31% slower than the median rank, the time goes to compute");
   ASSERT_EQ(events.size(), 1u);
-  EXPECT_EQ(events[0], "rank 1 (h1) STRAGGLER: 31% slower than the median rank, the time goes to compute");
+  EXPECT_EQ(events[0],
+            "rank 1 (h1) STRAGGLER: 31% slower than the median rank, the time goes to compute");
   EXPECT_NE(format_table(rows, true).find("\x1b[1;33m1 "), std::string::npos);
-  events = v.update({with_straggler(scrape("a:1", 0, 30, 0.001, 0.02, 0.01, 0.001), 0, 0, nullptr),
-                     with_straggler(scrape("b:1", 1, 30, 0.001, 0.02, 0.01, 0.001), 1, 0.02, nullptr)},
-                    12.0);
+  events =
+      v.update({with_straggler(scrape("a:1", 0, 30, 0.001, 0.02, 0.01, 0.001), 0, 0, nullptr),
+                with_straggler(scrape("b:1", 1, 30, 0.001, 0.02, 0.01, 0.001), 1, 0.02, nullptr)},
+               12.0);
   ASSERT_EQ(events.size(), 1u);
   EXPECT_EQ(events[0], "rank 1 (h1) ok again (was STRAGGLER)");
 }

@@ -153,11 +153,13 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
   void add_straggler(std::vector<MetricFamily>& out) const {
     const auto all = engine_->straggler_status();
     engine::StragglerRank me;
-    if (engine_->rank() < static_cast<int>(all.size())) me = all[static_cast<std::size_t>(engine_->rank())];
-    MetricFamily named = family("hpctrain_straggler",
-                                "1 on the cause (data, compute, network) while this rank is named the "
-                                "straggler: persistently slower than the median rank",
-                                MetricType::Gauge);
+    if (engine_->rank() < static_cast<int>(all.size()))
+      me = all[static_cast<std::size_t>(engine_->rank())];
+    MetricFamily named =
+        family("hpctrain_straggler",
+               "1 on the cause (data, compute, network) while this rank is named the "
+               "straggler: persistently slower than the median rank",
+               MetricType::Gauge);
     for (auto cause : {engine::StragglerCause::kData, engine::StragglerCause::kCompute,
                        engine::StragglerCause::kNetwork}) {
       ClientMetric m = base();
@@ -166,18 +168,20 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
       named.metric.push_back(std::move(m));
     }
     out.push_back(std::move(named));
-    MetricFamily slow = family("hpctrain_straggler_slowdown_ratio",
-                               "This rank's work time over the median of the other ranks' less 1, over "
-                               "the last straggler window (HPCT_STRAGGLER_WINDOW_S)",
-                               MetricType::Gauge);
+    MetricFamily slow =
+        family("hpctrain_straggler_slowdown_ratio",
+               "This rank's work time over the median of the other ranks' less 1, over "
+               "the last straggler window (HPCT_STRAGGLER_WINDOW_S)",
+               MetricType::Gauge);
     ClientMetric g = base();
     g.gauge.value = me.slowdown;
     slow.metric.push_back(std::move(g));
     out.push_back(std::move(slow));
-    MetricFamily late = family("hpctrain_straggler_late_seconds_total",
-                               "Time the other ranks (their median) waited for this rank beyond what it "
-                               "waited for them",
-                               MetricType::Counter);
+    MetricFamily late =
+        family("hpctrain_straggler_late_seconds_total",
+               "Time the other ranks (their median) waited for this rank beyond what it "
+               "waited for them",
+               MetricType::Counter);
     late.metric.push_back(counter(me.late_s));
     out.push_back(std::move(late));
     MetricFamily waited = family("hpctrain_straggler_wait_seconds_total",

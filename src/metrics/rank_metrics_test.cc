@@ -84,7 +84,8 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
     EXPECT_EQ(value_of(text, "hpctrain_compression_ratio", me), 1);
     // Before the ranks' first straggler exchange: every cause at 0, no wait yet.
     for (const char* cause : {"data", "compute", "network"})
-      EXPECT_EQ(value_of(text, "hpctrain_straggler", std::string("cause=\"") + cause + "\""), 0) << cause;
+      EXPECT_EQ(value_of(text, "hpctrain_straggler", std::string("cause=\"") + cause + "\""), 0)
+          << cause;
     EXPECT_EQ(value_of(text, "hpctrain_straggler_slowdown_ratio", me), 0);
     EXPECT_EQ(value_of(text, "hpctrain_straggler_late_seconds_total", me), 0);
     // The gradient went by one path; its bytes are counted there.

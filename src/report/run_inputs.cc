@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "core/regex.h"
 #include "core/error.h"
+#include "core/regex.h"
 
 namespace hpct::report {
 namespace fs = std::filesystem;
@@ -98,7 +98,8 @@ void launcher_event(const std::string& line, const std::string& name, RunInputs*
 // "[hpctrain rank 0 12:00:01.123 W straggler] rank 2 on host h2 is ...".
 // The line tells the time of day (UTC); the day is the log's last write's.
 void straggler_event(const std::string& line, const std::string& path, RunInputs* in) {
-  static const Regex logged(R"(^\[hpctrain(?: rank \d+)? (\d\d):(\d\d):(\d\d)\.(\d\d\d) [A-Z] straggler\] (.*)$)");
+  static const Regex logged(
+      R"(^\[hpctrain(?: rank \d+)? (\d\d):(\d\d):(\d\d)\.(\d\d\d) [A-Z] straggler\] (.*)$)");
   const auto m = logged.search(line);
   if (!m) return;
   RunEvent e;

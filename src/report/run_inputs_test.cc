@@ -132,8 +132,10 @@ TEST_F(RunInputsTest, RunDirectoryEveryKindAndEventsPlacedOnSteps) {
     launch::OutputMux mux(launch::OutputPrefix::kRank, {"h", "h"}, dir_.string(), devnull, devnull);
     mux.rank_line(0, false, "epoch 1 step 10 loss 2.0");
     mux.rank_line(1, false, "fault: worker 1 ends itself at step 12 (kill)");
-    mux.rank_line(0, true, "[hpctrain rank 0 " + clock_now() + " W straggler] rank 1 on host h is the slowest "
-                           "for the last 20 s: 31% slower than the median, the time goes to compute");
+    mux.rank_line(0, true,
+                  "[hpctrain rank 0 " + clock_now() +
+                      " W straggler] rank 1 on host h is the slowest "
+                      "for the last 20 s: 31% slower than the median, the time goes to compute");
     mux.launcher_line(
         "rank 1 on host h was killed by signal 9 (Killed); stopped the other ranks in 5 ms");
     mux.launcher_line("restarting the job (restart 1 of 1); ranks see HPCT_RESTART=1");

@@ -103,7 +103,8 @@ std::unique_ptr<Context> make_context(comm::World world, const Config& config,
   impl->info = impl->world.info;
   impl->comm = impl->world.comm.get();
   impl->logger = logger.with_rank(impl->comm->rank());
-  impl->engine = std::make_unique<engine::Engine>(*impl->comm, engine_options(config), impl->logger);
+  impl->engine =
+      std::make_unique<engine::Engine>(*impl->comm, engine_options(config), impl->logger);
   return std::make_unique<Context>(std::move(impl));
 }
 
