@@ -71,7 +71,12 @@ bool FlightRequest::start(pid_t group) {
     // A stopped process takes the signal once it runs again.
     if (p.state == 'T' || p.state == 't') ::kill(p.pid, SIGCONT);
   }
-  if (!any) finish(false);
+  if (!any) {
+    // Only zombies (or nothing) left: the program ended on its own.
+    bool ended = true;
+    for (const auto& p : found_) ended = ended && p.state == 'Z';
+    finish(ended);
+  }
   return any;
 }
 
