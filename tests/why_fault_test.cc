@@ -123,9 +123,8 @@ TEST_F(WhyNetns, AHostCutOffFromTheNetwork) {
     std::string cmd;
     ~Up() { run(cmd); }
   } up{"ip link set " + link + " up"};
-  int status = 0;
   const auto start = std::chrono::steady_clock::now();
-  while (::waitpid(launcher, &status, WNOHANG) == 0 && std::chrono::steady_clock::now() - start < std::chrono::seconds(25)) {
+  while (alive(launcher) && std::chrono::steady_clock::now() - start < std::chrono::seconds(25)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
