@@ -112,6 +112,7 @@ struct Context {
     }
     lines.push_back(phase);
     auto note = job.notes.find(r.rank);
+    if (r.reason == "shutdown") lines.push_back("    its engine had shut down: the program had ended, or was ending");
     if (note != job.notes.end() && note->second.was_stopped) {
       lines.push_back("    its process was stopped (SIGSTOP, or a debugger) when the launcher asked for its record");
     }
@@ -130,7 +131,7 @@ std::string blamed_in_errors(const Context& c, const std::vector<int>& ranks) {
   static const std::regex rank_re("rank (\\d+)");
   std::map<int, std::set<int>> named_by;
   for (int r : ranks) {
-    const std::string& e = c.job.ranks.at(r).last_error;
+    const std::string e = c.job.ranks.at(r).first_error + "\n" + c.job.ranks.at(r).last_error;
     for (auto it = std::sregex_iterator(e.begin(), e.end(), rank_re); it != std::sregex_iterator(); ++it) {
       const int k = std::stoi((*it)[1].str());
       if (k != r) named_by[k].insert(r);
@@ -191,8 +192,8 @@ void explain_stop(const Context& c, std::uint64_t stop, const std::map<std::stri
   v.reached = best->second;
   for (int r : v.reached) {
     const RankRecord& rec = job.ranks.at(r);
-    if (op_at(rec, stop)->state == "failed" && !rec.last_error.empty()) {
-      v.lines.push_back("  error on " + c.who(r) + ": " + cut(rec.last_error, 400));
+    if (op_at(rec, stop)->state == "failed" && !rec.first_error.empty()) {
+      v.lines.push_back("  error on " + c.who(r) + ": " + cut(rec.first_error, 400));
       break;
     }
   }
