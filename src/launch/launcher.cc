@@ -535,7 +535,12 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   so.signal_fd = signals.get();
   Supervisor supervisor(plans, spec, output, so, logger);
 
-  return run_attempts(supervisor, output, o, np, job_dir);
+  const int exit_code = run_attempts(supervisor, output, o, np, job_dir);
+  if (exit_code == 0 && config.job_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(job_dir, ec);  // nothing to explain: the default directory goes
+  }
+  return exit_code;
 }
 
 std::string prometheus_targets(const std::vector<RankPlacement>& ranks, int base_port, bool all_local,
