@@ -536,8 +536,13 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   Supervisor supervisor(plans, spec, output, so, logger);
 
   const int exit_code = run_attempts(supervisor, output, o, np, job_dir);
-  if (exit_code == 0 && config.job_dir.empty()) {
-    std::error_code ec;
+  bool records = false;  // a rank's own record (not only its wrapper's note)
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(job_dir + "/flight", ec)) {
+    const std::string f = e.path().filename().string();
+    records = records || (f.rfind("rank-", 0) == 0 && f.find(".wrapper.") == std::string::npos);
+  }
+  if ((exit_code == 0 || !records) && config.job_dir.empty()) {
     std::filesystem::remove_all(job_dir, ec);  // nothing to explain: the default directory goes
   }
   return exit_code;
