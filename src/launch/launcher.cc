@@ -412,6 +412,18 @@ void print_why(OutputMux& output, const std::string& job_dir, int np) {
   }
 }
 
+// The default job directory goes when there is nothing to explain: the job
+// succeeded, or no rank wrote a record of its own (only wrappers' notes).
+void remove_unexplained_job_dir(const std::string& job_dir, int exit_code) {
+  bool records = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(job_dir + "/flight", ec)) {
+    const std::string f = e.path().filename().string();
+    records = records || (f.rfind("rank-", 0) == 0 && f.find(".wrapper.") == std::string::npos);
+  }
+  if (exit_code == 0 || !records) std::filesystem::remove_all(job_dir, ec);
+}
+
 // The job's attempts: the first, then a restart after each failure (up to
 // --max-restarts) unless a signal stopped it. Returns the exit code.
 int run_attempts(Supervisor& supervisor, OutputMux& output, const LaunchOptions& o, int np,
@@ -536,15 +548,7 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   Supervisor supervisor(plans, spec, output, so, logger);
 
   const int exit_code = run_attempts(supervisor, output, o, np, job_dir);
-  bool records = false;  // a rank's own record (not only its wrapper's note)
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(job_dir + "/flight", ec)) {
-    const std::string f = e.path().filename().string();
-    records = records || (f.rfind("rank-", 0) == 0 && f.find(".wrapper.") == std::string::npos);
-  }
-  if ((exit_code == 0 || !records) && config.job_dir.empty()) {
-    std::filesystem::remove_all(job_dir, ec);  // nothing to explain: the default directory goes
-  }
+  if (config.job_dir.empty()) remove_unexplained_job_dir(job_dir, exit_code);
   return exit_code;
 }
 
