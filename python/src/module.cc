@@ -90,11 +90,13 @@ PYBIND11_MODULE(_C, m) {
       .def("local_size", &Runtime::local_size)
       .def("overlap_default", &Runtime::overlap_default)
       .def("allreduce", &Runtime::allreduce, py::arg("tensor"), py::arg("name"), py::arg("op"),
-           py::arg("compression") = "")
-      .def("allgather", &Runtime::allgather, py::arg("tensor"), py::arg("name"))
+           py::arg("compression") = "", py::arg("stack") = "")
+      .def("allgather", &Runtime::allgather, py::arg("tensor"), py::arg("name"), py::arg("stack") = "")
       .def("allgather_into", &Runtime::allgather_into, py::arg("tensor"), py::arg("name"),
            py::arg("out"))
-      .def("broadcast", &Runtime::broadcast, py::arg("tensor"), py::arg("name"), py::arg("root"))
+      .def("broadcast", &Runtime::broadcast, py::arg("tensor"), py::arg("name"), py::arg("root"),
+           py::arg("stack") = "")
+      .def("set_phase", &Runtime::set_phase, py::arg("phase"), py::arg("step") = -1)
       .def("shutdown", &Runtime::shutdown, py::call_guard<py::gil_scoped_release>());
 
   // The torch.distributed backend (process_group.h), returned as torch's own

@@ -101,15 +101,16 @@ bool Runtime::overlap_default() const {
 }
 
 Operation Runtime::allreduce(const torch::Tensor& t, const std::string& name,
-                             const std::string& op, const std::string& compression) {
+                             const std::string& op, const std::string& compression,
+                             const std::string& stack) {
   std::optional<engine::Compression> c;
   if (!compression.empty()) c = engine::parse_compression(compression);
   auto h = live().engine().allreduce_async(name, tensor_ref(t, "tensor " + name),
-                                           comm::parse_reduce_op(op), c);
+                                           comm::parse_reduce_op(op), c, engine::CallSite{nullptr, 0, stack});
   return Operation(std::move(h), t);
 }
 
-Operation Runtime::allgather(const torch::Tensor& t, const std::string& name) {
+Operation Runtime::allgather(const torch::Tensor& t, const std::string& name, const std::string& stack) {
   auto out = std::make_shared<torch::Tensor>();
   const auto options = t.options();
   auto h = live().engine().allgather_async(
@@ -117,7 +118,8 @@ Operation Runtime::allgather(const torch::Tensor& t, const std::string& name) {
       [out, options](const std::vector<std::int64_t>& shape) {
         *out = torch::empty(shape, options);
         return out->data_ptr();
-      });
+      },
+      engine::CallSite{nullptr, 0, stack});
   return Operation(std::move(h), torch::Tensor(), out);
 }
 
@@ -147,13 +149,19 @@ Operation Runtime::allgather_into(const torch::Tensor& t, const std::string& nam
   return Operation(std::move(h), out, nullptr, mismatch);
 }
 
-Operation Runtime::broadcast(const torch::Tensor& t, const std::string& name, int root) {
+Operation Runtime::broadcast(const torch::Tensor& t, const std::string& name, int root,
+                             const std::string& stack) {
   if (root < 0 || root >= size()) {
     throw_invalid_argument("broadcast of " + name + ": root rank " + std::to_string(root) +
                            " is not in 0.." + std::to_string(size() - 1));
   }
-  auto h = live().engine().broadcast_async(name, tensor_ref(t, "tensor " + name), root);
+  auto h = live().engine().broadcast_async(name, tensor_ref(t, "tensor " + name), root,
+                                           engine::CallSite{nullptr, 0, stack});
   return Operation(std::move(h), t);
+}
+
+void Runtime::set_phase(const std::string& phase, std::int64_t step) {
+  live().engine().flight_record().set_phase(engine::parse_phase(phase), step);
 }
 
 void Runtime::shutdown() {

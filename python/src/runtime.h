@@ -81,10 +81,12 @@ class Runtime {
 
   // In place on t (CPU, contiguous). op: sum, avg, min, max, product.
   // compression: "" (the engine's default, HPCT_COMPRESSION), none, fp16, bf16.
+  // stack (every operation): the caller's Python frames, kept in the
+  // engine's flight record (engine/flight_record.h).
   Operation allreduce(const torch::Tensor& t, const std::string& name, const std::string& op,
-                      const std::string& compression);
+                      const std::string& compression, const std::string& stack = "");
   // Every rank's rows of t (first dimensions may differ), in rank order, in a new tensor.
-  Operation allgather(const torch::Tensor& t, const std::string& name);
+  Operation allgather(const torch::Tensor& t, const std::string& name, const std::string& stack = "");
   // The same, written into `out` (CPU, contiguous, of t's dtype), which must
   // hold every rank's elements: no result tensor is allocated (the sharded
   // optimizer gathers parameters into their own storage). A result of
@@ -92,7 +94,10 @@ class Runtime {
   // InvalidArgument naming both counts. t must not overlap out.
   Operation allgather_into(const torch::Tensor& t, const std::string& name, const torch::Tensor& out);
   // In place on t: root's values everywhere.
-  Operation broadcast(const torch::Tensor& t, const std::string& name, int root);
+  Operation broadcast(const torch::Tensor& t, const std::string& name, int root, const std::string& stack = "");
+  // The training loop's phase in the flight record: none, data, forward,
+  // backward, optimizer, checkpoint, eval (step -1: unchanged).
+  void set_phase(const std::string& phase, std::int64_t step);
 
   // Shuts the engine down on every rank (pending operations fail); idempotent.
   void shutdown();

@@ -154,6 +154,10 @@ void Engine::shutdown() {
   }
   wake_.notify_all();
   if (thread_.joinable()) thread_.join();
+  // A rank that ends while others still wait for it is often the cause of
+  // their failure: its record is written at the end too (the launcher
+  // removes the records of a job that succeeds).
+  if (flight_dump_) flight_dump_->request("shutdown");
 }
 
 // Called with a handle's State::mu held (Handle::wait); takes mu_, which

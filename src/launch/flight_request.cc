@@ -71,7 +71,12 @@ bool FlightRequest::start(pid_t group) {
     // A stopped process takes the signal once it runs again.
     if (p.state == 'T' || p.state == 't') ::kill(p.pid, SIGCONT);
   }
-  if (!any) finish(false);
+  if (!any) {
+    // Only zombies (or nothing) left: the program ended on its own.
+    bool ended = true;
+    for (const auto& p : found_) ended = ended && p.state == 'Z';
+    finish(ended);
+  }
   return any;
 }
 
@@ -99,9 +104,10 @@ void FlightRequest::finish(bool program_ended) {
     procs.push_back({{"pid", p.pid}, {"state", std::string(1, p.state)}, {"catches_sigusr1", p.catches_sigusr1}});
   }
   note["processes"] = procs;
-  // Best effort: the job directory may be gone or unreachable from this host.
+  // Best effort: the job directory may be unreachable from this host, or
+  // gone (the launcher removed it); it is never made here.
   const std::string dir = job_dir_ + "/flight";
-  ::mkdir(job_dir_.c_str(), 0755);
+  if (::access(job_dir_.c_str(), F_OK) != 0) return;
   ::mkdir(dir.c_str(), 0755);
   const std::string path = dir + "/rank-" + std::to_string(rank_) + ".wrapper.json";
   const std::string tmp = path + ".tmp";

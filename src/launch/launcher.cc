@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
@@ -29,6 +30,7 @@
 #include "launch/srun_spawner.h"
 #include "launch/supervisor.h"
 #include "store/tcp_store.h"
+#include "why/flight_merge.h"
 
 namespace hpct::launch {
 namespace {
@@ -362,13 +364,77 @@ void add_metrics(const LaunchOptions& o, const std::string& spawner, const JobLa
   }
 }
 
+// The job's directory (HPCT_JOB_DIR, else $HOME/.hpctrain/runs/JOB_ID: the
+// home directory is what a cluster's hosts most often share), with
+// job.json: the job id, its size and each rank's host, for `hpctrain why`.
+std::string prepare_job_dir(const Config& config, const Env& env, const std::string& job_id,
+                            const std::vector<std::string>& host_by_rank, int np,
+                            const std::vector<std::string>& argv) {
+  std::string dir = config.job_dir;
+  if (dir.empty()) dir = env.get("HOME").value_or("/tmp") + "/.hpctrain/runs/" + job_id;
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw_io("cannot create the job directory " + dir + " (set HPCT_JOB_DIR to a writable one)", ec.value());
+  nlohmann::json j;
+  j["job_id"] = job_id;
+  j["size"] = np;
+  j["hosts"] = std::vector<std::string>(host_by_rank.begin(), host_by_rank.begin() + std::min<size_t>(np, host_by_rank.size()));
+  j["argv"] = argv;
+  std::ofstream f(dir + "/job.json");
+  f << j.dump(1) << "\n";
+  if (!f) throw_io("cannot write " + dir + "/job.json", errno ? errno : EIO);
+  return dir;
+}
+
+// After a failed attempt: waits (at most 2 s) until every rank's record or
+// its wrapper's note is there (a rank cut off from the others writes its
+// own on its timeout), then prints what `hpctrain why` says.
+void print_why(OutputMux& output, const std::string& job_dir, int np) {
+  if (job_dir.empty()) return;
+  const Deadline deadline(Millis(2000));
+  auto all_there = [&] {
+    for (int r = 0; r < np; ++r) {
+      const std::string base = job_dir + "/flight/rank-" + std::to_string(r);
+      if (::access((base + ".json").c_str(), F_OK) != 0 && ::access((base + ".wrapper.json").c_str(), F_OK) != 0) {
+        return false;
+      }
+    }
+    return true;
+  };
+  while (!all_there() && !deadline.expired()) std::this_thread::sleep_for(Millis(100));
+  try {
+    why::JobRecords records = why::read_job_records(job_dir);
+    if (records.ranks.empty()) return;  // not an engine program: nothing to add
+    for (const auto& line : why::explain(records).lines) output.launcher_line("why: " + line);
+    output.launcher_line("why: the records: hpctrain why " + job_dir);
+  } catch (const Error&) {
+    // No flight directory: no rank wrote a record.
+  }
+}
+
+// The default job directory goes when there is nothing to explain: the job
+// succeeded, or no rank wrote a record of its own (only wrappers' notes).
+void remove_unexplained_job_dir(const std::string& job_dir, int exit_code) {
+  bool records = false;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(job_dir + "/flight", ec)) {
+    const std::string f = e.path().filename().string();
+    records = records || (f.rfind("rank-", 0) == 0 && f.find(".wrapper.") == std::string::npos);
+  }
+  if (exit_code == 0 || !records) std::filesystem::remove_all(job_dir, ec);
+}
+
 // The job's attempts: the first, then a restart after each failure (up to
 // --max-restarts) unless a signal stopped it. Returns the exit code.
-int run_attempts(Supervisor& supervisor, OutputMux& output, const LaunchOptions& o, int np) {
+int run_attempts(Supervisor& supervisor, OutputMux& output, const LaunchOptions& o, int np,
+                 const std::string& job_dir) {
   int exit_code = 0;
   for (int attempt = 0; attempt <= o.max_restarts; ++attempt) {
+    std::error_code ec;
+    std::filesystem::remove_all(job_dir + "/flight", ec);  // an earlier attempt's records
     AttemptResult r = supervisor.run(attempt);
     if (r.ok) {
+      std::filesystem::remove_all(job_dir + "/flight", ec);  // written at every rank's end
       exit_code = 0;
       break;
     }
@@ -381,6 +447,7 @@ int run_attempts(Supervisor& supervisor, OutputMux& output, const LaunchOptions&
       output.launcher_line("last lines of " + r.tail_from + ":");
       for (const auto& l : r.tail) output.launcher_line("  | " + l);
     }
+    print_why(output, job_dir, np);
     if (r.interrupted_by != 0) break;
     say_restart_or_end(output, attempt, o.max_restarts, exit_code);
   }
@@ -468,6 +535,8 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
 
   std::vector<std::string> host_by_rank;
   for (const auto& r : layout.ranks) host_by_rank.push_back(spawner == "srun" ? "?" : r.host);
+  const std::string job_dir = prepare_job_dir(config, env, spec.job_id, host_by_rank, np, o.argv);
+  spec.env["HPCT_JOB_DIR"] = job_dir;
   OutputMux output(prefix, host_by_rank, o.output_dir);
   logger.debug("launch", "job " + spec.job_id + ": " + std::to_string(np) + " ranks via " + sp->name() +
                              ", store at " + spec.store_addr);
@@ -478,7 +547,9 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   so.signal_fd = signals.get();
   Supervisor supervisor(plans, spec, output, so, logger);
 
-  return run_attempts(supervisor, output, o, np);
+  const int exit_code = run_attempts(supervisor, output, o, np, job_dir);
+  if (config.job_dir.empty()) remove_unexplained_job_dir(job_dir, exit_code);
+  return exit_code;
 }
 
 std::string prometheus_targets(const std::vector<RankPlacement>& ranks, int base_port, bool all_local,

@@ -176,9 +176,8 @@ class Wrapper {
     bool out_open = true, err_open = true;
     bool stopping = false;
     SteadyClock::time_point kill_at{};
-    // Before the SIGTERM of a stop: the program's flight record (flight_request.h).
     std::unique_ptr<FlightRequest> flight = flight_request(env, rank_, spec_);
-    bool asking = false;
+    bool asking = false;  // for the flight record, before the SIGTERM of a stop
     int status = 0;
     bool ended = false;
     const Millis grace = seconds_to_millis(spec_.grace_s);

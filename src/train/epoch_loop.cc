@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "engine/engine.h"
 #include "train/training_state.h"
 #include "train/validation.h"
 
@@ -68,9 +69,14 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
   Interval interval;
   std::int64_t epoch_samples = 0;
   data::Batch batch;
+  // What this rank does, for the flight record (hpctrain why names the phase
+  // of a rank that never reached a collective).
+  engine::FlightRecord& record = ctx.engine().flight_record();
   while (true) {
     auto t0 = Clock::now();
+    record.set_phase(engine::Phase::kData, step);
     if (!loader.next(&batch)) break;
+    record.set_phase(engine::Phase::kForward);
     auto t1 = Clock::now();
     double lr = learning_rate(o, ctx.size(), static_cast<double>(step) / static_cast<double>(steps_per_epoch));
     set_lr(optimizer, lr);
@@ -80,6 +86,7 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
       AutocastScope autocast(device.type(), amp);
       loss = classification_loss(o.model, logits(model, o.model, batch.images), batch.labels, {}, batch.max_label);
     }
+    record.set_phase(engine::Phase::kBackward);
     scaler.scale_loss(loss).backward();
     auto t2 = Clock::now();
     opt.synchronize();
@@ -88,6 +95,7 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
     const bool finite = scaler.unscale_and_check(params);
     scaler.update(finite);
     auto t3 = Clock::now();
+    record.set_phase(engine::Phase::kOptimizer);
     if (finite) opt.step();
     auto t4 = Clock::now();
     ++step;
@@ -220,10 +228,12 @@ void EpochLoop::report_epoch(std::int64_t epoch, double epoch_seconds, std::int6
 }
 
 void EpochLoop::evaluate() {
+  ctx.engine().flight_record().set_phase(engine::Phase::kEval);
   if (val) validate(ctx, model, o.model, *val, &val_loss, &val_acc);
 }
 
 void EpochLoop::save(std::int64_t epoch, bool epoch_done) {
+  ctx.engine().flight_record().set_phase(engine::Phase::kCheckpoint);
   save_checkpoint(ctx, o, log, model, optimizer, loader, opt, step, epoch, epoch_done, epoch_consumed);
 }
 

@@ -33,11 +33,40 @@ std::string cut(const std::string& s, size_t n) { return s.size() <= n ? s : s.s
 
 std::string signature(const Op& o) { return o.op + " " + o.reduce + " " + o.dtype + " " + shape_string(o.shape); }
 
+// A record's operations are consecutive numbers (the ring keeps the newest).
 const Op* op_at(const RankRecord& r, std::uint64_t seq) {
+  if (r.ops.empty() || seq < r.ops.front().seq) return nullptr;
+  const std::uint64_t i = seq - r.ops.front().seq;
+  if (i < r.ops.size() && r.ops[i].seq == seq) return &r.ops[i];
   for (const Op& o : r.ops) {
     if (o.seq == seq) return &o;
   }
   return nullptr;
+}
+
+// The first number before `stop` at which the ranks hold different
+// tensors or signatures (over the numbers every record still holds).
+std::optional<std::uint64_t> first_divergence(const JobRecords& job, std::uint64_t stop) {
+  std::uint64_t lo = 1;
+  for (const auto& [r, rec] : job.ranks) {
+    if (!rec.ops.empty()) lo = std::max(lo, rec.ops.front().seq);
+  }
+  for (std::uint64_t s = lo; s < stop; ++s) {
+    std::set<std::string> seen;
+    for (const auto& [r, rec] : job.ranks) {
+      if (const Op* o = op_at(rec, s)) seen.insert(o->name + " " + signature(*o));
+    }
+    if (seen.size() > 1) return s;
+  }
+  return std::nullopt;
+}
+
+std::map<std::string, std::vector<int>> names_at(const JobRecords& job, std::uint64_t seq) {
+  std::map<std::string, std::vector<int>> by_name;
+  for (const auto& [r, rec] : job.ranks) {
+    if (const Op* o = op_at(rec, seq)) by_name[o->name].push_back(r);
+  }
+  return by_name;
 }
 
 // The first operation a rank has not completed; its number, or one past its last.
@@ -83,6 +112,7 @@ struct Context {
     }
     lines.push_back(phase);
     auto note = job.notes.find(r.rank);
+    if (r.reason == "shutdown") lines.push_back("    its engine had shut down: the program had ended, or was ending");
     if (note != job.notes.end() && note->second.was_stopped) {
       lines.push_back("    its process was stopped (SIGSTOP, or a debugger) when the launcher asked for its record");
     }
@@ -101,7 +131,7 @@ std::string blamed_in_errors(const Context& c, const std::vector<int>& ranks) {
   static const std::regex rank_re("rank (\\d+)");
   std::map<int, std::set<int>> named_by;
   for (int r : ranks) {
-    const std::string& e = c.job.ranks.at(r).last_error;
+    const std::string e = c.job.ranks.at(r).first_error + "\n" + c.job.ranks.at(r).last_error;
     for (auto it = std::sregex_iterator(e.begin(), e.end(), rank_re); it != std::sregex_iterator(); ++it) {
       const int k = std::stoi((*it)[1].str());
       if (k != r) named_by[k].insert(r);
@@ -127,7 +157,7 @@ std::string blamed_in_errors(const Context& c, const std::vector<int>& ranks) {
 // each): who reached it, who went elsewhere, who never got there, who
 // disagreed on its shape.
 void explain_stop(const Context& c, std::uint64_t stop, const std::map<std::string, std::vector<int>>& by_name,
-                  Verdict& v) {
+                  Verdict& v, const std::string& headline, bool brief) {
   const JobRecords& job = c.job;
   // The name most ranks hold (the lowest rank's on a tie).
   auto best = by_name.begin();
@@ -146,18 +176,24 @@ void explain_stop(const Context& c, std::uint64_t stop, const std::map<std::stri
     if (it->second.size() > major->second.size()) major = it;
   }
   const Op& ref = *op_at(job.ranks.at(major->second.front()), stop);
+  std::map<std::string, std::vector<int>> by_state;
+  for (int r : best->second) by_state[op_at(job.ranks.at(r), stop)->state].push_back(r);
+  std::string states;
+  for (const auto& [state, ranks] : by_state) states += (states.empty() ? "" : "; ") + state + " on " + ranks_string(ranks);
+  std::vector<int> others;
+  for (const auto& [r, rec] : job.ranks) {
+    if (std::find(best->second.begin(), best->second.end(), r) == best->second.end()) others.push_back(r);
+  }
+  v.lines.push_back(headline + " operation #" + std::to_string(stop) + ": " + ref.describe() + " (" + states +
+                    (brief && !others.empty() ? "; not on " + ranks_string(others) : "") + ")");
+  if (brief) return;
   v.stopped_seq = stop;
   v.op = ref.describe();
   v.reached = best->second;
-  std::map<std::string, std::vector<int>> by_state;
-  for (int r : v.reached) by_state[op_at(job.ranks.at(r), stop)->state].push_back(r);
-  std::string states;
-  for (const auto& [state, ranks] : by_state) states += (states.empty() ? "" : "; ") + state + " on " + ranks_string(ranks);
-  v.lines.push_back("stopped in operation #" + std::to_string(stop) + ": " + ref.describe() + " (" + states + ")");
   for (int r : v.reached) {
     const RankRecord& rec = job.ranks.at(r);
-    if (op_at(rec, stop)->state == "failed" && !rec.last_error.empty()) {
-      v.lines.push_back("  error on " + c.who(r) + ": " + cut(rec.last_error, 400));
+    if (op_at(rec, stop)->state == "failed" && !rec.first_error.empty()) {
+      v.lines.push_back("  error on " + c.who(r) + ": " + cut(rec.first_error, 400));
       break;
     }
   }
@@ -177,8 +213,12 @@ void explain_stop(const Context& c, std::uint64_t stop, const std::map<std::stri
     if (o != nullptr && o->name == name) continue;
     if (o != nullptr) {
       v.elsewhere.push_back(r);
+      // It holds the others' next operation here: it skipped this one. Else
+      // it may hold this one later (another order) or never (skipped).
+      const Op* next = op_at(job.ranks.at(best->second.front()), stop + 1);
       bool later = false;
       for (const Op& x : rec.ops) later = later || (x.seq > stop && x.name == name);
+      if (next != nullptr && next->name == o->name) later = false;
       v.lines.push_back("  " + c.who(r) + (later ? " submitted it later, in another order" : " skipped it") +
                         ": its operation #" + std::to_string(stop) + " is " + o->describe() + ", " + o->state);
       c.where(*o, v.lines);
@@ -238,13 +278,24 @@ Verdict explain(const JobRecords& job) {
       c.doing(rec, v.lines);
     }
   } else if (!by_name.empty()) {
-    explain_stop(c, stop, by_name, v);
+    // Ranks that went apart earlier (a skipped collective shifts every
+    // later number on that rank) are the cause; the stop is its effect.
+    if (auto d = first_divergence(job, stop)) {
+      explain_stop(c, *d, names_at(job, *d), v, "ranks went apart at", false);
+      Verdict at_stop;
+      explain_stop(c, stop, by_name, at_stop, "the job then stopped in", true);
+      v.lines.insert(v.lines.end(), at_stop.lines.begin(), at_stop.lines.end());
+    } else {
+      explain_stop(c, stop, by_name, v, "stopped in", false);
+    }
   }
   for (int r : v.no_record) {
     std::string line = c.who(r) + ": no flight record";
     auto note = job.notes.find(r);
     if (note == job.notes.end()) {
       line += "; its wrapper left no note either: its host unreachable (down, or cut off from the network)?";
+    } else if (note->second.program_ended) {
+      line += "; its program had ended before the launcher stopped the job";
     } else if (!note->second.record_written) {
       line += note->second.was_stopped ? "; its process was stopped and did not answer SIGUSR1 within "
                                        : "; it did not answer SIGUSR1 within ";

@@ -77,6 +77,7 @@ void add_cluster_command(CLI::App& app, Cli& cli);    // setup, status
 void add_ps_server_command(CLI::App& app, Cli& cli);  // hidden: launch --servers starts it
 void add_report_command(CLI::App& app, Cli& cli);     // one HTML page of a run (src/report)
 void add_top_command(CLI::App& app, Cli& cli);        // live view of a running job (metrics endpoints)
+void add_why_command(CLI::App& app, Cli& cli);        // merge a failed job's flight records (src/why)
 void add_plan_command(CLI::App& app, Cli& cli);       // and plan calibrate
 void add_plan_calibrate_command(CLI::App* plan, Cli& cli);  // from add_plan_command
 void add_plan_profile_command(CLI::App& app, Cli& cli);  // hidden, hpctrain-torch: calibrate's profile

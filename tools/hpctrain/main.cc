@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   add_ps_server_command(app, state);
   add_report_command(app, state);
   add_top_command(app, state);
+  add_why_command(app, state);
   add_plan_command(app, state);
   add_forwarded_command(app, state, "train",
                         "Train a model on WebDataset shards across the job's ranks",

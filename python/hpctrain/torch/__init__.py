@@ -36,7 +36,7 @@ import torch.distributed as _dist  # noqa: E402,F401  (registers c10d's types be
 from .mpi_ops import (  # noqa: E402,F401
     init, shutdown, is_initialized, rank, size, local_rank, local_size,
     mpi_built, mpi_enabled, mpi_threads_supported, gloo_built, gloo_enabled, nccl_built,
-    ddl_built, ccl_built, cuda_built, rocm_built, start_timeline, stop_timeline,
+    ddl_built, ccl_built, cuda_built, rocm_built, start_timeline, stop_timeline, set_phase,
     allreduce, allreduce_, allreduce_async, allreduce_async_,
     grouped_allreduce, grouped_allreduce_, grouped_allreduce_async, grouped_allreduce_async_,
     sparse_allreduce_async, allgather, allgather_async, grouped_allgather,

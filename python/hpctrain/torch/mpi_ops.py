@@ -26,6 +26,7 @@ some ranks never submit fails with code "timeout" after HPCT_STALL_ABORT_S
 (HPCT_TIMEOUT_S unless set), naming the tensor and the ranks that did not.
 """
 import os as _os
+import sys as _sys
 import threading as _threading
 
 import torch as _torch
@@ -231,6 +232,41 @@ def join(device=-1):
         "(hpct DistributedSampler pads the last one), or stop all ranks at the same step")
 
 
+# ---- the flight record (docs/why.md) ----
+
+_PACKAGE_DIR = _os.path.dirname(_os.path.dirname(_os.path.abspath(__file__)))
+_site_lines = {}  # (code, line) -> "file:line in function": formatted once per call site
+
+
+def _call_site(frames=4):
+    """The caller's last Python frames outside hpctrain, one "file:line in
+    function" a line, outermost first: the engine keeps it in the rank's
+    flight record with the operation (hpctrain why prints it)."""
+    f = _sys._getframe(1)
+    out = []
+    while f is not None and len(out) < frames:
+        code = f.f_code
+        if not code.co_filename.startswith(_PACKAGE_DIR):
+            key = (code, f.f_lineno)
+            line = _site_lines.get(key)
+            if line is None:
+                line = "%s:%d in %s" % (code.co_filename, f.f_lineno, code.co_name)
+                if len(_site_lines) < 4096:
+                    _site_lines[key] = line
+            out.append(line)
+        f = f.f_back
+    out.reverse()
+    return "\n".join(out)
+
+
+def set_phase(phase, step=-1):
+    """Tells the flight record what the training loop does now: "data",
+    "forward", "backward", "optimizer", "checkpoint", "eval" or "none"
+    (step: the training step, -1 to leave it). A rank that never reaches a
+    collective is then reported with its phase (hpctrain why)."""
+    _rt().set_phase(str(phase), int(step))
+
+
 # ---- names and handles ----
 
 def _auto_name(op, name):
@@ -323,7 +359,7 @@ def _submit_allreduce_(tensor, name, op, prescale_factor, postscale_factor, wire
     """In place on tensor; returns (operation, post)."""
     work, back = _contiguous_work(tensor, "allreduce of " + name)
     _scale_(work, prescale_factor)
-    o = _rt().allreduce(work, name, op.name, wire)
+    o = _rt().allreduce(work, name, op.name, wire, _call_site())
 
     def post(out):
         out = back(out)
@@ -531,7 +567,7 @@ def _submit_allgather(tensor, name):
     t = tensor.detach()
     if t.dim() == 0:
         t = t.reshape(1)
-    return _rt().allgather(t.contiguous(), name)
+    return _rt().allgather(t.contiguous(), name, _call_site())
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
@@ -623,7 +659,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     _global_only(process_set, "broadcast")
     name = _auto_name("broadcast", name)
     work, back = _contiguous_work(tensor, "broadcast of " + name)
-    return _single(_rt().broadcast(work, name, root_rank), back)
+    return _single(_rt().broadcast(work, name, root_rank, _call_site()), back)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
