@@ -100,6 +100,11 @@ def main():
             for family in ("hpctrain_step_phase_seconds_bucket", "hpctrain_allreduce_bytes_total",
                            "hpctrain_process_cpu_seconds_total", "hpctrain_compression_ratio"):
                 assert family.encode() in text, "%s has no %s" % (t, family)
+            # What the rank holds, set by the training loop from its optimizer.
+            for gauge in ("hpctrain_parameter_bytes", "hpctrain_optimizer_state_bytes"):
+                values = [float(line.split()[-1]) for line in text.decode().splitlines()
+                          if line.startswith(gauge + "{") or line.startswith(gauge + " ")]
+                assert values and values[0] > 0, "%s: %s is %s, want > 0" % (t, gauge, values)
         print("promtool check metrics: nothing to report on %d endpoints" % len(targets))
         print("metrics: PASS")
 

@@ -111,6 +111,9 @@ std::int64_t EpochLoop::train_steps(std::int64_t epoch, Clock::time_point epoch_
     if (prometheus) {
       prometheus->record_step(batch.labels.size(0), D(t1 - t0).count(), D(t2 - t1).count(),
                               D(t3 - t2).count(), D(t4 - t3).count());
+      const MemoryBytes m = opt.memory_bytes();  // a sum of tensor sizes: cheap beside a step
+      prometheus->record_memory({static_cast<double>(m.parameters), static_cast<double>(m.gradients),
+                                 static_cast<double>(m.optimizer_state), static_cast<double>(m.parameters_peak)});
     }
     interval.loss = interval.loss.defined() ? interval.loss + last_loss_t : last_loss_t.to(torch::kDouble);
     ++interval.steps;
