@@ -32,6 +32,20 @@ std::string who(const RankRow& r) {
   return "rank " + r.rank + " (" + (r.host != "?" ? r.host : r.target) + ")";
 }
 
+// The rank's memory gauges (-1 when not exported) and its straggler state.
+void read_memory_and_straggler(const Exposition& e, RankRow& row) {
+  const Sample* peak = e.find("hpctrain_process_peak_resident_memory_bytes");
+  row.peak_rss_bytes = peak ? peak->value : -1;
+  const Sample* state = e.find("hpctrain_optimizer_state_bytes");
+  row.optimizer_state_bytes = state ? state->value : -1;
+  row.slowdown = e.value("hpctrain_straggler_slowdown_ratio");
+  row.straggler_cause.clear();
+  for (const Sample* g : e.all("hpctrain_straggler")) {
+    auto c = g->labels.find("cause");
+    if (g->value > 0 && c != g->labels.end()) row.straggler_cause = c->second;
+  }
+}
+
 }  // namespace
 
 void JobView::apply(Track& tr, const ScrapeResult& r, double now) {
@@ -66,16 +80,7 @@ void JobView::apply(Track& tr, const ScrapeResult& r, double now) {
   }
   row.restarts = e.value("hpctrain_restarts_total");
   row.stall_warnings = e.value("hpctrain_stall_warnings_total");
-  const Sample* peak = e.find("hpctrain_process_peak_resident_memory_bytes");
-  row.peak_rss_bytes = peak ? peak->value : -1;
-  const Sample* state = e.find("hpctrain_optimizer_state_bytes");
-  row.optimizer_state_bytes = state ? state->value : -1;
-  row.slowdown = e.value("hpctrain_straggler_slowdown_ratio");
-  row.straggler_cause.clear();
-  for (const Sample* g : e.all("hpctrain_straggler")) {
-    auto c = g->labels.find("cause");
-    if (g->value > 0 && c != g->labels.end()) row.straggler_cause = c->second;
-  }
+  read_memory_and_straggler(e, row);
 
   // A counter that went down: the rank's process started again.
   if (!tr.history.empty() && s.steps < tr.history.back().steps) tr.history.clear();
