@@ -53,7 +53,7 @@ ParameterGather::ParameterGather(Context& ctx, const ShardLayout& layout,
                                  std::vector<std::pair<std::string, torch::Tensor>> params, torch::Tensor shard,
                                  bool prefetch)
     : ctx_(ctx), layout_(layout), params_(std::move(params)), shard_(std::move(shard)), prefetch_(prefetch) {
-  placeholder_ = torch::zeros({1}, torch::kFloat);
+  released_storage_ = torch::zeros({1}, torch::kFloat);
   for (std::size_t i = 0; i < params_.size(); ++i) {
     const std::string name = layer_of(params_[i].first);
     if (layers_.empty() || layers_.back().name != name) {
@@ -75,7 +75,7 @@ ParameterGather::ParameterGather(Context& ctx, const ShardLayout& layout,
   std::lock_guard<std::mutex> lk(mu_);
   account(static_cast<std::int64_t>(shard_.nbytes()));
   torch::NoGradGuard no_grad;
-  for (auto& [name, p] : params_) p.set_data(placeholder_.expand(p.sizes()));
+  for (auto& [name, p] : params_) p.set_data(released_storage_.expand(p.sizes()));
 }
 
 ParameterGather::~ParameterGather() {
@@ -135,7 +135,7 @@ void ParameterGather::release(std::size_t k) {
   torch::NoGradGuard no_grad;
   for (auto i : l.params) {
     auto& p = params_[i].second;
-    p.set_data(placeholder_.expand(p.sizes()));
+    p.set_data(released_storage_.expand(p.sizes()));
   }
   account(-static_cast<std::int64_t>(l.full.nbytes()));
   l.full = torch::Tensor();

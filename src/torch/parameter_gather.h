@@ -33,8 +33,8 @@
 // reduced and cut to this rank's range as at stage 2.
 //
 // A layer whose forward did not go through run() computes with the released
-// placeholder; check_all_ran() (called by synchronize()) raises
-// InvalidArgument naming it instead of training on garbage.
+// view (one zero element, stride 0); check_all_ran() (called by synchronize())
+// raises InvalidArgument naming it instead of training on garbage.
 //
 // Threads: run() on the training thread; the backward Functions on
 // autograd's thread (the engine is thread-safe; state here is guarded).
@@ -109,7 +109,7 @@ class ParameterGather {
   const ShardLayout& layout_;
   std::vector<std::pair<std::string, torch::Tensor>> params_;
   torch::Tensor shard_;
-  torch::Tensor placeholder_;  // the one element released parameters view
+  torch::Tensor released_storage_;  // the one element released parameter views (zero stride, full shape)
   bool prefetch_;
   mutable std::mutex mu_;
   std::vector<Layer> layers_;  // GUARDED_BY(mu_)

@@ -219,7 +219,7 @@ TEST(Shard, Stage3MatchesUnshardedAndHoldsAPartPlusLayers) {
   }
 }
 
-// A layer the model computes without run_layer() would use placeholders:
+// A layer the model computes without run_layer() would read released views (one zero element):
 // stage 3 refuses it by name at synchronize().
 TEST(Shard, Stage3RefusesALayerNotRunThroughRunLayer) {
   comm::testing::run_gloo_world(2, Millis(30000), [&](comm::GlooCommunicator& comm) {
@@ -235,7 +235,7 @@ TEST(Shard, Stage3RefusesALayerNotRunThroughRunLayer) {
     m.fc3->forward(torch::relu(h)).sum().backward();  // fc3 bypasses run_layer
     try {
       opt.step();
-      ADD_FAILURE() << "a layer computed on placeholders was accepted";
+      ADD_FAILURE() << "a layer computed on released parameters was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("layer fc3 computed without its parameters"), std::string::npos)
           << e.what();
