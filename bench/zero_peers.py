@@ -21,9 +21,10 @@ Modes:
   torch-zero        DDP + torch.distributed.optim.ZeroRedundancyOptimizer, gloo   (peer of stage 1)
   fsdp2             fully_shard(reshard_after_forward=False) per Linear and the model, gloo (peer of stage 2)
   fsdp2-reshard     fully_shard(reshard_after_forward=True), gloo                  (peer of stage 3)
-The C++ stages (`hpctrain bench train --shard K`) join the run with
---cpp-shard K,... once that command has the flag; without it compare prints
-{"mode": "cpp-shardK", "skipped": ...} for each one asked for.
+The C++ stages join the run with --cpp-shard K,... (default 1,2,3): `hpctrain
+bench train --shard K --optimizer OPT` on the same ranks, model, batch and
+threads (its own backend: MPI with shared memory between local ranks; its
+own sample order from the same data, so its loss is not the Python modes').
 
 Each line has samples_per_s and step_ms (the slowest rank), peak_rss_bytes
 (the largest VmHWM over the ranks: the process's peak resident memory,
@@ -179,23 +180,14 @@ def rank_main(args):
 
 
 def cpp_shard_line(args, stage):
-    """`hpctrain bench train --shard STAGE` when the CLI has it, else a skipped line."""
-    help_text = subprocess.run([args.hpctrain, "bench", "train", "--help"], capture_output=True,
-                               text=True).stdout
-    if "--shard" not in help_text:
-        return {"bench": "zero_peers", "mode": "cpp-shard%d" % stage, "np": args.np,
-                "skipped": "this hpctrain's `bench train` has no --shard"}
+    """`hpctrain bench train --shard STAGE --optimizer OPT` on the same ranks, model and batch."""
     cmd = [args.hpctrain, "bench", "train", "--model", args.model, "--np", str(args.np),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
-           "--shard", str(stage)]
-    # bench train trains with SGD and momentum unless it can be told otherwise.
-    optimizer = "sgd"
-    if "--optimizer" in help_text:
-        cmd += ["--optimizer", args.optimizer]
-        optimizer = args.optimizer
+           "--threads", str(args.threads), "--shard", str(stage), "--optimizer", args.optimizer,
+           "--timeout-s", str(args.timeout_s)]
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=args.timeout_s).stdout
     r = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
-    r.update({"bench": "zero_peers", "mode": "cpp-shard%d" % stage, "optimizer": optimizer})
+    r.update({"bench": "zero_peers", "mode": "cpp-shard%d" % stage})
     return r
 
 

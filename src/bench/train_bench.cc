@@ -91,6 +91,15 @@ std::unique_ptr<data::Loader> shard_loader(Context& ctx, const TrainBenchOptions
   return loader;
 }
 
+// The benchmark's optimizer over the model (train_bench.h: optimizer).
+std::unique_ptr<torch::optim::Optimizer> make_optimizer(const TrainBenchOptions& o, train::Model& model) {
+  if (o.optimizer == "adam")
+    return std::make_unique<torch::optim::Adam>(model.parameters(), torch::optim::AdamOptions(1e-3));
+  if (o.optimizer != "sgd")
+    throw_invalid_argument("bench train: optimizer '" + o.optimizer + "' is not one of sgd, adam");
+  return std::make_unique<torch::optim::SGD>(model.parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+}
+
 // The step log's lines (train_bench.h): step, start, end, then the parts.
 void write_step_log(const std::string& path, const std::vector<std::array<SteadyClock::time_point, 5>>& marks) {
   std::ofstream log(path);
@@ -132,9 +141,18 @@ nlohmann::json result_line(Context& ctx, const TrainBenchOptions& o, train::Mode
   j["final_loss"] = avg_loss;
   j["overlap"] = dist ? dist->overlaps() : false;
   j["sync"] = o.sync;
+  j["optimizer"] = o.optimizer;
+  j["shard"] = o.shard;
+  if (o.shard == 3) j["shard_prefetch"] = o.shard_prefetch;
+  if (dist) {
+    const MemoryBytes mem = dist->memory_bytes();
+    j["optimizer_state_bytes"] = mem.optimizer_state;
+    j["parameter_peak_bytes"] = mem.parameters_peak;
+  }
   j["lockstep"] = o.sync || o.lockstep;
   j["fusion_bytes"] = eo.fusion_bytes;
   j["cycle_ms"] = eo.cycle_ms;
+  j["flight_record_entries"] = eo.flight_entries;
   // A lossy mode (powersgd:R or int8) is DistributedOptimizer's.
   j["compression"] = dist && !dist->lossy_compression().empty()
                          ? dist->lossy_compression()
@@ -165,12 +183,19 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
   torch::manual_seed(42);
   auto model = train::make_model(o.model, 1);
   broadcast_parameters(ctx, *model);
-  torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.01).momentum(0.9));
+  std::unique_ptr<torch::optim::Optimizer> local = make_optimizer(o, *model);
   DistributedOptions dopts;
   dopts.overlap = o.overlap;
   dopts.compression = o.compression;
+  dopts.shard = o.shard;
+  dopts.shard_prefetch = o.shard_prefetch;
   std::unique_ptr<DistributedOptimizer> dist;
-  if (o.sync) dist = std::make_unique<DistributedOptimizer>(ctx, sgd, model->named_parameters(), dopts);
+  if (o.sync) dist = std::make_unique<DistributedOptimizer>(ctx, *local, model->named_parameters(), dopts);
+  if (dist && o.shard == 3) {
+    DistributedOptimizer* d = dist.get();
+    model->set_layer_runner([d](const std::string& layer, const torch::Tensor& x,
+                                const train::Model::LayerForward& f) { return d->run_layer(layer, x, f); });
+  }
 
   DistributedSampler sampler(static_cast<std::size_t>(std::max<std::int64_t>(images.size(0), 1)), ctx,
                              true, 0, true);
@@ -217,7 +242,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     if (dist) {
       dist->zero_grad();
     } else {
-      sgd.zero_grad();
+      local->zero_grad();
     }
     auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
     loss.backward();
@@ -231,7 +256,7 @@ nlohmann::json run_train_bench(Context& ctx, const TrainBenchOptions& o) {
     if (dist) {
       dist->step();
     } else {
-      sgd.step();
+      local->step();
     }
     loss_value = loss.item<double>();
     m[4] = SteadyClock::now();

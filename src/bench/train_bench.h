@@ -8,7 +8,8 @@
 // shards through hpct::data::Loader (decode threads, prefetch, the same
 // normalization; `hpctrain data pack --from fashion-mnist` makes them); or,
 // with synthetic, a fixed random pool of 1024 images (no disk); max_samples
-// keeps the first N of Fashion-MNIST's. SGD lr 0.01 momentum 0.9, cross-entropy. The first
+// keeps the first N of Fashion-MNIST's. SGD lr 0.01 momentum 0.9 (or Adam lr
+// 1e-3: optimizer), cross-entropy. The first
 // `warmup` steps are not timed (they include the first, fully negotiated
 // step and the flat-gradient layout). The time is the slowest rank's; the
 // step log (below) gives each step's parts, from which `bench train` works
@@ -62,6 +63,13 @@ struct TrainBenchOptions {
   // the ranks) through the trained model; the result gains test_accuracy and
   // test_loss.
   bool evaluate = false;
+  // "sgd" (lr 0.01, momentum 0.9) or "adam" (lr 1e-3): Adam's two moments
+  // are what sharding splits.
+  std::string optimizer = "sgd";
+  // DistributedOptions::shard and shard_prefetch (docs/sharding.md): at 3
+  // the model's layers gather their parameters through the optimizer.
+  int shard = 0;
+  bool shard_prefetch = true;
 };
 
 // Blocks for the run; every rank calls it. Returns the result (the same on

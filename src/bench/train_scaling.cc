@@ -108,6 +108,9 @@ void prepare(const TrainScalingOptions& a, const Config& config, Job* job) {
   if (a.o.synthetic) argv.push_back("--synthetic");
   if (a.no_overlap) argv.push_back("--no-overlap");
   if (!a.o.compression.empty()) argv.insert(argv.end(), {"--compression", a.o.compression});
+  if (a.o.optimizer != "sgd") argv.insert(argv.end(), {"--optimizer", a.o.optimizer});
+  if (a.o.shard != 0) argv.insert(argv.end(), {"--shard", std::to_string(a.o.shard)});
+  if (!a.o.shard_prefetch) argv.insert(argv.end(), {"--shard-prefetch", "false"});
   if (a.o.max_samples > 0) argv.insert(argv.end(), {"--max-samples", std::to_string(a.o.max_samples)});
   if (a.accuracy && job->mode == Mode::kSync) argv.push_back("--evaluate");
   if (job->mode != Mode::kSync || !a.o.sync) argv.push_back("--no-sync");

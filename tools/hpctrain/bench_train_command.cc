@@ -122,6 +122,17 @@ void check_args(const TrainArgs& a) {
   train::make_model(a.o.model);  // refuse an unknown model before starting ranks
   comm::parse_backend(a.backend);
   if (!a.o.compression.empty() && !parse_lossy(a.o.compression)) engine::parse_compression(a.o.compression);
+  if (a.o.optimizer != "sgd" && a.o.optimizer != "adam")
+    throw_invalid_argument("--optimizer " + a.o.optimizer + ": choose sgd or adam");
+  if (a.o.shard < 0 || a.o.shard > 3)
+    throw_invalid_argument("--shard " + std::to_string(a.o.shard) + ": choose 0 (off), 1, 2 or 3");
+  if (a.o.optimizer != "sgd" && !a.peer.empty())
+    throw_invalid_argument("--optimizer " + a.o.optimizer +
+                           " with --peer: the DDP peer trains with SGD; for Adam use bench/zero_peers.py");
+  if (a.o.shard == 3 && a.accuracy)
+    throw_invalid_argument("--accuracy with --shard 3: the test pass is not sharded; use `hpctrain train --shard 3`");
+  if (a.o.shard != 0 && a.contention)
+    throw_invalid_argument("--contention trains without gradient sync, which --shard needs: drop one of them");
   if (a.repeats < 1) throw_invalid_argument("--repeats must be at least 1");
   if (a.peer_timeout_s <= 0) throw_invalid_argument("--peer-timeout-s must be more than 0");
   if (a.peer_bucket_mb < 0) throw_invalid_argument("--peer-bucket-mb must be 0 (DDP's defaults) or more");
@@ -336,6 +347,13 @@ void add_bench_train_command(CLI::App& bench, Cli& cli) {
       ->capture_default_str();
   c->add_option("--compression", a->o.compression,
                 "Gradient compression of our side (as `hpctrain train --compression`; default HPCT_COMPRESSION)");
+  c->add_option("--optimizer", a->o.optimizer, "sgd (lr 0.01, momentum 0.9) or adam (lr 1e-3)")
+      ->capture_default_str();
+  c->add_option("--shard", a->o.shard,
+                "Sharded data parallel stage of our side, 0-3 (as `hpctrain train --shard`; docs/sharding.md)")
+      ->capture_default_str();
+  c->add_option("--shard-prefetch", a->o.shard_prefetch, "With --shard 3: gather the next layer ahead")
+      ->capture_default_str();
   c->add_flag("--accuracy", a->accuracy,
               "Train --epochs epochs on Fashion-MNIST (both sides, with --peer) and report the test set's "
               "accuracy beside the speed; the steps follow from the epochs");
