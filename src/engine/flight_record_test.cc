@@ -7,7 +7,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -169,27 +168,5 @@ TEST(FlightRecord, EngineWritesEachRanksRecordOnAFailureAndOnSigusr1) {
     EXPECT_NE(j["entries"][1]["site"].get<std::string>().find("flight_record_test.cc"), std::string::npos);
   }
 }
-
-// The cost of recording one operation through its four states: printed as
-// a JSON line; bounded loosely (a shared 2-core machine).
-TEST(FlightRecord, CostPerOperation) {
-  FlightRecord rec(2000);
-  Request r = request("layer3.conv2.weight.grad", {64, 64, 3, 3});
-  std::vector<std::uint64_t> one(1);
-  auto id = [](std::uint64_t s) { return s; };
-  const int n = 200000;
-  const auto t = SteadyClock::now();
-  const auto start = std::chrono::steady_clock::now();
-  for (int i = 0; i < n; ++i) {
-    one[0] = rec.submitted(r, 147456, CallSite::here(), t);
-    rec.mark(one.begin(), one.end(), id, FlightState::kNegotiated, t);
-    rec.mark(one.begin(), one.end(), id, FlightState::kStarted, t, FlightPath::kInPlace);
-    rec.mark(one.begin(), one.end(), id, FlightState::kDone, t);
-  }
-  const double ns = std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count() / n;
-  std::printf("{\"bench\":\"flight_record\",\"ns_per_operation\":%.1f,\"states\":4}\n", ns);
-  EXPECT_LT(ns, 2000.0);
-}
-
 }  // namespace
 }  // namespace hpct::engine
