@@ -11,6 +11,11 @@ against hpctrain's DistributedOptimizer(shard=1|2), on one model and data.
       the median samples/s of each mode and the ratios of hpctrain's stages to
       their peers (stage 1 : ZeroRedundancyOptimizer, stage 2 : FSDP2 without
       resharding; stage 3 : FSDP2 with resharding when the C++ path is there).
+  zero_peers.py compare ... --netns [--rate 10gbit]
+      The same with the ranks on 2 network-namespace hosts (scripts/
+      netns-cluster.sh up 2, links capped at --rate), half the ranks on each,
+      started over ssh; torch.distributed and our Gloo on their eth0. The
+      hosts are torn down at the end.
   zero_peers.py rank --mode MODE ...
       One rank (started by the launcher); rank 0 prints the run's JSON line.
 
@@ -179,12 +184,40 @@ def rank_main(args):
                           "param_bytes": int(worst[3].item())}), flush=True)
 
 
+class Netns:
+    """2 namespace hosts from scripts/netns-cluster.sh at a capped rate, torn down on close."""
+
+    SCRIPT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
+                          "netns-cluster.sh")
+
+    def __init__(self, name, rate):
+        self.name = name
+        out = subprocess.run([self.SCRIPT, "up", "2", name, "--rate", rate], capture_output=True, text=True,
+                             timeout=180)
+        if out.returncode != 0:
+            raise SystemExit("netns-cluster.sh up failed:\n" + out.stdout + out.stderr)
+        env = dict(l.split("=", 1) for l in out.stdout.splitlines() if l.startswith("NETNS_"))
+        self.hosts = env["NETNS_HOSTS"].strip('"').split()
+        self.key = env["NETNS_KEY"]
+
+    def host_args(self, np):
+        """The launcher's options for np ranks, half on each host."""
+        per = [np - np // 2, np // 2]
+        return ["-H", ",".join("%s:%d" % (h, k) for h, k in zip(self.hosts, per) if k), "-i", self.key,
+                "--ssh-option", "StrictHostKeyChecking=no", "--ssh-option", "UserKnownHostsFile=/dev/null"]
+
+    def close(self):
+        subprocess.run([self.SCRIPT, "down", self.name], capture_output=True, timeout=120)
+
+
 def cpp_shard_line(args, stage):
     """`hpctrain bench train --shard STAGE --optimizer OPT` on the same ranks, model and batch."""
     cmd = [args.hpctrain, "bench", "train", "--model", args.model, "--np", str(args.np),
            "--steps", str(args.steps), "--warmup", str(args.warmup), "--batch", str(args.batch),
            "--threads", str(args.threads), "--shard", str(stage), "--optimizer", args.optimizer,
            "--timeout-s", str(args.timeout_s)]
+    if args.net:
+        cmd += args.net.host_args(args.np)
     out = subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=args.timeout_s).stdout
     r = json.loads([l for l in out.splitlines() if l.startswith("{")][-1])
     r.update({"bench": "zero_peers", "mode": "cpp-shard%d" % stage})
@@ -196,7 +229,13 @@ def run_one(args, mode):
     if mode.startswith("cpp-"):
         r = cpp_shard_line(args, int(mode[-1]))
     else:
-        cmd = [args.hpctrain, "launch", "-np", str(args.np), "--prefix", "none", "--",
+        where = []
+        if args.net:
+            build = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(args.hpctrain))))
+            where = args.net.host_args(args.np) + [
+                "--env", "GLOO_SOCKET_IFNAME=eth0", "--env", "OMP_NUM_THREADS=1", "--env", "OPENBLAS_NUM_THREADS=1",
+                "--env", "PYTHONPATH=" + os.path.join(build, "python")]
+        cmd = [args.hpctrain, "launch", "-np", str(args.np), "--prefix", "none"] + where + ["--",
                sys.executable, os.path.abspath(__file__), "rank", "--mode", mode, "--model", args.model,
                "--steps", str(args.steps), "--batch", str(args.batch), "--threads", str(args.threads),
                "--optimizer", args.optimizer, "--warmup", str(args.warmup)]
@@ -219,6 +258,15 @@ def compare(args):
     if unknown:
         sys.exit("zero_peers: unknown mode(s) %s; choose from %s" % (",".join(unknown), ",".join(MODES)))
     modes += ["cpp-shard%s" % k for k in args.cpp_shard.split(",") if k]
+    args.net = Netns("zp", args.rate) if args.netns else None
+    try:
+        compare_modes(args, modes)
+    finally:
+        if args.net:
+            args.net.close()
+
+
+def compare_modes(args, modes):
     speeds = {m: [] for m in modes}
     for rep in range(args.repeats):
         k = rep % len(modes)
@@ -228,6 +276,7 @@ def compare(args):
                 speeds[mode].append(r["samples_per_s"])
     med = {m: statistics.median(v) for m, v in speeds.items() if v}
     summary = {"summary": "zero_peers", "model": args.model, "np": args.np, "repeats": args.repeats,
+               "hosts": "netns %s" % args.rate if args.net else "local",
                **{m + "_samples_per_s": round(v, 1) for m, v in med.items()}}
     for ours, peer in PEERS.items():
         if ours in med and peer in med:
@@ -254,6 +303,8 @@ def main():
     c.add_argument("--cpp-shard", default="1,2,3",
                    help="C++ stages to run with `hpctrain bench train --shard K` (empty: none)")
     c.add_argument("--repeats", type=int, default=1)
+    c.add_argument("--netns", action="store_true", help="the ranks on 2 network-namespace hosts")
+    c.add_argument("--rate", default="10gbit", help="with --netns: each host's link rate (tc tbf)")
     c.add_argument("--timeout-s", type=float, default=600)
     c.add_argument("--hpctrain", default="build/tools/hpctrain/hpctrain")
     args = p.parse_args()
