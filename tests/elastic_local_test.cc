@@ -368,4 +368,34 @@ TEST_F(ElasticLocal, ShardThreeIsRefusedByName) {
   EXPECT_NE(r.out.find("use --shard 1 or 2"), std::string::npos) << r.out;
 }
 
+// --shard 2 on 3 one-rank hosts: rank 1's range is replicated on rank 2,
+// rank 2's on rank 0. Workers 1 and 2 are SIGKILLed together: range 1 is
+// gone with both of its copies. Worker 0 must not hang nor go on from a
+// partial state: it ends with one line naming the lost range and what to
+// resume from, and the launcher fails below --min-np.
+TEST_F(ElasticLocal, ShardedJobLosingARangeAndItsReplicaEndsNamingThem) {
+  write_hosts("hl", "localhost:1\n127.0.0.1:1\n" + hostname() + ":1\n");
+  const std::string log = dir_ + "/hl.log";
+  ASSERT_GT(launch_test::start_background(job("hl", "--min-np 1 --max-np 3 --blacklist-cooldown 100",
+                                              "--epochs 3 --commit-every 5 --shard 2", 3) +
+                                              "; echo launcher-exit=$?",
+                                          log),
+            0);
+  std::string text = launch_test::wait_for(log, "epoch 1 step 20 ", 1, 90);
+  ASSERT_NE(text.find("epoch 1 step 20 "), std::string::npos) << text;
+  const int p1 = worker_pid(1, dir_), p2 = worker_pid(2, dir_);
+  ASSERT_GT(p1, 0) << text;
+  ASSERT_GT(p2, 0) << text;
+  ::kill(p1, SIGKILL);
+  ::kill(p2, SIGKILL);
+  text = launch_test::wait_for(log, "launcher-exit=", 1, 90);
+  ASSERT_NE(text.find("launcher-exit="), std::string::npos) << text;
+  EXPECT_EQ(text.find("launcher-exit=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("-rank layout) lost the ranges of ranks [1]: each range is kept by its rank and by one "
+                      "replica on another host, and both are gone"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("no --checkpoint-dir was given"), std::string::npos) << text;
+}
+
 }  // namespace
