@@ -266,7 +266,12 @@ void ElasticShards::commit(Context& ctx, elastic::State& state, Model& model, to
     at.step = state.step;
     at.epoch = state.epoch;
     at.consumed = static_cast<std::uint64_t>(state.samples);
-    save_sharded_checkpoint(ctx, o_, log_.with_rank(ctx.rank()), model, user, opt, loader, at);
+    // The elastic loop splits each epoch by global batch: the checkpoint
+    // says so, and a job of any world size resumes it with --data-split
+    // global (this loader's own bytes fit no other loop).
+    TrainOptions global = o_;
+    global.data_split = "global";
+    save_sharded_checkpoint(ctx, global, log_.with_rank(ctx.rank()), model, user, opt, loader, at);
   }
   // Once the check returned, every rank has saved this commit: no rank can
   // be restored to an older one.
