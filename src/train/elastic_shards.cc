@@ -207,7 +207,7 @@ Range ElasticShards::gather_committed(Context& ctx, const elastic::State& state,
              ? std::string("no --checkpoint-dir was given, so no sharded checkpoint was written; give "
                            "--checkpoint-dir DIR to keep one every 10 commits")
              : "resume from the newest sharded checkpoint in " + o_.checkpoint_dir + " (hpctrain train " + flag +
-                   " --resume auto --checkpoint-dir " + o_.checkpoint_dir + ")"));
+                   " --data-split global --resume auto --checkpoint-dir " + o_.checkpoint_dir + ")"));
   }
   const ShardLayout old(opt.shard_layout().params(), world);
   const auto& now = opt.shard_layout();
