@@ -305,4 +305,97 @@ TEST_F(ElasticLocal, HostThatJoinsAndDiesDuringTheFirstSyncDoesNotHangTheOthers)
   EXPECT_NE(text.find("identical on every rank: yes"), std::string::npos) << text;
 }
 
+// The summary line of a run's output (the last one), or null.
+nlohmann::json summary_of(const std::string& out) {
+  auto pos = out.rfind("{\"batch_per_rank\"");
+  if (pos == std::string::npos) return nullptr;
+  return nlohmann::json::parse(out.substr(pos, out.find('\n', pos) - pos));
+}
+
+// --elastic --shard 2 (docs/elastic.md, "Sharded elastic jobs"): worker 1
+// of 3 is SIGKILLed at step 32 and its host does not come back. Its range
+// of the optimizer state lives on in its replica: the two survivors re-split
+// the state of the commit at step 30 and train to the end. The same job
+// unsharded, with the same fault, ends with the same parameters bit for
+// bit: the sharded update is elementwise and the restored state is the
+// committed one exactly (the CRC-32C of every parameter's bytes compared).
+// Run with sgd (momentum buffers) and adam (two moments and a step count).
+class ElasticShardLocal : public ElasticLocal, public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(ElasticShardLocal, SurvivorsOfASigkillEndWithTheUnshardedRunsParameters) {
+  const std::string optimizer = GetParam();
+  write_hosts("hs", "localhost:1\n127.0.0.1:1\n" + hostname() + ":1\n");
+  auto run_job = [&](const std::string& shard) {
+    std::string cmd = job("hs", "--min-np 2 --max-np 3 --blacklist-cooldown 100",
+                          "--epochs 1 --max-steps 60 --commit-every 5 --optimizer " + optimizer +
+                              " --fault-worker 1 --fault-step 32 --fault kill " + shard);
+    if (optimizer == "adam") cmd.replace(cmd.find("--lr 0.05"), 9, "--lr 0.002");
+    return launch_test::run(cmd, 150);
+  };
+  Outcome sharded = run_job("--shard 2");
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.out;
+  EXPECT_NE(sharded.out.find("fault: worker 1 ends itself at step 32 (kill)"), std::string::npos) << sharded.out;
+  EXPECT_NE(sharded.out.find("(failure): size 3 -> 2, rolled back 2 steps to step 30"), std::string::npos)
+      << sharded.out;
+  EXPECT_NE(sharded.out.find("sharded optimizer state of step 30 re-split from 3 ranks' ranges to 2 ranks"),
+            std::string::npos)
+      << sharded.out;
+  Outcome plain = run_job("");
+  ASSERT_EQ(plain.exit_code, 0) << plain.out;
+  EXPECT_NE(plain.out.find("(failure): size 3 -> 2, rolled back 2 steps to step 30"), std::string::npos)
+      << plain.out;
+  const auto s = summary_of(sharded.out), p = summary_of(plain.out);
+  ASSERT_FALSE(s.is_null()) << sharded.out;
+  ASSERT_FALSE(p.is_null()) << plain.out;
+  EXPECT_EQ(s["steps"], 60);
+  EXPECT_EQ(s["np"], 2);
+  EXPECT_TRUE(s["params_identical_across_ranks"].get<bool>());
+  EXPECT_LT(s["train_loss"].get<double>(), 2.0) << sharded.out;  // it learned (10 classes: ln 10 = 2.3 at chance)
+  EXPECT_EQ(s["params_crc32c"], p["params_crc32c"]) << sharded.out << plain.out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Optimizers, ElasticShardLocal, ::testing::Values("sgd", "adam"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+// --shard 3 keeps only a range of the parameters on each rank, which the
+// elastic commits do not replicate: refused by name before any work.
+TEST_F(ElasticLocal, ShardThreeIsRefusedByName) {
+  Outcome r = launch_test::run(std::string(HPCT_BINARY) + " train --elastic --shard 3 --model cnn --data " + dir_ +
+                                   "/fm-000000.tar",
+                               30);
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("--elastic with --shard 3 is not supported"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("use --shard 1 or 2"), std::string::npos) << r.out;
+}
+
+// --shard 2 on 3 one-rank hosts: rank 1's range is replicated on rank 2,
+// rank 2's on rank 0. Workers 1 and 2 are SIGKILLed together: range 1 is
+// gone with both of its copies. Worker 0 must not hang nor go on from a
+// partial state: it ends with one line naming the lost range and what to
+// resume from, and the launcher fails below --min-np.
+TEST_F(ElasticLocal, ShardedJobLosingARangeAndItsReplicaEndsNamingThem) {
+  write_hosts("hl", "localhost:1\n127.0.0.1:1\n" + hostname() + ":1\n");
+  const std::string log = dir_ + "/hl.log";
+  ASSERT_GT(launch_test::start_background(job("hl", "--min-np 1 --max-np 3 --blacklist-cooldown 100",
+                                              "--epochs 3 --commit-every 5 --shard 2", 3) +
+                                              "; echo launcher-exit=$?",
+                                          log),
+            0);
+  std::string text = launch_test::wait_for(log, "epoch 1 step 20 ", 1, 90);
+  ASSERT_NE(text.find("epoch 1 step 20 "), std::string::npos) << text;
+  const int p1 = worker_pid(1, dir_), p2 = worker_pid(2, dir_);
+  ASSERT_GT(p1, 0) << text;
+  ASSERT_GT(p2, 0) << text;
+  ::kill(p1, SIGKILL);
+  ::kill(p2, SIGKILL);
+  text = launch_test::wait_for(log, "launcher-exit=", 1, 90);
+  ASSERT_NE(text.find("launcher-exit="), std::string::npos) << text;
+  EXPECT_EQ(text.find("launcher-exit=0"), std::string::npos) << text;
+  EXPECT_NE(text.find("-rank layout) lost the ranges of ranks [1]: each range is kept by its rank and by one "
+                      "replica on another host, and both are gone"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("no --checkpoint-dir was given"), std::string::npos) << text;
+}
+
 }  // namespace

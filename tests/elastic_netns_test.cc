@@ -72,6 +72,7 @@ class ElasticNetns : public ::testing::Test {
     if (text.find(what) == std::string::npos) return -1;
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   }
+  void host_lost_and_back(const std::string& train);
   int pid_ = -1;
   hpct::test::NetnsHosts cluster_;
   std::string dir_, work_;
@@ -79,7 +80,9 @@ class ElasticNetns : public ::testing::Test {
   std::vector<std::string> hosts_;
 };
 
-TEST_F(ElasticNetns, WholeHostKilledJobGoesOnWithTwoAndTakesItBack) {
+// Host 3 is killed at step 40 and comes back (the file's comment); `train`
+// adds to the train command.
+void ElasticNetns::host_lost_and_back(const std::string& train) {
   list_hosts(3);
   const std::string log = work_ + "/job.log";
   const std::string b = HPCT_BINARY;
@@ -91,7 +94,8 @@ TEST_F(ElasticNetns, WholeHostKilledJobGoesOnWithTwoAndTakesItBack) {
       " train --elastic --model cnn --data " + work_ + "/fm-{000000..000002}.tar --val " + work_ +
       "/fm-000003.tar --epochs 8 --batch 32 --lr 0.05 --threads 1 --seed 3 --log-every 10 "
       "--progress lines "
-      "--commit-every 5 & echo $! > " +
+      "--commit-every 5 " +
+      train + " & echo $! > " +
       work_ + "/launcher.pid; wait $!; echo launcher-exit=$?";
   ASSERT_GT(start_background(cmd, log), 0);
   for (int i = 0; i < 100 && slurp(work_ + "/launcher.pid").empty(); ++i) {
@@ -148,6 +152,20 @@ TEST_F(ElasticNetns, WholeHostKilledJobGoesOnWithTwoAndTakesItBack) {
       << text;
   EXPECT_GT(std::stod(m[1].str()), 70.0) << text;
   EXPECT_TRUE(all_gone_within({pid}, 10));
+}
+
+TEST_F(ElasticNetns, WholeHostKilledJobGoesOnWithTwoAndTakesItBack) { host_lost_and_back(""); }
+
+// The same with --shard 2: the lost host's range of the optimizer state
+// comes from its replica on another host, the two survivors re-split the
+// state, and the host that comes back gets its range of the 3-rank layout.
+TEST_F(ElasticNetns, ShardedJobLosesAHostAndGoesOn) {
+  host_lost_and_back("--shard 2");
+  if (HasFatalFailure()) return;
+  const std::string text = slurp(work_ + "/job.log");
+  EXPECT_NE(text.find("sharded optimizer state of step "), std::string::npos) << text;
+  EXPECT_NE(text.find(" re-split from 3 ranks' ranges to 2 ranks"), std::string::npos) << text;
+  EXPECT_NE(text.find(" re-split from 2 ranks' ranges to 3 ranks"), std::string::npos) << text;
 }
 
 }  // namespace

@@ -27,7 +27,12 @@ void ElasticLoop::train_world(Context& ctx) {
   dopts.compression = o.compression;
   dopts.compression_start_step = o.compression_start_step;
   dopts.allow_lossy = o.allow_lossy ? std::optional<bool>(true) : std::nullopt;
+  dopts.shard = o.shard;
+  dopts.shard_prefetch = o.shard_prefetch;
   DistributedOptimizer opt(ctx, optimizer, model.named_parameters(), dopts);
+  // Sharded: this rank's range of the committed optimizer state, from the
+  // ranks that hold it (the State synced the rest).
+  if (o.shard > 0) shards.rebuild(ctx, state, model, optimizer, opt, loader);
   std::unique_ptr<data::Loader> val = open_validation_loader(lo, o.val, ctx.rank(), ctx.size());
   bool stop = o.max_steps > 0 && state.step >= o.max_steps;
   while (state.epoch < o.epochs && !stop) {
@@ -36,9 +41,17 @@ void ElasticLoop::train_world(Context& ctx) {
     ++state.epoch;
     state.batch = 0;
     state.samples = 0;
-    state.commit();
+    commit(ctx, opt);
   }
   write_summary(ctx, val.get(), metrics);
+}
+
+void ElasticLoop::commit(Context& ctx, DistributedOptimizer& opt) {
+  if (o.shard > 0) {
+    shards.commit(ctx, state, model, optimizer, opt, loader);
+  } else {
+    state.commit();
+  }
 }
 
 void ElasticLoop::record_change(Context& ctx, MetricsFile& metrics) {
@@ -119,7 +132,7 @@ bool ElasticLoop::run_epoch(Context& ctx, DistributedOptimizer& opt, data::Loade
       stop = true;
       break;
     }
-    if (state.step % o.elastic_commit_every == 0) state.commit();
+    if (state.step % o.elastic_commit_every == 0) commit(ctx, opt);
   }
   const double secs = seconds_since(epoch_start);
   train_seconds += secs;

@@ -18,6 +18,7 @@
 #include "elastic/elastic.h"
 #include "hpctrain/hpctrain.h"
 #include "metrics/rank_metrics.h"
+#include "train/elastic_shards.h"
 #include "train/models.h"
 #include "train/train_setup.h"
 #include "train/trainer.h"
@@ -52,6 +53,7 @@ struct ElasticLoop {
   double val_loss = NAN, val_acc = NAN, last_loss = NAN;
   double train_seconds = 0;
   std::int64_t trained_samples = 0;
+  ElasticShards shards{o, base_log};  // --shard 1|2: the optimizer state's ranges and replicas
 
   // One world: train from the committed state to the end (or --max-steps),
   // then write the summary. Throws what the world's collectives throw.
@@ -63,6 +65,8 @@ struct ElasticLoop {
   // The "elastic" metrics line of the change that started this world.
   void record_change(Context& ctx, MetricsFile& metrics);
   void write_summary(Context& ctx, data::Loader* val, MetricsFile& metrics);
+  // state.commit(), or with --shard the sharded commit (elastic_shards.h).
+  void commit(Context& ctx, DistributedOptimizer& opt);
 };
 
 }  // namespace hpct::train

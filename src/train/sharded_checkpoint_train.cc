@@ -9,51 +9,6 @@
 namespace hpct::train {
 namespace {
 
-// A piece of a parameter this rank owns, with the updating optimizer's
-// tensor for it (a flat view into DistributedOptimizer's parameter buffer).
-struct OwnedPiece {
-  hpct::ShardPiece piece;
-  std::vector<std::int64_t> shape;  // the whole parameter's
-  torch::Tensor param;
-};
-
-// In the order DistributedOptimizer builds its optimizer: by the user's
-// param group, then in layout order.
-std::vector<OwnedPiece> owned_pieces(Context& ctx, Model& model, torch::optim::Optimizer& user_opt,
-                                     DistributedOptimizer& opt) {
-  auto pieces = opt.shard_layout().owned_pieces(ctx.rank());
-  if (pieces.empty()) return {};
-  std::unordered_map<const void*, std::size_t> group_of;
-  for (std::size_t g = 0; g < user_opt.param_groups().size(); ++g) {
-    for (const auto& t : user_opt.param_groups()[g].params()) group_of[t.unsafeGetTensorImpl()] = g;
-  }
-  std::map<std::string, std::pair<std::size_t, std::vector<std::int64_t>>> of_name;
-  for (const auto& np : model.named_parameters()) {
-    auto it = group_of.find(np.value().unsafeGetTensorImpl());
-    if (it != group_of.end()) of_name[np.key()] = {it->second, np.value().sizes().vec()};
-  }
-  std::vector<std::vector<OwnedPiece>> per_group(user_opt.param_groups().size());
-  for (const auto& p : pieces) {
-    const auto& [group, shape] = of_name.at(p.name);
-    per_group[group].push_back({p, shape, {}});
-  }
-  std::vector<OwnedPiece> out;
-  for (auto& g : per_group) out.insert(out.end(), g.begin(), g.end());
-  std::size_t i = 0;
-  for (const auto& group : opt.updating_optimizer().param_groups()) {
-    for (const auto& t : group.params()) {
-      if (i >= out.size() || t.numel() != out[i].piece.numel) {
-        throw_mismatch("sharded checkpoint: the shard optimizer's tensor " + std::to_string(i) +
-                       " does not match this rank's layout piece");
-      }
-      out[i++].param = t;
-    }
-  }
-  if (i != out.size())
-    throw_mismatch("sharded checkpoint: the shard optimizer holds fewer tensors than pieces");
-  return out;
-}
-
 CheckpointPiece piece_of(const std::string& name, const OwnedPiece& op, const torch::Tensor& flat) {
   return {name,           op.shape,       sharded_dtype_of(flat.scalar_type()), op.piece.offset,
           op.piece.numel, flat.data_ptr()};
@@ -223,6 +178,43 @@ ResumePoint position(Context& ctx, const TrainOptions& o, const ShardedIndex& id
 }
 
 }  // namespace
+
+// In the order DistributedOptimizer builds its optimizer: by the user's
+// param group, then in layout order.
+std::vector<OwnedPiece> owned_pieces(Context& ctx, Model& model, torch::optim::Optimizer& user_opt,
+                                     DistributedOptimizer& opt) {
+  auto pieces = opt.shard_layout().owned_pieces(ctx.rank());
+  if (pieces.empty()) return {};
+  std::unordered_map<const void*, std::size_t> group_of;
+  for (std::size_t g = 0; g < user_opt.param_groups().size(); ++g) {
+    for (const auto& t : user_opt.param_groups()[g].params()) group_of[t.unsafeGetTensorImpl()] = g;
+  }
+  std::map<std::string, std::pair<std::size_t, std::vector<std::int64_t>>> of_name;
+  for (const auto& np : model.named_parameters()) {
+    auto it = group_of.find(np.value().unsafeGetTensorImpl());
+    if (it != group_of.end()) of_name[np.key()] = {it->second, np.value().sizes().vec()};
+  }
+  std::vector<std::vector<OwnedPiece>> per_group(user_opt.param_groups().size());
+  for (const auto& p : pieces) {
+    const auto& [group, shape] = of_name.at(p.name);
+    per_group[group].push_back({p, shape, {}});
+  }
+  std::vector<OwnedPiece> out;
+  for (auto& g : per_group) out.insert(out.end(), g.begin(), g.end());
+  std::size_t i = 0;
+  for (const auto& group : opt.updating_optimizer().param_groups()) {
+    for (const auto& t : group.params()) {
+      if (i >= out.size() || t.numel() != out[i].piece.numel) {
+        throw_mismatch("sharded checkpoint: the shard optimizer's tensor " + std::to_string(i) +
+                       " does not match this rank's layout piece");
+      }
+      out[i++].param = t;
+    }
+  }
+  if (i != out.size())
+    throw_mismatch("sharded checkpoint: the shard optimizer holds fewer tensors than pieces");
+  return out;
+}
 
 ResumePoint resume_sharded_checkpoint(Context& ctx, const TrainOptions& o, const Logger& log,
                                       Model& model, torch::optim::Optimizer& user_opt,

@@ -16,6 +16,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "core/log.h"
 #include "data/loader.h"
@@ -33,6 +34,20 @@ struct ShardedSavePoint {
   bool epoch_done = false;
   std::uint64_t consumed = 0;  // samples of `epoch` the whole job consumed
 };
+
+// A piece of a parameter this rank owns, with the updating optimizer's
+// tensor for it (a flat view into DistributedOptimizer's parameter buffer).
+struct OwnedPiece {
+  hpct::ShardPiece piece;
+  std::vector<std::int64_t> shape;  // the whole parameter's
+  torch::Tensor param;
+};
+
+// This rank's pieces in the order DistributedOptimizer builds its optimizer
+// (by the user's param group, then in layout order); Mismatch when the
+// updating optimizer does not hold one tensor per piece.
+std::vector<OwnedPiece> owned_pieces(Context& ctx, Model& model, torch::optim::Optimizer& user_opt,
+                                     DistributedOptimizer& opt);
 
 // A collective: every rank writes its shard, then rank 0 the index (after
 // gathering every rank's file description, so the index is last).

@@ -350,11 +350,13 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
   if (o.epochs < 1 || o.batch < 1 || o.threads < 1 || o.log_every < 1 || o.elastic_commit_every < 1) {
     throw_invalid_argument("--epochs, --batch, --threads, --log-every and --commit-every must be at least 1");
   }
-  if (o.shard != 0) {
-    throw_invalid_argument("--elastic with --shard " + std::to_string(o.shard) + " is not supported yet: an "
-                           "elastic commit holds the whole optimizer state on every rank, and a new world "
-                           "size would need the shards re-split; drop --shard (or --elastic)");
+  if (o.shard == 3) {
+    throw_invalid_argument("--elastic with --shard 3 is not supported: at stage 3 each rank keeps only its range "
+                           "of the parameters too, which elastic commits do not replicate; use --shard 1 or 2 "
+                           "(the optimizer state is sharded and each range replicated on another host), or drop "
+                           "--elastic");
   }
+  check_shard(o);
   if (!o.resume.empty() || o.stop_requested != nullptr || (!o.sync.empty() && o.sync != "allreduce")) {
     throw_invalid_argument("--elastic keeps its state in memory (commits): drop --resume, "
                            "--checkpoint-on-signal and --sync ps/ps-async");
@@ -386,7 +388,8 @@ nlohmann::json run_elastic_training(const TrainOptions& o, const Config& config,
   const double epoch_samples = static_cast<double>(std::max<std::uint64_t>(1, loader.samples_per_epoch()));
 
   elastic::State state(*model, *optimizer);
-  if (!o.checkpoint_dir.empty()) state.write_every(o.checkpoint_dir + "/elastic-state.pt", 10);
+  // Sharded: sharded checkpoints every 10 commits instead (elastic_shards.h).
+  if (!o.checkpoint_dir.empty() && o.shard == 0) state.write_every(o.checkpoint_dir + "/elastic-state.pt", 10);
   // One endpoint for the process, across its worlds: the engine and the
   // communicator are rebuilt with each world, so their families are left
   // out here; the steps' split and the membership changes are recorded.
