@@ -113,4 +113,35 @@ TEST_F(LaunchMemory, ARankOverItsLimitIsNamedAsKilledByTheOomKiller) {
   EXPECT_EQ(job_cgroups(), before) << "a job's cgroup folder stayed behind";
 }
 
+// The model that does not fit: mlp50m (53.6M parameters) with Adam on 3
+// ranks. Each rank's cgroup charge at its peak, measured (2026-11-29, this
+// 2-vCPU VM, `launch -np 3 --memory-per-rank 4G` and the command below,
+// memory.max_usage_in_bytes of each rank's cgroup polled while it ran):
+// unsharded 1257-1282 MiB a rank, --shard 3 686-707 MiB (peak RSS, which
+// also counts libtorch's shared pages: 1.42 GB and 0.82 GB). The limit,
+// 1000 MiB, sits between them: 28% below the unsharded peak, 41% above the
+// stage 3 one. Two steps: the unsharded peak comes at the second.
+TEST_F(LaunchMemory, AModelThatDoesNotFitUnshardedTrainsAtShard3) {
+  const std::string train = std::string("launch -np 3 --memory-per-rank 1000M -- ") + HPCT_BINARY +
+                            " train --model mlp50m --optimizer adam --lr 0.0001 --batch 8 --max-steps 2 --threads 1 "
+                            "--seed 7 --data '" + shards_->dir() + "/fm-{000000..000002}.tar'";
+  const auto t0 = std::chrono::steady_clock::now();
+  CliRun plain = hpct::test::run_hpctrain(train);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(plain.exit_code, 137) << plain.out;
+  for (const char* part : {"was killed by the kernel's out-of-memory killer",
+                           "at its memory limit of 1048576000 bytes (0.98 GiB)",
+                           "train with --shard 3 (docs/sharding.md)"}) {
+    EXPECT_NE(plain.out.find(part), std::string::npos) << part << " not in:\n" << plain.out;
+  }
+  EXPECT_LT(s, 150) << "the unsharded run took " << s << " s to fail";
+
+  CliRun sharded = hpct::test::run_hpctrain(train + " --shard 3");
+  ASSERT_EQ(sharded.exit_code, 0) << sharded.out;
+  ASSERT_TRUE(sharded.summary.is_object()) << sharded.out;
+  EXPECT_EQ(sharded.summary["shard"], 3);
+  EXPECT_EQ(sharded.summary["steps"], 2);
+  EXPECT_TRUE(sharded.summary["params_identical_across_ranks"].get<bool>()) << sharded.out;
+}
+
 }  // namespace

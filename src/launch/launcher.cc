@@ -419,7 +419,17 @@ void print_why(OutputMux& output, const std::string& job_dir, int np) {
   while (!all_there() && !deadline.expired()) std::this_thread::sleep_for(Millis(100));
   try {
     why::JobRecords records = why::read_job_records(job_dir);
-    if (records.ranks.empty()) return;  // not an engine program: nothing to add
+    if (records.ranks.empty()) {
+      // Not an engine program, or every rank died before it could answer
+      // (all killed by the OOM killer): only the wrappers' word on how.
+      for (const auto& [rank, note] : records.notes) {
+        if (note.ended.empty()) continue;
+        const size_t r = static_cast<size_t>(rank);
+        output.launcher_line("why: rank " + std::to_string(rank) +
+                             (r < records.hosts.size() ? " (host " + records.hosts[r] + ") " : " ") + note.ended);
+      }
+      return;
+    }
     for (const auto& line : why::explain(records).lines) output.launcher_line("why: " + line);
     output.launcher_line("why: the records: hpctrain why " + job_dir);
   } catch (const Error&) {

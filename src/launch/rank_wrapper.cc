@@ -268,9 +268,12 @@ class Wrapper {
     out_lines.flush(on_out);
     err_lines.flush(on_err);
     ::kill(-child.pid, SIGKILL);
-    const RankEnd end = program_end(status, memory, sent_sigkill);
-    // For `hpctrain why`: a rank that ended on its own (or by the OOM
-    // killer) leaves no flight record, so its wrapper says how it ended.
+    return report_end(program_end(status, memory, sent_sigkill), stopping, env);
+  }
+
+  // The X record (and, for `hpctrain why`, a note: a rank that ended on its
+  // own or by the OOM killer leaves no flight record); the wrapper's exit code.
+  int report_end(const RankEnd& end, bool stopping, const std::map<std::string, std::string>& env) {
     auto dir = env.find("HPCT_JOB_DIR");
     if (!end.ok() && (!stopping || end.oom) && dir != env.end() && rank_ < spec_.size) {
       write_end_note(dir->second, rank_, own_hostname(), end.describe());
