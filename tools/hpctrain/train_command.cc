@@ -96,7 +96,7 @@ void add_sync_and_device_flags(CLI::App* c, train::TrainOptions* o) {
       ->check(CLI::IsMember({"rank", "global"}))
       ->capture_default_str();
   c->add_option("--shard-prefetch", o->shard_prefetch,
-                "--shard 3: gather the next layer while this one computes (true; false holds one layer at a time)")
+                "--shard 3: gather the next layer while this one computes, when both fit in the largest layer's bytes (false: never)")
       ->capture_default_str();
 }
 
