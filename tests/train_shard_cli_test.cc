@@ -58,7 +58,8 @@ TEST_F(TrainShardCli, StagesEndWithTheUnshardedParameters) {
     }
     if (stage == 3) {
       // After the step a rank holds its half; while a layer computes, that
-      // layer (and the one prefetched) besides: never a whole second copy.
+      // layer besides (a prefetch stays within the largest layer): never a
+      // whole second copy.
       EXPECT_LE(m["param_bytes"].get<double>(), pm["param_bytes"].get<double>() / 2 * 1.05) << s.out;
       EXPECT_GT(m["param_peak_bytes"].get<double>(), m["param_bytes"].get<double>()) << s.out;
       EXPECT_LT(m["param_peak_bytes"].get<double>(), m["param_bytes"].get<double>() + pm["param_bytes"].get<double>())

@@ -165,7 +165,7 @@ TEST_F(TrainTorchScript, BrokenModelsFailWithOneReadableLine) {
            {dir_ + "/linear.pt", "mat1 and mat2 shapes cannot be multiplied (28x28 and 100x10)"},
            {dir_ + "/relu.pt", "has no trainable parameters"},
            {dir_ + "/state.pt", "not a TorchScript archive"},
-           {dir_ + "/missing.pt", "neither a built-in model (mlp, cnn, resnet20, mlp200m) nor an existing TorchScript file"},
+           {dir_ + "/missing.pt", "neither a built-in model (mlp, cnn, resnet20, mlp50m, mlp200m) nor an existing TorchScript file"},
        }) {
     CliRun r = run(train_args(c.model, "--epochs 1"));
     EXPECT_NE(r.exit_code, 0) << r.out;

@@ -110,7 +110,7 @@ struct DistributedOptions {
   // gradients are reduced each rank keeps only its part of them (the full
   // gradients are freed). 3: as 2, and each rank holds only its part of the
   // parameters; a layer's are gathered for its forward and backward
-  // (prefetched one layer ahead) and freed after: the model must call each
+  // (the next one prefetched when it fits, see below) and freed after: the model must call each
   // top-level layer through DistributedOptimizer::run_layer(). Stages 1 and
   // 2 give the parameters of unsharded training bit for bit, stage 3 within
   // float rounding (docs/sharding.md states the bound). Needs sync
@@ -118,9 +118,10 @@ struct DistributedOptions {
   // Adam, AdamW, RMSprop, Adagrad) without state yet, and no lossy
   // compression (fp16/bf16 wire types work).
   int shard = 0;
-  // shard 3: start gathering the next layer while this one computes (live
-  // parameters: this rank's part plus two layers); false: one layer at a
-  // time (part plus the largest layer), each gather waited for in full.
+  // shard 3: start gathering the next layer while this one computes, when
+  // the two together take no more than the largest layer's bytes (live
+  // parameters: this rank's part plus the largest layer either way); false:
+  // one layer at a time, each gather waited for in full.
   bool shard_prefetch = true;
 };
 

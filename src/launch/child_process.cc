@@ -66,13 +66,30 @@ std::vector<std::string> exec_candidates(const ChildOptions& o) {
   return candidates;
 }
 
+[[noreturn]] void report_and_exit(int status_fd, char tag, int e) {
+  (void)!::write(status_fd, &tag, 1);
+  (void)!::write(status_fd, &e, sizeof e);
+  ::_exit(127);
+}
+
+// Writes this process's pid to an open cgroup.procs (async-signal-safe).
+bool enter_cgroup(int procs_fd) {
+  char digits[24];
+  int n = 0;
+  for (long v = ::getpid(); v > 0 && n < 23; v /= 10) digits[n++] = static_cast<char>('0' + v % 10);
+  char text[24];
+  for (int i = 0; i < n; ++i) text[i] = digits[n - 1 - i];
+  return ::write(procs_fd, text, static_cast<size_t>(n)) == n;
+}
+
 // The child's side of start_child, after fork: only async-signal-safe
-// calls. Reports a failure to enter cwd ('d') or to exec ('x') with its
-// errno on the status pipe.
+// calls. Reports a failure to enter the cgroup ('c'), cwd ('d') or to exec
+// ('x') with its errno on the status pipe.
 [[noreturn]] void run_child(const ChildOptions& o, pid_t parent, const int in[2], const int out[2],
-                            const int err[2], const int status[2], std::vector<char*>& args,
+                            const int err[2], const int status[2], int procs_fd, std::vector<char*>& args,
                             std::vector<char*>& envp, const std::vector<std::string>& candidates) {
   ::setpgid(0, 0);
+  if (procs_fd >= 0 && !enter_cgroup(procs_fd)) report_and_exit(status[1], 'c', errno);
   if (o.death_signal != 0) {
     ::prctl(PR_SET_PDEATHSIG, o.death_signal);
     if (::getppid() != parent) ::_exit(127);  // the parent died before prctl
@@ -88,23 +105,13 @@ std::vector<std::string> exec_candidates(const ChildOptions& o) {
   ::dup2(out[1], 1);
   ::dup2(err[1], 2);
   if (o.inherit_fd >= 0) ::fcntl(o.inherit_fd, F_SETFD, 0);
-  int e = 0;
-  if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) {
-    e = errno;
-    const char tag = 'd';
-    (void)!::write(status[1], &tag, 1);
-    (void)!::write(status[1], &e, sizeof e);
-    ::_exit(127);
-  }
-  e = ENOENT;
+  if (!o.cwd.empty() && ::chdir(o.cwd.c_str()) != 0) report_and_exit(status[1], 'd', errno);
+  int e = ENOENT;
   for (const auto& c : candidates) {
     ::execve(c.c_str(), args.data(), envp.data());
     if (errno != ENOENT || e == ENOENT) e = errno;
   }
-  const char tag = 'x';
-  (void)!::write(status[1], &tag, 1);
-  (void)!::write(status[1], &e, sizeof e);
-  ::_exit(127);
+  report_and_exit(status[1], 'x', e);
 }
 
 }  // namespace
@@ -122,6 +129,12 @@ Child start_child(const ChildOptions& o) {
   envp.push_back(nullptr);
   const std::vector<std::string> candidates = exec_candidates(o);
 
+  UniqueFd procs;
+  if (!o.cgroup_procs.empty()) {
+    procs.reset(::open(o.cgroup_procs.c_str(), O_WRONLY | O_CLOEXEC));
+    if (!procs.valid()) throw_io("cannot open " + o.cgroup_procs + " to start '" + o.argv[0] + "' in its cgroup", errno);
+  }
+
   int in[2] = {-1, -1}, out[2], err[2], status[2];
   if (o.pipe_stdin) make_pipe(in);
   make_pipe(out);
@@ -131,7 +144,7 @@ Child start_child(const ChildOptions& o) {
 
   pid_t pid = ::fork();
   if (pid < 0) throw_io("fork for " + o.argv[0], errno);
-  if (pid == 0) run_child(o, parent, in, out, err, status, args, envp, candidates);
+  if (pid == 0) run_child(o, parent, in, out, err, status, procs.get(), args, envp, candidates);
   ::setpgid(pid, pid);  // also here, so the group exists before anyone signals it
   if (o.pipe_stdin) ::close(in[0]);
   ::close(out[1]);
@@ -155,6 +168,7 @@ Child start_child(const ChildOptions& o) {
     ::close(out[0]);
     ::close(err[0]);
     if (buf[0] == 'd') throw_io("cannot enter working directory " + o.cwd, e);
+    if (buf[0] == 'c') throw_io("cannot move '" + o.argv[0] + "' into the cgroup of " + o.cgroup_procs, e);
     throw_io("cannot run '" + o.argv[0] + "'", e);
   }
   Child c;

@@ -30,6 +30,9 @@ struct ChildOptions {
   bool pipe_stdin = true;                  // false: /dev/null
   int inherit_fd = -1;                     // an extra descriptor the child keeps open, same number
   int death_signal = 9;                    // PR_SET_PDEATHSIG; 0: none
+  // A cgroup's cgroup.procs: the child moves itself there before exec, so
+  // the cgroup's limit holds from the program's first page (memory_cgroup.h).
+  std::string cgroup_procs;
 };
 
 struct Child {

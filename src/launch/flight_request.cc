@@ -59,6 +59,23 @@ std::string FlightRequest::record_path() const {
   return job_dir_ + "/flight/rank-" + std::to_string(rank_) + ".json";
 }
 
+// Writes JOB_DIR/flight/rank-R.wrapper.json whole (through a rename).
+// Best effort: the job directory may be unreachable from this host, or gone
+// (the launcher removed it); it is never made here.
+static void write_note(const std::string& job_dir, int rank, const nlohmann::json& note) {
+  const std::string dir = job_dir + "/flight";
+  if (::access(job_dir.c_str(), F_OK) != 0) return;
+  ::mkdir(dir.c_str(), 0755);
+  const std::string path = dir + "/rank-" + std::to_string(rank) + ".wrapper.json";
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream f(tmp);
+    f << note.dump(1) << "\n";
+    if (!f) return;
+  }
+  std::rename(tmp.c_str(), path.c_str());
+}
+
 bool FlightRequest::start(pid_t group) {
   found_ = processes_in_group(group);
   signalled_ns_ = unix_ns();
@@ -104,19 +121,18 @@ void FlightRequest::finish(bool program_ended) {
     procs.push_back({{"pid", p.pid}, {"state", std::string(1, p.state)}, {"catches_sigusr1", p.catches_sigusr1}});
   }
   note["processes"] = procs;
-  // Best effort: the job directory may be unreachable from this host, or
-  // gone (the launcher removed it); it is never made here.
-  const std::string dir = job_dir_ + "/flight";
-  if (::access(job_dir_.c_str(), F_OK) != 0) return;
-  ::mkdir(dir.c_str(), 0755);
-  const std::string path = dir + "/rank-" + std::to_string(rank_) + ".wrapper.json";
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp);
-    f << note.dump(1) << "\n";
-    if (!f) return;
+  write_note(job_dir_, rank_, note);
+}
+
+void write_end_note(const std::string& job_dir, int rank, const std::string& host, const std::string& ended) {
+  const std::string path = job_dir + "/flight/rank-" + std::to_string(rank) + ".wrapper.json";
+  nlohmann::json note = nlohmann::json::parse(read_file_or_empty(path), nullptr, false);
+  if (note.is_discarded() || !note.is_object()) {
+    note = {{"rank", rank}, {"host", host}, {"record_written", false}};
   }
-  std::rename(tmp.c_str(), path.c_str());
+  note["program_ended"] = true;
+  note["ended"] = ended;
+  write_note(job_dir, rank, note);
 }
 
 }  // namespace hpct::launch

@@ -31,6 +31,11 @@ struct GroupProcess {
 };
 std::vector<GroupProcess> processes_in_group(pid_t group);
 
+// Adds how the rank's program ended ("was killed by the kernel's
+// out-of-memory killer ...") to its note (rank-R.wrapper.json, made when
+// missing), for `hpctrain why`. Best effort, like the note itself.
+void write_end_note(const std::string& job_dir, int rank, const std::string& host, const std::string& ended);
+
 class FlightRequest {
  public:
   FlightRequest(std::string job_dir, int rank, std::string host, Millis wait);

@@ -23,6 +23,7 @@
 #include "launch/elastic_supervisor.h"
 #include "launch/job_store.h"
 #include "launch/local_spawner.h"
+#include "launch/memory_cgroup.h"
 #include "launch/mpirun_spawner.h"
 #include "launch/output.h"
 #include "launch/placement.h"
@@ -119,6 +120,17 @@ std::string make_private_dir(const Env& env) {
   std::string tmpl = base + "/job-" + std::to_string(::getpid()) + "-XXXXXX";
   if (::mkdtemp(tmpl.data()) == nullptr) throw_io("mkdtemp " + tmpl, errno);
   return tmpl;
+}
+
+// --memory-per-rank: the limit into the spec, and the job's cgroup folder
+// on this host when ranks run here (nullptr otherwise). Refuses, before any
+// rank starts, when this host cannot limit them.
+std::unique_ptr<JobMemoryCgroups> memory_cgroups(const LaunchOptions& o, const std::string& job_id,
+                                                 const std::vector<bool>& rank_is_local, RankSpec* spec) {
+  if (o.memory_per_rank.empty()) return nullptr;
+  spec->memory_per_rank = parse_memory_per_rank(o.memory_per_rank);
+  if (std::find(rank_is_local.begin(), rank_is_local.end(), true) == rank_is_local.end()) return nullptr;
+  return std::make_unique<JobMemoryCgroups>(job_id);
 }
 
 // `launch --min-np/--max-np/--host-discovery-script`: workers come and go.
@@ -228,6 +240,9 @@ int run_elastic_launch(const LaunchOptions& o, const Config& config, const Env& 
   spec.store_addr = job_store.address();
   spec.job_id = make_job_id();
   spec.grace_s = o.grace_s;
+  std::vector<bool> local_hosts;
+  for (const auto& h : first) local_hosts.push_back(o.spawner == "local" || is_local_host(h.name, self));
+  std::unique_ptr<JobMemoryCgroups> cgroups = memory_cgroups(o, spec.job_id, local_hosts, &spec);
   eo.signal_fd = signals.get();
 
   SshSpawner ssh(o.ssh);
@@ -404,7 +419,17 @@ void print_why(OutputMux& output, const std::string& job_dir, int np) {
   while (!all_there() && !deadline.expired()) std::this_thread::sleep_for(Millis(100));
   try {
     why::JobRecords records = why::read_job_records(job_dir);
-    if (records.ranks.empty()) return;  // not an engine program: nothing to add
+    if (records.ranks.empty()) {
+      // Not an engine program, or every rank died before it could answer
+      // (all killed by the OOM killer): only the wrappers' word on how.
+      for (const auto& [rank, note] : records.notes) {
+        if (note.ended.empty()) continue;
+        const size_t r = static_cast<size_t>(rank);
+        output.launcher_line("why: rank " + std::to_string(rank) +
+                             (r < records.hosts.size() ? " (host " + records.hosts[r] + ") " : " ") + note.ended);
+      }
+      return;
+    }
     for (const auto& line : why::explain(records).lines) output.launcher_line("why: " + line);
     output.launcher_line("why: the records: hpctrain why " + job_dir);
   } catch (const Error&) {
@@ -517,6 +542,9 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
   JobStore store(bind, static_cast<size_t>(config.max_frame_bytes), logger);
 
   RankSpec spec;
+  spec.job_id = make_job_id();
+  // Before any rank starts: refused here when this host cannot limit them.
+  std::unique_ptr<JobMemoryCgroups> cgroups = memory_cgroups(o, spec.job_id, layout.rank_is_local, &spec);
   spec.size = np;
   spec.servers = o.servers;
   if (o.servers > 0) spec.server_argv = {layout.wrapper, "ps-server"};
@@ -529,7 +557,6 @@ int run_launch(const LaunchOptions& o, const Config& config, const Env& env, con
                           pick_free_port());
   spec.secret = store.secret();
   spec.store_addr = store.address();
-  spec.job_id = make_job_id();
   spec.grace_s = o.grace_s;
   add_metrics(o, spawner, layout, remote_hosts, logger, &spec);
 

@@ -35,6 +35,9 @@ struct LaunchOptions {
   SshOptions ssh;
   bool ssh_options_given = false;      // -p/-i/--ssh-option were set (passed on to mpirun)
   std::vector<std::string> spawner_args;  // appended to mpirun's or srun's command line
+  // Each rank runs in a memory cgroup of its own with this limit ("2G",
+  // "1500M"; memory_cgroup.h), on every host; empty: none.
+  std::string memory_per_rank;
   std::string mpirun = "mpirun";
   std::string srun = "srun";
   // Parameter servers (docs/ps.md): K processes of `hpctrain ps-server`

@@ -1,10 +1,12 @@
 #include "launch/rank_protocol.h"
 
 #include <cstring>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "launch/memory_cgroup.h"
 
 namespace hpct::launch {
 
@@ -25,6 +27,7 @@ std::string encode_spec(const RankSpec& s) {
   j["job_id"] = s.job_id;
   j["restart"] = s.restart;
   j["grace_s"] = s.grace_s;
+  if (s.memory_per_rank > 0) j["memory_per_rank"] = s.memory_per_rank;
   if (s.servers > 0) {
     j["servers"] = s.servers;
     j["server_argv"] = s.server_argv;
@@ -57,6 +60,7 @@ RankSpec decode_spec(const std::string& line) {
     s.job_id = j.at("job_id").get<std::string>();
     s.restart = j.at("restart").get<int>();
     s.grace_s = j.at("grace_s").get<double>();
+    s.memory_per_rank = j.value("memory_per_rank", std::uint64_t{0});
     s.servers = j.value("servers", 0);
     if (s.servers > 0) s.server_argv = j.at("server_argv").get<std::vector<std::string>>();
   } catch (const nlohmann::json::exception& e) {
@@ -107,6 +111,17 @@ std::optional<Record> parse_record(const std::string& line) {
 
 std::string RankEnd::describe() const {
   if (!error.empty()) return "could not be started: " + error;
+  if (oom) {
+    std::string s = "was killed by the kernel's out-of-memory killer (signal " + std::to_string(signal) + ")";
+    const std::string fix = "; train with --shard 3 (docs/sharding.md), fewer ranks per host, or ";
+    if (oom_limit == 0) {
+      return s + ": the host ran out of memory (no cgroup limit, cgroup " + oom_cgroup + ")" + fix +
+             "a host with more memory";
+    }
+    s += " at its memory limit of " + describe_limit(oom_limit) + ", cgroup " + oom_cgroup;
+    if (oom_limit_from_launch) return s + fix + "a larger --memory-per-rank";
+    return s + " (a limit set outside hpctrain: Slurm's, a container's)" + fix + "a larger memory limit";
+  }
   if (signal != 0) {
     const char* name = ::strsignal(signal);
     return "was killed by signal " + std::to_string(signal) + (name ? std::string(" (") + name + ")" : "");
@@ -126,6 +141,15 @@ RankEnd parse_rank_end(const std::string& payload) {
     e.exit_code = std::atoi(payload.c_str() + 5);
   } else if (payload.rfind("signal ", 0) == 0) {
     e.signal = std::atoi(payload.c_str() + 7);
+    // "signal 9 oom LIMIT 0|1 DIR" (the directory last: it may hold spaces).
+    std::istringstream rest(payload.substr(7));
+    int sig = 0;
+    std::string word;
+    if (rest >> sig >> word && word == "oom" && rest >> e.oom_limit >> e.oom_limit_from_launch) {
+      e.oom = true;
+      rest >> std::ws;
+      std::getline(rest, e.oom_cgroup);
+    }
   } else if (payload.rfind("error ", 0) == 0) {
     e.error = payload.substr(6);
   } else {
@@ -136,6 +160,10 @@ RankEnd parse_rank_end(const std::string& payload) {
 
 std::string encode_rank_end(const RankEnd& e) {
   if (!e.error.empty()) return "error " + e.error;
+  if (e.signal != 0 && e.oom) {
+    return "signal " + std::to_string(e.signal) + " oom " + std::to_string(e.oom_limit) + " " +
+           (e.oom_limit_from_launch ? "1 " : "0 ") + e.oom_cgroup;
+  }
   if (e.signal != 0) return "signal " + std::to_string(e.signal);
   return "exit " + std::to_string(e.exit_code);
 }

@@ -37,6 +37,7 @@
 //     mpirun's daemons) and no rank survives.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -69,6 +70,9 @@ struct RankSpec {
   std::string job_id;
   int restart = 0;
   double grace_s = 3.0;                  // SIGTERM to SIGKILL
+  // launch --memory-per-rank: the wrapper runs the program in a memory
+  // cgroup of its own with this limit (memory_cgroup.h); 0: none.
+  std::uint64_t memory_per_rank = 0;
 };
 
 // One JSON line without the newline; decode raises InvalidArgument naming
@@ -94,8 +98,18 @@ struct RankEnd {
   int exit_code = 0;
   int signal = 0;
   std::string error;  // the wrapper could not start the program
+  // The kernel's out-of-memory killer sent the signal (the wrapper saw its
+  // count rise in the rank's memory cgroup): the limit (0: none, the host
+  // ran out), that cgroup's directory, and whether launch --memory-per-rank
+  // made it. On the wire: "signal 9 oom LIMIT 0|1 DIR".
+  bool oom = false;
+  std::uint64_t oom_limit = 0;
+  bool oom_limit_from_launch = false;
+  std::string oom_cgroup;
   bool ok() const { return exit_code == 0 && signal == 0 && error.empty(); }
-  std::string describe() const;  // "exited with code 3", "was killed by signal 9 (Killed)"
+  // "exited with code 3", "was killed by signal 9 (Killed)", "was killed by
+  // the kernel's out-of-memory killer ... LIMIT ... CGROUP; FIX".
+  std::string describe() const;
   int launcher_exit_code() const;  // code, 128+signal, or 127 for a start error
 };
 RankEnd parse_rank_end(const std::string& payload);

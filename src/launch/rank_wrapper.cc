@@ -23,6 +23,7 @@
 #include "core/world.h"
 #include "launch/child_process.h"
 #include "launch/flight_request.h"
+#include "launch/memory_cgroup.h"
 #include "launch/rank_protocol.h"
 #include "net/socket.h"
 
@@ -141,6 +142,24 @@ std::unique_ptr<FlightRequest> flight_request(const std::map<std::string, std::s
   return std::make_unique<FlightRequest>(dir->second, rank, own_hostname(), wait);
 }
 
+// How the program ended, from its wait status; a SIGKILL is laid at the
+// kernel's OOM killer when the rank's cgroup counted a kill since the start
+// (in a cgroup the rank shares, e.g. Slurm's, only when the wrapper did not
+// send the SIGKILL itself).
+RankEnd program_end(int status, const MemoryWatch& watch, bool sent_sigkill) {
+  RankEnd end;
+  if (WIFSIGNALED(status)) end.signal = WTERMSIG(status);
+  else if (WIFEXITED(status)) end.exit_code = WEXITSTATUS(status);
+  if (end.signal != SIGKILL || (sent_sigkill && !watch.made_for_rank)) return end;
+  if (auto oom = oom_kill_since(watch)) {
+    end.oom = true;
+    end.oom_limit = oom->limit;
+    end.oom_limit_from_launch = oom->made_for_rank;
+    end.oom_cgroup = oom->cgroup;
+  }
+  return end;
+}
+
 class Wrapper {
  public:
   Wrapper(RankSpec spec, int rank) : spec_(std::move(spec)), rank_(rank) {}
@@ -152,8 +171,9 @@ class Wrapper {
   }
 
   int run(const std::map<std::string, std::string>& env, int secret_fd, int signal_fd,
-          bool watch_stdin) {
+          bool watch_stdin, const RankMemoryCgroup* cgroup) {
     ChildOptions o;
+    if (cgroup != nullptr) o.cgroup_procs = cgroup->procs_file();
     o.argv = rank_ >= spec_.size ? spec_.server_argv : spec_.argv;
     o.env = env;
     o.cwd = spec_.cwd;
@@ -170,12 +190,14 @@ class Wrapper {
       return end.launcher_exit_code();
     }
     if (secret_fd >= 0) ::close(secret_fd);
+    const MemoryWatch memory = cgroup != nullptr ? cgroup->watch() : watch_memory_of(child.pid);
     emit(RecordKind::kStarted, std::to_string(child.pid) + " " + own_hostname());
 
     LineSplitter out_lines, err_lines;
     bool out_open = true, err_open = true;
     bool stopping = false;
     SteadyClock::time_point kill_at{};
+    bool sent_sigkill = false;
     std::unique_ptr<FlightRequest> flight = flight_request(env, rank_, spec_);
     bool asking = false;  // for the flight record, before the SIGTERM of a stop
     int status = 0;
@@ -237,7 +259,7 @@ class Wrapper {
         ::kill(-child.pid, SIGTERM);
         kill_at = SteadyClock::now() + grace;
       }
-      if (stopping && !asking && SteadyClock::now() >= kill_at) ::kill(-child.pid, SIGKILL);
+      if (stopping && !asking && SteadyClock::now() >= kill_at) sent_sigkill = ::kill(-child.pid, SIGKILL) == 0;
     }
     // The program is gone; take what it wrote last, without waiting on
     // descendants that may still hold the pipes, then end those too.
@@ -246,9 +268,16 @@ class Wrapper {
     out_lines.flush(on_out);
     err_lines.flush(on_err);
     ::kill(-child.pid, SIGKILL);
-    RankEnd end;
-    if (WIFSIGNALED(status)) end.signal = WTERMSIG(status);
-    else if (WIFEXITED(status)) end.exit_code = WEXITSTATUS(status);
+    return report_end(program_end(status, memory, sent_sigkill), stopping, env);
+  }
+
+  // The X record (and, for `hpctrain why`, a note: a rank that ended on its
+  // own or by the OOM killer leaves no flight record); the wrapper's exit code.
+  int report_end(const RankEnd& end, bool stopping, const std::map<std::string, std::string>& env) {
+    auto dir = env.find("HPCT_JOB_DIR");
+    if (!end.ok() && (!stopping || end.oom) && dir != env.end() && rank_ < spec_.size) {
+      write_end_note(dir->second, rank_, own_hostname(), end.describe());
+    }
     emit(RecordKind::kExit, encode_rank_end(end));
     return end.launcher_exit_code();
   }
@@ -310,8 +339,20 @@ int run_rank_wrapper(const RankWrapperOptions& options) {
     secret_fd = p[0];
   }
   auto program_environment = program_env(spec, place, env, secret_fd);
+  std::unique_ptr<RankMemoryCgroup> cgroup;
+  if (spec.memory_per_rank > 0) {
+    try {
+      cgroup = std::make_unique<RankMemoryCgroup>(spec.job_id, rank, spec.memory_per_rank);
+    } catch (const Error& e) {
+      Wrapper w(spec, rank);
+      RankEnd end;
+      end.error = std::string(e.what()) + " (on host " + own_hostname() + ")";
+      w.emit(RecordKind::kExit, encode_rank_end(end));
+      return end.launcher_exit_code();
+    }
+  }
   Wrapper w(std::move(spec), rank);
-  return w.run(program_environment, secret_fd, signal_fd.get(), watch_stdin);
+  return w.run(program_environment, secret_fd, signal_fd.get(), watch_stdin, cgroup.get());
 }
 
 }  // namespace hpct::launch

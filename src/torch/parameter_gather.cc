@@ -72,6 +72,9 @@ ParameterGather::ParameterGather(Context& ctx, const ShardLayout& layout,
     layers_.back().params.push_back(i);
     layers_.back().end = layout_.param_offset(i) + params_[i].second.numel();
   }
+  for (const auto& l : layers_) {
+    prefetch_budget_ = std::max<std::int64_t>(prefetch_budget_, (l.end - l.begin) * static_cast<std::int64_t>(sizeof(float)));
+  }
   std::lock_guard<std::mutex> lk(mu_);
   account(static_cast<std::int64_t>(shard_.nbytes()));
   torch::NoGradGuard no_grad;
@@ -103,6 +106,15 @@ void ParameterGather::start_gather(std::size_t k) {
   l.pending = ctx_.engine().allgather_async("shard/layer/" + l.name,
                                             tensor_ref(l.contribution, "this rank's part of layer " + l.name),
                                             [out](const std::vector<std::int64_t>&) -> void* { return out; });
+}
+
+void ParameterGather::prefetch(std::size_t k) {
+  if (!prefetch_ || k >= layers_.size()) return;
+  const Layer& l = layers_[k];
+  if (l.full.defined() || l.pending.valid()) return;
+  const std::int64_t gathered = live_ - static_cast<std::int64_t>(shard_.nbytes());
+  if (gathered + (l.end - l.begin) * static_cast<std::int64_t>(sizeof(float)) > prefetch_budget_) return;
+  start_gather(k);
 }
 
 void ParameterGather::materialize(std::unique_lock<std::mutex>& lk, std::size_t k) {
@@ -151,7 +163,7 @@ torch::Tensor ParameterGather::run(const std::string& layer, const torch::Tensor
                              "with parameters, e.g. " + layers_.front().name + ")");
     }
     materialize(lk, k);
-    if (prefetch_ && k + 1 < layers_.size()) start_gather(k + 1);  // one layer ahead
+    prefetch(k + 1);  // one layer ahead
     layers_[k].ran = true;
   }
   const bool graph = torch::GradMode::is_enabled();
@@ -168,7 +180,7 @@ torch::Tensor ParameterGather::run(const std::string& layer, const torch::Tensor
 void ParameterGather::before_backward(std::size_t k) {
   std::unique_lock<std::mutex> lk(mu_);
   materialize(lk, k);
-  if (prefetch_ && k > 0) start_gather(k - 1);  // the layer backward reaches next
+  if (k > 0) prefetch(k - 1);  // the layer backward reaches next
 }
 
 void ParameterGather::after_backward(std::size_t k) {

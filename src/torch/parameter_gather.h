@@ -28,9 +28,14 @@
 //             priority in libtorch's autograd queue). A first layer, whose
 //             input needs no gradient, is released by release_all() (the
 //             optimizer's synchronize()).
-// Live at most: this rank's range, plus two layers (the one in use and the
-// one prefetched); without prefetch, the range plus the largest layer. Gradients are full-sized while backward runs; they are
-// reduced and cut to this rank's range as at stage 2.
+// Live at most: this rank's range plus the largest layer, with or without
+// prefetch. A prefetch starts only when the layer in use and the next one
+// together take no more than the largest layer's bytes: gathering the next
+// layer while this one computes would otherwise hold two large layers at
+// once (a model of equal layers then gathers each when it is needed, as
+// without prefetch; small layers next to large ones are prefetched).
+// Gradients are full-sized while backward runs; they are reduced and cut to
+// this rank's range as at stage 2.
 //
 // A layer whose forward did not go through run() computes with the released
 // view (one zero element, stride 0); check_all_ran() (called by synchronize())
@@ -101,6 +106,9 @@ class ParameterGather {
 
   // mu_ held for each.
   void start_gather(std::size_t layer);
+  // start_gather when prefetch is on and the gathered layers stay within
+  // prefetch_budget_ with it.
+  void prefetch(std::size_t layer);
   void materialize(std::unique_lock<std::mutex>& lk, std::size_t layer);
   void release(std::size_t layer);
   void account(std::int64_t delta);
@@ -111,6 +119,7 @@ class ParameterGather {
   torch::Tensor shard_;
   torch::Tensor released_storage_;  // the one element released parameter views (zero stride, full shape)
   bool prefetch_;
+  std::int64_t prefetch_budget_ = 0;  // the largest layer's bytes: the most gathered at once
   mutable std::mutex mu_;
   std::vector<Layer> layers_;  // GUARDED_BY(mu_)
   std::int64_t live_ = 0, peak_ = 0;  // GUARDED_BY(mu_)

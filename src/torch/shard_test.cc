@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <iostream>
 #include <mutex>
 
@@ -207,11 +208,15 @@ TEST(Shard, Stage3MatchesUnshardedAndHoldsAPartPlusLayers) {
       EXPECT_LE(diff, 1e-5f) << "rank " << r << ": stage 3 differs from unsharded by " << diff;
       std::cout << "stage 3 (prefetch " << prefetch << ") rank " << r << ": max |difference| " << diff
                 << ", peak parameter bytes " << sharded[r].memory.parameters_peak << " of " << total << "\n";
-      // This rank's part (a third, give or take the alignment), plus the
-      // largest layer, or the two largest adjacent ones with prefetch.
+      // This rank's part (a third, give or take the alignment) plus the
+      // largest layer, prefetch on or off: a prefetch never holds a second
+      // large layer (parameter_gather.h). So the bound of docs/sharding.md,
+      // (1/n + the largest layer) + 10%, holds with room.
       const std::int64_t part = total / 3 + ShardLayout::kAlign * 4;
-      const std::int64_t live = prefetch ? layers[0] + layers[1] : layers[1];
-      EXPECT_LE(sharded[r].memory.parameters_peak, part + live) << "rank " << r;
+      const std::int64_t largest = *std::max_element(std::begin(layers), std::end(layers));
+      EXPECT_LE(sharded[r].memory.parameters_peak, part + largest) << "rank " << r << " prefetch " << prefetch;
+      EXPECT_LE(static_cast<double>(sharded[r].memory.parameters_peak), (total / 3.0 + largest) * 1.1)
+          << "rank " << r << " prefetch " << prefetch;
       EXPECT_GT(sharded[r].memory.parameters_peak, part - 2 * ShardLayout::kAlign * 4);
       EXPECT_LE(sharded[r].memory.parameters, part) << "rank " << r << ": after a step only the part is held";
       EXPECT_LE(sharded[r].memory.optimizer_state, plain[r].memory.optimizer_state / 3 * 1.05);

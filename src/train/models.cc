@@ -38,7 +38,10 @@ class Mlp final : public Model {
 
 // mlp200m: 784-4096, twelve 4096-4096, 4096-10 (204.6M parameters, 14
 // layers of at most 16.8M): the model of docs/sharding.md's memory figures,
-// whose Adam state alone (1.6 GB) is what sharding splits.
+// whose Adam state alone (1.6 GB) is what sharding splits. mlp50m: the same
+// with three hidden 4096-4096 layers (53.6M parameters, 5 layers): a model
+// that fits a memory limit at --shard 3 and not unsharded within seconds
+// (tests/launch_memory_test.cc).
 class DeepMlp final : public Model {
  public:
   explicit DeepMlp(int hidden_layers) {
@@ -153,14 +156,15 @@ class ResNet20 final : public Model {
 
 }  // namespace
 
-std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet20", "mlp200m"}; }
+std::vector<std::string> model_names() { return {"mlp", "cnn", "resnet20", "mlp50m", "mlp200m"}; }
 
 std::shared_ptr<Model> make_model(const std::string& name, int in_channels) {
   if (name == "mlp") return std::make_shared<Mlp>();
   if (name == "cnn") return std::make_shared<SmallCnn>();
   if (name == "resnet20") return std::make_shared<ResNet20>(in_channels);
+  if (name == "mlp50m") return std::make_shared<DeepMlp>(3);
   if (name == "mlp200m") return std::make_shared<DeepMlp>(12);
-  throw_invalid_argument("unknown model '" + name + "'; choose mlp, cnn, resnet20 or mlp200m");
+  throw_invalid_argument("unknown model '" + name + "'; choose mlp, cnn, resnet20, mlp50m or mlp200m");
 }
 
 std::int64_t parameter_count(const torch::nn::Module& m) {

@@ -119,7 +119,7 @@ std::shared_ptr<Model> open_model(const std::string& spec, int in_channels) {
   if (std::find(names.begin(), names.end(), spec) != names.end()) return make_model(spec, in_channels);
   std::error_code ec;
   if (!std::filesystem::exists(spec, ec)) {
-    throw_invalid_argument("--model " + spec + ": neither a built-in model (mlp, cnn, resnet20, mlp200m) nor an " +
+    throw_invalid_argument("--model " + spec + ": neither a built-in model (mlp, cnn, resnet20, mlp50m, mlp200m) nor an " +
                            "existing TorchScript file");
   }
   return std::make_shared<ScriptedModel>(spec);

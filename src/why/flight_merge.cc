@@ -253,6 +253,12 @@ Verdict explain(const JobRecords& job) {
   }
   v.lines.push_back(head + (have.empty() ? "no rank" : ranks_string(have)) + " (" + job.dir + ")");
   for (const auto& u : job.unreadable) v.lines.push_back("unreadable: " + u);
+  // A program that ended on its own (the OOM killer, a crash) wrote no
+  // record: its wrapper's word comes first, being the likely cause.
+  for (int r : v.no_record) {
+    auto note = job.notes.find(r);
+    if (note != job.notes.end() && !note->second.ended.empty()) v.lines.push_back(c.who(r) + " " + note->second.ended);
+  }
   if (job.ranks.empty()) {
     v.lines.push_back("no rank wrote a flight record: was HPCT_FLIGHT_RECORD_ENTRIES 0, or the program not an "
                       "hpctrain engine program?");
@@ -292,7 +298,9 @@ Verdict explain(const JobRecords& job) {
   for (int r : v.no_record) {
     std::string line = c.who(r) + ": no flight record";
     auto note = job.notes.find(r);
-    if (note == job.notes.end()) {
+    if (note != job.notes.end() && !note->second.ended.empty()) {
+      line += "; its program ended on its own (above)";
+    } else if (note == job.notes.end()) {
       line += "; its wrapper left no note either: its host unreachable (down, or cut off from the network)?";
     } else if (note->second.program_ended) {
       line += "; its program had ended before the launcher stopped the job";

@@ -44,6 +44,7 @@ struct WrapperNote {
   bool was_stopped = false;  // a process of the rank was stopped (state T)
   std::int64_t signalled_us = 0;
   std::int64_t waited_ms = 0;
+  std::string ended;  // how the program ended on its own, e.g. "was killed by the kernel's out-of-memory killer ..."
 };
 
 struct RankRecord {

@@ -131,6 +131,23 @@ TEST(WhyMerge, AHostCutOffIsNamedByTheOthersErrorsAndHasNoRecord) {
   EXPECT_NE(t.find("rank 2 (host h2): no flight record; its wrapper left no note"), std::string::npos) << t;
 }
 
+TEST(WhyMerge, ARankTheOomKillerEndedIsNamedFirstFromItsWrappersNote) {
+  JobRecords j = job(3);
+  j.ranks.erase(1);
+  WrapperNote killed;
+  killed.program_ended = true;
+  killed.ended = "was killed by the kernel's out-of-memory killer (signal 9) at its memory limit of 1048576000 "
+                 "bytes (0.98 GiB), cgroup /sys/fs/cgroup/memory/hpctrain-launch-1-2/rank-1; train with --shard 3";
+  j.notes[1] = killed;
+  const std::string t = text(explain(j));
+  const auto first = t.find("rank 1 (host h1) was killed by the kernel's out-of-memory killer");
+  EXPECT_NE(first, std::string::npos) << t;
+  EXPECT_LT(first, t.find("every rank completed")) << "the cause comes before the rest:\n" << t;
+  EXPECT_NE(t.find("rank 1 (host h1): no flight record; its program ended on its own (above)"), std::string::npos) << t;
+  const WrapperNote read = parse_wrapper_note(R"({"rank": 1, "program_ended": true, "ended": "was killed by X"})");
+  EXPECT_EQ(read.ended, "was killed by X");
+}
+
 TEST(WhyMerge, ReadsTheRecordFormat) {
   const std::string text = R"({"format":"hpctrain-flight-record/1","rank":1,"size":2,"host":"h1","reason":"SIGUSR1",
     "written_unix_us":5,"phase":{"name":"data","since_unix_us":3,"step":4},"first_error":"","last_error":"",

@@ -74,6 +74,7 @@ WrapperNote parse_wrapper_note(const std::string& text) {
   n.program_ended = get_or<bool>(j, "program_ended", false);
   n.signalled_us = get_or<std::int64_t>(j, "signalled_unix_us", 0);
   n.waited_ms = get_or<std::int64_t>(j, "waited_ms", 0);
+  n.ended = get_or<std::string>(j, "ended", "");
   for (const auto& p : j.value("processes", nlohmann::json::array())) {
     const std::string state = get_or<std::string>(p, "state", "");
     n.was_stopped = n.was_stopped || state == "T" || state == "t";

@@ -46,6 +46,9 @@ void add_launch_command(CLI::App& app, Cli& cli) {
   c->add_option("--spawner-arg", a->o.spawner_args,
                 "Extra argument for mpirun or srun, e.g. --spawner-arg=--overcommit (repeatable)")
       ->allow_extra_args(false);
+  c->add_option("--memory-per-rank", a->o.memory_per_rank,
+                "Run each rank in a memory cgroup of its own with this limit, swap excluded (e.g. 2G, 1500M; root)")
+      ->type_name("SIZE");
   c->add_option("--servers", a->o.servers,
                 "Also start K parameter servers (hpctrain ps-server) for --sync ps|ps-async (docs/ps.md)")
       ->capture_default_str();

@@ -96,7 +96,7 @@ void add_sync_and_device_flags(CLI::App* c, train::TrainOptions* o) {
       ->check(CLI::IsMember({"rank", "global"}))
       ->capture_default_str();
   c->add_option("--shard-prefetch", o->shard_prefetch,
-                "--shard 3: gather the next layer while this one computes (true; false holds one layer at a time)")
+                "--shard 3: gather the next layer while this one computes, when both fit in the largest layer's bytes (false: never)")
       ->capture_default_str();
 }
 
@@ -105,7 +105,7 @@ void add_sync_and_device_flags(CLI::App* c, train::TrainOptions* o) {
 void add_train_command(CLI::App& app, Cli& cli) {
   auto o = std::make_shared<train::TrainOptions>();
   auto* c = app.add_subcommand("train", "Train a model on WebDataset shards across the job's ranks");
-  c->add_option("--model", o->model, "mlp, cnn, resnet20, mlp200m, or a TorchScript file (torch.jit.script(m).save())")
+  c->add_option("--model", o->model, "mlp, cnn, resnet20, mlp50m, mlp200m, or a TorchScript file (torch.jit.script(m).save())")
       ->capture_default_str();
   c->add_option("--data", o->data, "Training shards: files, patterns ('train-{000000..000005}.tar') or @list")
       ->required();
