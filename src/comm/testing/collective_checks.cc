@@ -276,7 +276,9 @@ std::vector<std::string> check_reduce_scatter(Communicator& comm, const CheckOpt
         reduce_scatter(comm, a);
         compare(failures, label("reduce_scatter", t, op, count), t, out.data(), count,
                 [&](size_t j) { return expected_reduction(op, t, n, r * count + j); });
-        check_reduce_scatter_counts(comm, failures, t, op, count);
+        // Per-rank counts: every dtype and op on the small counts, float32
+        // also on the large one (the suites' time goes to large counts).
+        if (count <= 7 || t == DataType::kFloat32) check_reduce_scatter_counts(comm, failures, t, op, count);
       }
     }
   }
