@@ -100,9 +100,10 @@ struct AllgathervOptions {
 // Per-rank counts (counts non-empty, one per rank, the same on every rank;
 // count is then ignored): input holds sum(counts) elements, block p (counts[p]
 // of them, possibly 0) at the sum of the counts before it; output receives
-// the reduction of block `rank`. Every backend sums each element over the
-// ranks in rank order, ((x0 + x1) + x2) + ..., the order of the
-// shared-memory allreduce, and divides once for kAvg. With equal counts
+// the reduction of block `rank`. The host backends (Gloo, MPI, and those
+// built on them) sum each element over the ranks in rank order,
+// ((x0 + x1) + x2) + ..., the order of the shared-memory allreduce, and
+// divide once for kAvg; NCCL sums in its own order. With equal counts
 // instead, the order is the backend's (Gloo: a ring).
 struct ReduceScatterOptions {
   const void* input = nullptr;
