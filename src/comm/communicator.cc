@@ -120,9 +120,63 @@ void allgatherv(Communicator& comm, const AllgathervOptions& opts) {
 }
 
 void reduce_scatter(Communicator& comm, const ReduceScatterOptions& opts) {
-  need_buffer(comm, "reduce_scatter", opts.input, opts.count, "input");
-  need_buffer(comm, "reduce_scatter", opts.output, opts.count, "output");
-  comm.do_reduce_scatter(with_timeout(comm, "reduce_scatter", opts));
+  if (opts.counts.empty()) {
+    need_buffer(comm, "reduce_scatter", opts.input, opts.count, "input");
+    need_buffer(comm, "reduce_scatter", opts.output, opts.count, "output");
+    comm.do_reduce_scatter(with_timeout(comm, "reduce_scatter", opts));
+    return;
+  }
+  if (opts.counts.size() != static_cast<size_t>(comm.size())) {
+    throw_invalid_argument(where(comm, "reduce_scatter") + ": counts has " + std::to_string(opts.counts.size()) +
+                           " entries, need one per rank (" + std::to_string(comm.size()) + ")");
+  }
+  size_t total = 0;
+  for (size_t c : opts.counts) total += c;
+  need_buffer(comm, "reduce_scatter", opts.input, total, "input");
+  need_buffer(comm, "reduce_scatter", opts.output, opts.counts[static_cast<size_t>(comm.rank())], "output");
+  comm.do_reduce_scatter_v(with_timeout(comm, "reduce_scatter", opts));
+}
+
+void Communicator::do_reduce_scatter_v(const ReduceScatterOptions& o) {
+  const int n = size_;
+  const size_t es = dtype_size(o.dtype);
+  std::vector<size_t> offset(static_cast<size_t>(n) + 1, 0);
+  for (int p = 0; p < n; ++p) offset[p + 1] = offset[p] + o.counts[p];
+  const size_t mine = o.counts[rank_];
+  const auto* in = static_cast<const char*>(o.input);
+  // Block q of rank q's input lands at q * mine (our own stays in input).
+  std::vector<char> got(static_cast<size_t>(n) * mine * es);
+  // The schedule of do_alltoall (its comment says why it cannot deadlock);
+  // an empty block is neither sent nor awaited (every rank knows the counts).
+  for (int k = 1; k < n; ++k) {
+    const int to = (rank_ + k) % n;
+    const int from = (rank_ - k + n) % n;
+    SendOptions s;
+    s.data = in + offset[to] * es;
+    s.count = o.counts[to] * es;
+    s.peer = to;
+    s.tag = o.tag;
+    s.timeout = o.timeout;
+    RecvOptions r;
+    r.data = got.data() + from * mine * es;
+    r.count = mine * es;
+    r.peer = from;
+    r.tag = o.tag;
+    r.timeout = o.timeout;
+    int a = n, b = k;
+    while (b != 0) {
+      const int t = a % b;
+      a = b;
+      b = t;
+    }
+    const bool recv_first = rank_ < a;
+    if (recv_first && r.count > 0) do_recv(r);
+    if (s.count > 0) do_send(s);
+    if (!recv_first && r.count > 0) do_recv(r);
+  }
+  std::vector<const void*> blocks;
+  for (int q = 0; q < n; ++q) blocks.push_back(q == rank_ ? in + offset[q] * es : got.data() + q * mine * es);
+  reduce_in_order(o.output, blocks, mine, o.dtype, o.op);
 }
 
 std::vector<std::int64_t> allgather_value(Communicator& comm, std::int64_t value) {

@@ -96,10 +96,20 @@ struct AllgathervOptions {
 
 // input holds count * size elements; output receives the reduction of block
 // `rank` (count elements).
+//
+// Per-rank counts (counts non-empty, one per rank, the same on every rank;
+// count is then ignored): input holds sum(counts) elements, block p (counts[p]
+// of them, possibly 0) at the sum of the counts before it; output receives
+// the reduction of block `rank`. The host backends (Gloo, MPI, and those
+// built on them) sum each element over the ranks in rank order,
+// ((x0 + x1) + x2) + ..., the order of the shared-memory allreduce, and
+// divide once for kAvg; NCCL sums in its own order. With equal counts
+// instead, the order is the backend's (Gloo: a ring).
 struct ReduceScatterOptions {
   const void* input = nullptr;
   void* output = nullptr;
   size_t count = 0;
+  std::vector<size_t> counts;
   DataType dtype = DataType::kFloat32;
   ReduceOp op = ReduceOp::kSum;
   std::uint32_t tag = 0;
@@ -186,6 +196,11 @@ class Communicator {
   virtual void do_broadcast(const BroadcastOptions& o) = 0;
   virtual void do_allgatherv(const AllgathervOptions& o) = 0;
   virtual void do_reduce_scatter(const ReduceScatterOptions& o) = 0;
+  // Per-rank counts (o.counts set). Default: every rank sends block p to
+  // rank p over do_send/do_recv (each rank sends what it does not keep, as
+  // the ring does) and reduces what it received in rank order. Host buffers
+  // only: device backends override it.
+  virtual void do_reduce_scatter_v(const ReduceScatterOptions& o);
   virtual void do_send(const SendOptions& o) = 0;
   virtual void do_recv(const RecvOptions& o) = 0;
   // Default: the own block copied, then size-1 exchanges over do_send and

@@ -227,6 +227,28 @@ void DirectMesh::transfer(int to, const void* send, std::size_t send_bytes, int 
   }
 }
 
+void DirectMesh::reduce_scatter(const void* input, void* output, const std::vector<std::size_t>& counts,
+                                DataType dtype, ReduceOp op, const Deadline& deadline) {
+  const int n = options_.size;
+  const int rank = options_.rank;
+  const std::size_t es = dtype_size(dtype);
+  std::vector<std::size_t> offset(static_cast<std::size_t>(n) + 1, 0);
+  for (int p = 0; p < n; ++p) offset[p + 1] = offset[p] + counts[p];
+  const std::size_t mine = counts[rank];
+  const auto* in = static_cast<const std::uint8_t*>(input);
+  if (scratch_.size() < n * mine * es) scratch_.resize(n * mine * es);
+  // Step k: to rank+k, from rank-k; both at once, so no order can deadlock.
+  for (int k = 1; k < n; ++k) {
+    const int to = (rank + k) % n;
+    const int from = (rank - k + n) % n;
+    transfer(to, in + offset[to] * es, counts[to] * es, from, scratch_.data() + from * mine * es, mine * es,
+             deadline);
+  }
+  std::vector<const void*> blocks;
+  for (int q = 0; q < n; ++q) blocks.push_back(q == rank ? in + offset[q] * es : scratch_.data() + q * mine * es);
+  reduce_in_order(output, blocks, mine, dtype, op);
+}
+
 void DirectMesh::allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op,
                            const Deadline& deadline) {
   const int n = options_.size;

@@ -119,6 +119,14 @@ class DirectMesh {
   void allreduce(void* data, std::size_t count, DataType dtype, ReduceOp op,
                  const Deadline& deadline);
 
+  // Reduce-scatter with per-rank counts (communicator.h's
+  // ReduceScatterOptions::counts): in n-1 steps this rank sends block p of
+  // input to rank p while receiving its own block from another rank, then
+  // reduces the n blocks in rank order into output. Each rank sends what
+  // it does not keep, half of what an allreduce with 2 ranks sends.
+  void reduce_scatter(const void* input, void* output, const std::vector<std::size_t>& counts, DataType dtype,
+                      ReduceOp op, const Deadline& deadline);
+
   // Shuts every connection down: peers blocked on this rank see the
   // connection close at once. Later operations raise.
   void close();

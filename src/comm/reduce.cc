@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "comm/reduce_simd.h"
 #include "core/error.h"
@@ -233,6 +234,24 @@ void floats_from_16(const std::uint16_t* src, float* dst, size_t count, DataType
   if (!simd::available()) return floats_from_16_portable(src, dst, count, dtype, scale);
   if (dtype == DataType::kFloat16) return simd::half_to_floats(src, dst, count, scale);
   simd::bf16_to_floats(src, dst, count, scale);
+}
+
+void reduce_in_order(void* out, const std::vector<const void*>& blocks, size_t count, DataType dtype,
+                     ReduceOp op) {
+  const size_t n = blocks.size();
+  if (n == 0 || count == 0) return;
+  if (n == 1) {
+    if (out != blocks[0]) std::memmove(out, blocks[0], count * dtype_size(dtype));
+    return;
+  }
+  for (size_t q = 1; q < n; ++q) {
+    const void* acc = q == 1 ? blocks[0] : out;
+    if (op == ReduceOp::kAvg && q == n - 1) {
+      sum_and_average(out, acc, blocks[q], count, dtype, static_cast<int>(n));
+    } else {
+      reduce_elements(out, acc, blocks[q], count, dtype, op);
+    }
+  }
 }
 
 }  // namespace hpct::comm

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "comm/types.h"
 
@@ -32,6 +33,13 @@ void finish_average(void* data, size_t count, DataType dtype, int divisor);
 // by finish_average. out may alias a or b.
 void sum_and_average(void* out, const void* a, const void* b, size_t count, DataType dtype,
                      int divisor);
+
+// out = ((blocks[0] op blocks[1]) op blocks[2]) ..., count elements each, in
+// that order, then divided by blocks.size() for kAvg: the rank order the
+// shared-memory allreduce sums in, which every reduce-scatter with per-rank
+// counts keeps (communicator.h). One block: a copy. out may alias blocks[0].
+void reduce_in_order(void* out, const std::vector<const void*>& blocks, size_t count, DataType dtype,
+                     ReduceOp op);
 
 // Casts between float32 and a 16-bit float dtype (kFloat16 or kBFloat16),
 // with the bits of float_to_half / float_to_bfloat16 and back:

@@ -164,8 +164,9 @@ void Controller::decide(const std::string& name, TableEntry& e, std::vector<Resp
                   std::equal(q.shape.begin() + 1, q.shape.end(), first.shape.begin() + 1);
     }
     same = same && shapes_ok && q.kind == first.kind && q.dtype == first.dtype &&
-           (q.kind != CollectiveKind::kAllreduce ||
+           ((q.kind != CollectiveKind::kAllreduce && q.kind != CollectiveKind::kReduceScatter) ||
             (q.op == first.op && q.compression == first.compression)) &&
+           (q.kind != CollectiveKind::kReduceScatter || q.split == first.split) &&
            (q.kind != CollectiveKind::kBroadcast || q.root == first.root);
   }
   if (!same) {
@@ -174,7 +175,8 @@ void Controller::decide(const std::string& name, TableEntry& e, std::vector<Resp
     err.names = {name};
     err.error_code = ErrorCode::kMismatch;
     err.error = "tensor '" + name + "' differs across ranks (" + per_rank(e.requests, e.ranks) +
-                "); every rank must submit it with the same kind, dtype, op and shape";
+                "); every rank must submit it with the same kind, dtype, op and shape (and, for a reduce-scatter, the same split "
+                "of its elements among the ranks)";
     out.push_back(std::move(err));
     return;
   }

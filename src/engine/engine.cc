@@ -203,6 +203,37 @@ Handle Engine::allreduce_async(const std::string& name, TensorRef t, comm::Reduc
   return submit(std::move(r), std::move(t), nullptr, site);
 }
 
+Handle Engine::reduce_scatter_async(const std::string& name, TensorRef t, std::vector<std::int64_t> split,
+                                    void* out, comm::ReduceOp op, std::optional<Compression> compression,
+                                    const CallSite& site) {
+  std::int64_t count = 1;
+  for (auto d : t.shape) count *= d;
+  const std::string what = "reduce-scatter of tensor '" + name + "'";
+  bool ok = split.size() == static_cast<std::size_t>(size_) + 1 && split.front() == 0 && split.back() == count;
+  for (std::size_t i = 0; ok && i + 1 < split.size(); ++i) ok = split[i] <= split[i + 1];
+  if (!ok) {
+    throw_invalid_argument(what + ": split " + shape_string(split) + " must hold " + std::to_string(size_ + 1) +
+                           " non-decreasing offsets from 0 to its " + std::to_string(count) + " elements");
+  }
+  if (op != comm::ReduceOp::kSum && op != comm::ReduceOp::kAvg) {
+    throw_invalid_argument(what + ": op " + comm::reduce_op_name(op) + "; a reduce-scatter sums or averages");
+  }
+  if (t.device != nullptr) {
+    throw_invalid_argument(what + ": device tensors are not reduce-scattered by the engine; use allreduce_async");
+  }
+  Request r;
+  r.name = name;
+  r.kind = CollectiveKind::kReduceScatter;
+  r.op = op;
+  r.split = std::move(split);
+  r.compression = t.dtype == comm::DataType::kFloat32 ? compression.value_or(options_.compression)
+                                                       : Compression::kNone;
+  if (out == nullptr) {
+    out = static_cast<char*>(t.data) + r.split[static_cast<std::size_t>(rank_)] * comm::dtype_size(t.dtype);
+  }
+  return submit(std::move(r), std::move(t), nullptr, site, out);
+}
+
 Handle Engine::allgather_async(const std::string& name, TensorRef t, OutputAllocator allocate,
                                const CallSite& site) {
   if (t.shape.empty()) {
@@ -227,7 +258,7 @@ Handle Engine::broadcast_async(const std::string& name, TensorRef t, int root, c
   return submit(std::move(r), std::move(t), nullptr, site);
 }
 
-Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate, const CallSite& site) {
+Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate, const CallSite& site, void* out) {
   req.dtype = t.dtype;
   req.shape = std::move(t.shape);  // the engine keeps only the request's copy
   for (auto d : req.shape) {
@@ -267,6 +298,7 @@ Handle Engine::submit(Request req, TensorRef t, OutputAllocator allocate, const 
     e.req = std::move(req);
     e.tensor = std::move(t);
     e.allocate = std::move(allocate);
+    e.out = out;
     e.state = state;
     e.submitted = SteadyClock::now();
     e.flight_seq = flight_.submitted(e.req, e.req.count() * comm::dtype_size(e.req.dtype), site, e.submitted);

@@ -202,6 +202,22 @@ class Engine {
   // null, in the handle (gathered()).
   Handle allgather_async(const std::string& name, TensorRef t, OutputAllocator allocate = nullptr,
                          const CallSite& site = CallSite::here());
+  // Reduce-scatter by element ranges: rank p keeps elements [split[p],
+  // split[p + 1]) of t (row-major; split has size + 1 non-decreasing
+  // offsets from 0 to t's element count, the same on every rank, or the
+  // handle fails with Mismatch on every rank). This rank's range, reduced
+  // over the ranks (kSum or kAvg), is written to `out` (split[rank + 1] -
+  // split[rank] elements, caller-owned until done; null: into t's own
+  // range); the rest of t is only read. Reduce-scatters of one dtype, op
+  // and compression fuse as allreduces do: the packed buffer holds every
+  // tensor's range of rank 0, then of rank 1, ..., and one reduce-scatter
+  // with per-rank counts (comm/communicator.h: summed in rank order, the
+  // shared-memory allreduce's order) sends each rank what it keeps. Host
+  // tensors only; InvalidArgument for a bad split, another op or a device
+  // tensor.
+  Handle reduce_scatter_async(const std::string& name, TensorRef t, std::vector<std::int64_t> split, void* out,
+                              comm::ReduceOp op, std::optional<Compression> compression = std::nullopt,
+                              const CallSite& site = CallSite::here());
   // In place: t on root is copied to every rank.
   Handle broadcast_async(const std::string& name, TensorRef t, int root, const CallSite& site = CallSite::here());
 
@@ -238,6 +254,11 @@ class Engine {
     std::uint64_t compressed_collectives = 0;  // allreduces sent as 16-bit floats
     std::uint64_t allreduce_tensor_bytes = 0;  // allreduced tensors' own bytes
     std::uint64_t allreduce_wire_bytes = 0;    // the same after compression
+    std::uint64_t reduce_scatter_tensor_bytes = 0;  // reduce-scattered tensors' own bytes (whole tensors)
+    // What this rank sent of them: every rank's range but its own, after
+    // compression (an allreduce of S bytes sends S (n-1)/n on a ring twice,
+    // S with 2 ranks).
+    std::uint64_t reduce_scatter_sent_bytes = 0;
     std::uint64_t stall_warnings = 0;          // stall warnings this rank logged (the coordinator's)
   };
   Stats stats() const;
@@ -264,6 +285,7 @@ class Engine {
     bool is_reported = false;
     std::shared_ptr<DeviceEvent> completion;  // device tensors: set by the execution
     std::uint64_t flight_seq = 0;             // its slot in the flight record
+    void* out = nullptr;                      // reduce-scatter: where this rank's range goes
   };
   // A device's memory for the engine (execution_device.cc).
   struct DeviceSlots;
@@ -271,7 +293,7 @@ class Engine {
   friend class Handle;  // wait() runs rounds (run_rounds_for)
   static constexpr int kCallerRounds = 3;
 
-  Handle submit(Request req, TensorRef t, OutputAllocator allocate, const CallSite& site);
+  Handle submit(Request req, TensorRef t, OutputAllocator allocate, const CallSite& site, void* out = nullptr);
   // The entries' flight-record states (flight_record.h).
   void flight_mark(const std::vector<Entry*>& es, FlightState s, SteadyClock::time_point t,
                    FlightPath path = FlightPath::kNone) {
@@ -303,6 +325,7 @@ class Engine {
   void execute_cached(std::vector<Entry*>& es);
   void execute_entries(const Response& r, std::vector<Entry*>& es, bool from_full);
   void execute_allreduce(const Response& r, std::vector<Entry*>& es);
+  void execute_reduce_scatter(const Response& r, std::vector<Entry*>& es);  // execution_scatter.cc
   // The compression of a response's allreduce (auto: a collective probe per
   // size class, the same on every rank).
   Compression allreduce_compression(const Response& r, std::size_t total);

@@ -49,16 +49,16 @@ void Engine::execute(const Response& r, bool from_full) {
 void Engine::execute_cached(std::vector<Entry*>& es) {
   const Request& first = es.front()->req;
   std::size_t bytes = 0;
-  bool one_group = first.kind == CollectiveKind::kAllreduce;
+  bool one_group = first.kind == CollectiveKind::kAllreduce || first.kind == CollectiveKind::kReduceScatter;
   for (const Entry* e : es) {
     const Request& q = e->req;
-    one_group = one_group && q.kind == CollectiveKind::kAllreduce && q.dtype == first.dtype &&
+    one_group = one_group && q.kind == first.kind && q.dtype == first.dtype &&
                 q.op == first.op && q.compression == first.compression;
     bytes += q.count() * wire_element_size(q);
   }
   if (one_group && bytes <= controller_->fusion_bytes()) {
     Response r;
-    r.type = Response::Type::kAllreduce;
+    r.type = first.kind == CollectiveKind::kAllreduce ? Response::Type::kAllreduce : Response::Type::kReduceScatter;
     r.dtype = first.dtype;
     r.op = first.op;
     r.compression = first.compression;
@@ -80,10 +80,14 @@ void Engine::execute_entries(const Response& r, std::vector<Entry*>& es, bool fr
       timeline_->phase(e->req.name, "negotiated", e->reported, ready);
     }
   }
-  Device* device = r.type == Response::Type::kAllreduce ? nullptr : device_of(es);  // allreduce: its own
+  // allreduce: its own; reduce-scatter: host tensors only (reduce_scatter_async)
+  const bool reduces = r.type == Response::Type::kAllreduce || r.type == Response::Type::kReduceScatter;
+  Device* device = reduces ? nullptr : device_of(es);
   if (device != nullptr) flight_mark(es, FlightState::kStarted, ready, FlightPath::kDevice);
   if (r.type == Response::Type::kAllreduce) {
     execute_allreduce(r, es);
+  } else if (r.type == Response::Type::kReduceScatter) {
+    execute_reduce_scatter(r, es);
   } else if (device != nullptr && r.type == Response::Type::kBroadcast) {
     execute_broadcast_device(r, *es[0], *device);
   } else if (device != nullptr) {

@@ -65,6 +65,7 @@ const char* flight_path_name(FlightPath p) {
     case FlightPath::kDevice: return "device";
     case FlightPath::kBroadcast: return "broadcast";
     case FlightPath::kAllgather: return "allgather";
+    case FlightPath::kReduceScatter: return "reduce-scatter";
   }
   return "?";
 }
@@ -186,7 +187,7 @@ std::string flight_record_json(const FlightRecord::Snapshot& s, const FlightIden
     x["seq"] = e.seq;
     x["name"] = e.name;
     x["op"] = kind_name(e.kind);
-    if (e.kind == CollectiveKind::kAllreduce) x["reduce"] = comm::reduce_op_name(e.op);
+    if (e.kind == CollectiveKind::kAllreduce || e.kind == CollectiveKind::kReduceScatter) x["reduce"] = comm::reduce_op_name(e.op);
     x["dtype"] = comm::dtype_name(e.dtype);
     x["shape"] = std::vector<std::int64_t>(e.shape.begin(), e.shape.begin() + e.ndim);
     if (e.full_ndim > e.ndim) x["shape_cut"] = true;

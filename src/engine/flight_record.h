@@ -62,7 +62,7 @@ const char* flight_state_name(FlightState s);
 
 // The path an operation's bytes took (execution.cc).
 enum class FlightPath : std::uint8_t {
-  kNone, kInPlace, kSegments, kPacked, kCompressed, kDevice, kBroadcast, kAllgather
+  kNone, kInPlace, kSegments, kPacked, kCompressed, kDevice, kBroadcast, kAllgather, kReduceScatter
 };
 const char* flight_path_name(FlightPath p);
 

@@ -19,7 +19,7 @@ std::size_t wire_element_size(const Request& r) {
 std::vector<Response> plan_fusion(const std::vector<const Request*>& ready, std::size_t threshold) {
   std::vector<Response> out;
   // Open group per (dtype, op, compression): its index in out and its bytes.
-  std::map<std::tuple<int, int, int>, std::pair<std::size_t, std::size_t>> open;
+  std::map<std::tuple<int, int, int, int>, std::pair<std::size_t, std::size_t>> open;
   for (const Request* r : ready) {
     if (r->kind == CollectiveKind::kBroadcast) {
       Response b;
@@ -31,9 +31,10 @@ std::vector<Response> plan_fusion(const std::vector<const Request*>& ready, std:
       continue;
     }
     // Allgathers are planned by the coordinator (they need every rank's shape).
-    if (r->kind != CollectiveKind::kAllreduce) continue;
+    const bool scatter = r->kind == CollectiveKind::kReduceScatter;
+    if (r->kind != CollectiveKind::kAllreduce && !scatter) continue;
     std::size_t bytes = r->count() * wire_element_size(*r);
-    auto key = std::make_tuple(static_cast<int>(r->dtype), static_cast<int>(r->op),
+    auto key = std::make_tuple(static_cast<int>(r->kind), static_cast<int>(r->dtype), static_cast<int>(r->op),
                                static_cast<int>(r->compression));
     auto it = open.find(key);
     if (it != open.end() && it->second.second + bytes <= threshold) {
@@ -42,7 +43,7 @@ std::vector<Response> plan_fusion(const std::vector<const Request*>& ready, std:
       continue;
     }
     Response a;
-    a.type = Response::Type::kAllreduce;
+    a.type = scatter ? Response::Type::kReduceScatter : Response::Type::kAllreduce;
     a.names = {r->name};
     a.dtype = r->dtype;
     a.op = r->op;

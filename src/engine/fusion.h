@@ -1,8 +1,8 @@
 // Fusion: which ready tensors travel together, and the buffer they are
 // packed into.
 //
-// plan_fusion() groups allreduce requests of the same dtype, op and
-// compression, in list order, into groups of at most `threshold` wire bytes
+// plan_fusion() groups allreduce requests, and reduce-scatter requests, of
+// the same kind, dtype, op and compression, in list order, into groups of at most `threshold` wire bytes
 // (HPCT_FUSION_BYTES); a tensor larger than the threshold travels alone.
 // Broadcasts travel alone. It is a pure function of its input, so every rank
 // that runs it on the same list (the cached fast path) gets the same groups.

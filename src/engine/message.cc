@@ -72,6 +72,7 @@ const char* kind_name(CollectiveKind k) {
     case CollectiveKind::kAllreduce: return "allreduce";
     case CollectiveKind::kAllgather: return "allgather";
     case CollectiveKind::kBroadcast: return "broadcast";
+    case CollectiveKind::kReduceScatter: return "reduce_scatter";
   }
   return "?";
 }
@@ -119,17 +120,20 @@ std::string shape_string(const std::vector<std::int64_t>& shape) {
 std::string Request::signature() const {
   std::ostringstream os;
   os << kind_name(kind) << " " << comm::dtype_name(dtype);
-  if (kind == CollectiveKind::kAllreduce) {
+  if (kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kReduceScatter) {
     os << " " << comm::reduce_op_name(op) << " " << compression_name(compression);
   }
   if (kind == CollectiveKind::kBroadcast) os << " root " << root;
   os << " " << shape_string(shape);
+  if (kind == CollectiveKind::kReduceScatter) os << " split " << shape_string(split);
   return os.str();
 }
 
 bool Request::same_signature(const Request& o) const {
   if (kind != o.kind || dtype != o.dtype || shape != o.shape) return false;
-  if (kind == CollectiveKind::kAllreduce && (op != o.op || compression != o.compression)) return false;
+  const bool reduces = kind == CollectiveKind::kAllreduce || kind == CollectiveKind::kReduceScatter;
+  if (reduces && (op != o.op || compression != o.compression)) return false;
+  if (kind == CollectiveKind::kReduceScatter && split != o.split) return false;
   return kind != CollectiveKind::kBroadcast || root == o.root;
 }
 
@@ -145,6 +149,7 @@ std::string encode(const RequestList& l) {
     w.put<std::int32_t>(r.root);
     w.put<std::uint8_t>(static_cast<std::uint8_t>(r.compression));
     w.put_dims(r.shape);
+    w.put_dims(r.split);
     w.put<std::int64_t>(r.waited_ms);
   }
   return w.take();
@@ -164,6 +169,7 @@ RequestList decode_requests(const std::string& bytes) {
     r.root = rd.get<std::int32_t>();
     r.compression = static_cast<Compression>(rd.get<std::uint8_t>());
     r.shape = rd.get_dims();
+    r.split = rd.get_dims();
     r.waited_ms = rd.get<std::int64_t>();
     l.requests.push_back(std::move(r));
   }

@@ -15,7 +15,7 @@
 
 namespace hpct::engine {
 
-enum class CollectiveKind : std::uint8_t { kAllreduce, kAllgather, kBroadcast };
+enum class CollectiveKind : std::uint8_t { kAllreduce, kAllgather, kBroadcast, kReduceScatter };
 // The wire type of a float32 allreduce: cast before the collective, back after.
 // kAuto: the engine decides per allreduce size by measuring (auto_compression.h).
 enum class Compression : std::uint8_t { kNone, kFp16, kBf16, kAuto };
@@ -33,15 +33,19 @@ struct Request {
   std::string name;
   CollectiveKind kind = CollectiveKind::kAllreduce;
   comm::DataType dtype = comm::DataType::kFloat32;
-  comm::ReduceOp op = comm::ReduceOp::kSum;  // allreduce only
+  comm::ReduceOp op = comm::ReduceOp::kSum;  // allreduce and reduce-scatter
   int root = 0;                              // broadcast only
-  Compression compression = Compression::kNone;
+  Compression compression = Compression::kNone;  // allreduce and reduce-scatter
   std::vector<std::int64_t> shape;
+  // Reduce-scatter only: size + 1 element offsets into the tensor; rank p
+  // keeps [split[p], split[p + 1]).
+  std::vector<std::int64_t> split;
   std::int64_t waited_ms = 0;  // how long the rank had held it when it reported it
 
   std::size_t count() const;  // elements: product of shape
   // Everything the ranks must agree on, except the name ("allreduce float32
-  // sum none [4096,784]"); the response cache's key with the name.
+  // sum none [4096,784]"; a reduce-scatter adds "split [0, 5, 9]"); the
+  // response cache's key with the name.
   std::string signature() const;
   // signature() == other.signature(), without formatting either (the
   // response cache asks this for every tensor of every step).
@@ -52,9 +56,9 @@ std::string shape_string(const std::vector<std::int64_t>& shape);  // "[4096, 78
 
 // One decision of the coordinator, executed by every rank in list order.
 struct Response {
-  enum class Type : std::uint8_t { kAllreduce, kAllgather, kBroadcast, kError };
+  enum class Type : std::uint8_t { kAllreduce, kAllgather, kBroadcast, kError, kReduceScatter };
   Type type = Type::kAllreduce;
-  std::vector<std::string> names;  // several only for a fused allreduce
+  std::vector<std::string> names;  // several only for a fused allreduce or reduce-scatter
   comm::DataType dtype = comm::DataType::kFloat32;
   comm::ReduceOp op = comm::ReduceOp::kSum;
   int root = 0;

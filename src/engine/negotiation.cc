@@ -64,6 +64,7 @@ void Engine::erase(std::string_view name) {
   e.tensor.data = nullptr;
   e.state.reset();
   e.allocate = nullptr;
+  e.out = nullptr;
   if (pending_spare_.size() < kSpareNodes) pending_spare_.push_back(std::move(node));
   if (seq_spare_.size() > kSpareNodes) seq_spare_.pop_back();
 }

@@ -94,6 +94,16 @@ class ScrapeTimeFamilies : public prometheus::Collectable {
                                    MetricType::Counter);
       stalls.metric.push_back(counter(static_cast<double>(s.stall_warnings)));
       out.push_back(std::move(stalls));
+      MetricFamily scattered = family("hpctrain_reduce_scatter_bytes_total",
+                                      "Bytes reduce-scattered (sharding stage 2's gradients): the tensors' bytes",
+                                      MetricType::Counter);
+      scattered.metric.push_back(counter(static_cast<double>(s.reduce_scatter_tensor_bytes)));
+      out.push_back(std::move(scattered));
+      MetricFamily sent = family("hpctrain_reduce_scatter_sent_bytes_total",
+                                 "Bytes this rank sent in reduce-scatters: the other ranks' ranges, as sent",
+                                 MetricType::Counter);
+      sent.metric.push_back(counter(static_cast<double>(s.reduce_scatter_sent_bytes)));
+      out.push_back(std::move(sent));
       add_straggler(out);
     }
     {

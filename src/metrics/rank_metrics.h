@@ -17,6 +17,9 @@
 //                                                      shm, direct, ring, hierarchical, mpi
 //   hpctrain_compression_ratio                         allreduced tensor bytes / bytes on the wire
 //   hpctrain_stall_warnings_total                      the engine's stall warnings
+//   hpctrain_reduce_scatter_bytes_total,
+//   hpctrain_reduce_scatter_sent_bytes_total           reduce-scattered tensor bytes, and
+//                                                      what this rank sent of them
 //   hpctrain_straggler{cause}, hpctrain_straggler_slowdown_ratio,
 //   hpctrain_straggler_late_seconds_total, hpctrain_straggler_wait_seconds_total
 //                                                      the rank named slowest (engine/straggler.h)

@@ -82,6 +82,7 @@ TEST(RankMetrics, ScrapeShowsStepsAllreducesByPathAndProcess) {
     EXPECT_NEAR(value_of(text, "hpctrain_step_phase_seconds_sum", "phase=\"compute\""), 0.030, 1e-9);
     EXPECT_EQ(value_of(text, "hpctrain_restarts_total", me), 2);
     EXPECT_EQ(value_of(text, "hpctrain_compression_ratio", me), 1);
+    EXPECT_EQ(value_of(text, "hpctrain_reduce_scatter_sent_bytes_total", me), 0);  // no sharding here
     // Before the ranks' first straggler exchange: every cause at 0, no wait yet.
     for (const char* cause : {"data", "compute", "network"})
       EXPECT_EQ(value_of(text, "hpctrain_straggler", std::string("cause=\"") + cause + "\""), 0)

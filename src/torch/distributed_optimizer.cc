@@ -173,9 +173,14 @@ struct DistributedOptimizer::Impl {
     } else if (!g.is_contiguous()) {
       g = g.contiguous();
     }
-    p.handle = ctx.engine().allreduce_async(
-        p.engine_name, tensor_ref(g, p.what),
-        options.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum, compression);
+    const comm::ReduceOp op = options.average ? comm::ReduceOp::kAvg : comm::ReduceOp::kSum;
+    if (shard && shard->stage() >= 2) {
+      // Each rank receives only its part (sharded_update.h, step 4).
+      p.handle = ctx.engine().reduce_scatter_async(p.engine_name, tensor_ref(g, p.what), shard->grad_split(i),
+                                                   shard->grad_out(i), op, compression);
+    } else {
+      p.handle = ctx.engine().allreduce_async(p.engine_name, tensor_ref(g, p.what), op, compression);
+    }
     p.submitted = true;
     order.push_back(i);
   }
@@ -201,8 +206,13 @@ struct DistributedOptimizer::Impl {
     }
     auto by_arrival = wait_submitted(lk);
     if (gather) gather->release_all();  // the first layer, whose input needed no gradient
-    // Stage 2 frees the gradients every step: no flat buffer to keep.
-    if (!laid_out && !(shard && shard->stage() >= 2)) lay_out(by_arrival);
+    // Stages 2 and 3 keep this rank's part only: the full gradients go
+    // (no flat buffer to keep either).
+    if (shard && shard->stage() >= 2) {
+      shard->release_gradients();
+    } else if (!laid_out) {
+      lay_out(by_arrival);
+    }
     if (auto_lossy_pending) {
       // The first step pays one-off costs (negotiation, auto's probes).
       if (auto_steps >= 1) {

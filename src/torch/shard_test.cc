@@ -8,11 +8,13 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <iostream>
 #include <mutex>
 
 #include "comm/testing/thread_world.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "hpctrain/hpctrain.h"
 #include "torch/context.h"
 
@@ -55,6 +57,7 @@ torch::Tensor flat_params(torch::nn::Module& m) {
 struct RankResult {
   torch::Tensor params;
   MemoryBytes memory;
+  engine::Engine::Stats stats;
 };
 
 struct TrainRun {
@@ -64,6 +67,7 @@ struct TrainRun {
   std::string compression = "none";
   bool prefetch = true;
   std::string optimizer = "adam";  // adam, adamw, sgd, rmsprop, adagrad
+  bool shm = false;                 // the ranks allreduce (and reduce-scatter) through shared memory
 };
 
 // `kind` over two param groups: fc1 at 1e-2, the rest at the defaults.
@@ -134,8 +138,8 @@ std::vector<RankResult> train(const TrainRun& run) {
     torch::Tensor params;
     opt.with_full_parameters([&] { params = flat_params(*m); });
     std::lock_guard<std::mutex> lk(mu);
-    out[static_cast<std::size_t>(r)] = RankResult{params, memory};
-  });
+    out[static_cast<std::size_t>(r)] = RankResult{params, memory, ctx->engine().stats()};
+  }, run.shm);
   return out;
 }
 
@@ -167,6 +171,36 @@ TEST_P(ShardStages, BitExactWithUnshardedAfter100StepsAndStateIsOneNth) {
 
 INSTANTIATE_TEST_SUITE_P(RanksAndStages, ShardStages,
                          ::testing::Combine(::testing::Values(2, 3), ::testing::Values(1, 2)));
+
+// Stage 2 reduce-scatters the gradients: on shared memory (one host) with 3
+// ranks it is still bit-exact (both sum in rank order), and over TCP with
+// 2 ranks each rank sends half the gradient bytes an allreduce sends
+// (what it does not keep), as the engine counts them.
+TEST(Shard, Stage2ReduceScattersBitExactOnSharedMemoryAndSendsHalf) {
+  TrainRun shm_plain{3, 0, 30};
+  shm_plain.shm = true;
+  TrainRun shm_sharded = shm_plain;
+  shm_sharded.stage = 2;
+  auto plain = train(shm_plain);
+  auto sharded = train(shm_sharded);
+  for (std::size_t r = 0; r < 3; ++r) {
+    EXPECT_TRUE(torch::equal(sharded[r].params, plain[r].params)) << "shm, rank " << r;
+    EXPECT_EQ(sharded[r].stats.allreduce_tensor_bytes, 0u) << "stage 2 allreduced gradients on rank " << r;
+  }
+  auto tcp_plain = train({2, 0, 10});
+  auto tcp_sharded = train({2, 2, 10});
+  for (std::size_t r = 0; r < 2; ++r) {
+    // Unsharded: an allreduce of the whole gradient with 2 ranks sends all
+    // of it (one exchange); stage 2 sends the other rank's range.
+    const double allreduce_sent = static_cast<double>(tcp_plain[r].stats.allreduce_wire_bytes);
+    const double scatter_sent = static_cast<double>(tcp_sharded[r].stats.reduce_scatter_sent_bytes);
+    std::printf("rank %zu: gradient bytes sent in 10 steps: allreduce %.0f, reduce-scatter %.0f (%.3f)\n", r,
+                allreduce_sent, scatter_sent, scatter_sent / allreduce_sent);
+    EXPECT_GT(scatter_sent, 0.45 * allreduce_sent) << "rank " << r;
+    EXPECT_LT(scatter_sent, 0.55 * allreduce_sent) << "rank " << r;
+    EXPECT_TRUE(torch::equal(tcp_sharded[r].params, tcp_plain[r].params)) << "tcp, rank " << r;
+  }
+}
 
 // Every elementwise optimizer the shard path builds (their options: momentum,
 // Nesterov, amsgrad, centered) stays bit-exact at stage 2 on 3 ranks.

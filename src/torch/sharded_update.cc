@@ -3,6 +3,7 @@
 
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <unordered_map>
 
 #include "core/error.h"
@@ -104,6 +105,16 @@ ShardedUpdate::ShardedUpdate(Context& ctx, torch::optim::Optimizer& user,
     }
   }
   pieces_ = layout_.owned_pieces(ctx.rank());
+  if (stage_ >= 2) {
+    grad_part_ = torch::empty({layout_.count(ctx.rank())}, torch::kFloat);
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      const std::int64_t off = layout_.param_offset(i), numel = params_[i].second.numel();
+      std::vector<std::int64_t> split;
+      for (int p = 0; p < ctx.size(); ++p) split.push_back(std::clamp(layout_.begin(p) - off, std::int64_t{0}, numel));
+      split.push_back(numel);
+      splits_.push_back(std::move(split));
+    }
+  }
   flatten_parameters();
   build_optimizer();
   if (stage_ == 3) gather_ = std::make_unique<ParameterGather>(ctx_, layout_, params_, flat_, prefetch_);
@@ -170,18 +181,22 @@ void ShardedUpdate::step() {
   if (stage_ < 3) gather_parameters();
 }
 
+float* ShardedUpdate::grad_out(std::size_t i) {
+  const int r = ctx_.rank();
+  const auto& split = splits_[i];
+  if (split[r + 1] == split[r]) return nullptr;
+  // This rank's part of parameter i starts at flat element param_offset + split[r].
+  return grad_part_.data_ptr<float>() + (layout_.param_offset(i) + split[r] - layout_.begin(r));
+}
+
+void ShardedUpdate::release_gradients() {
+  for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
+}
+
 void ShardedUpdate::attach_gradients() {
   const std::int64_t begin = layout_.begin(ctx_.rank());
-  if (stage_ >= 2) {
-    if (!grad_part_.defined()) grad_part_ = torch::empty({layout_.count(ctx_.rank())}, torch::kFloat);
-    for (const auto& piece : pieces_) {
-      const auto& g = params_[piece.param_index].second.grad();
-      grad_part_.narrow(0, piece.flat_offset - begin, piece.numel)
-          .copy_(g.reshape({-1}).narrow(0, piece.offset, piece.numel));
-    }
-    // The reduced gradients are kept as this rank's part only.
-    for (auto& [name, p] : params_) p.mutable_grad() = torch::Tensor();
-  }
+  // Stages 2 and 3: grad_part_ was written by the reduce-scatters.
+  if (stage_ >= 2) release_gradients();
   for (std::size_t i = 0; i < pieces_.size(); ++i) {
     const auto& piece = pieces_[i];
     piece_params_[i].mutable_grad() =

@@ -14,19 +14,30 @@
 //      rank's pieces only (flat views into the buffer), one param group per
 //      user group: its state (Adam's exp_avg, exp_avg_sq) exists for 1/n of
 //      the elements. The user's optimizer is never stepped and holds none.
-// Each step, after the gradients were reduced in full on every rank:
-//   4. stage 2: this rank's part of the gradients is copied out and every
-//      full .grad is freed (the gradients are still reduced by allreduce in
-//      the engine's fused buckets: the engine has no reduce-scatter
-//      operation, so the wire carries what it carries unsharded).
+// Each step:
+//   4. stage 1: the gradients were allreduced in full on every rank.
+//      Stages 2 and 3: each gradient was reduce-scattered as backward
+//      produced it (engine.h, reduce_scatter_async, in the engine's fused
+//      buckets): rank p is sent only the elements of its range, so a rank
+//      sends what it does not keep, half of what an allreduce sends, and
+//      this rank's part arrives straight in grad_part_ (grad_split() and
+//      grad_out() say where); DistributedOptimizer then frees every full
+//      .grad (release_gradients()).
 //   5. The pieces' .grad are views of that part (stage 1: of the full .grad);
 //      the user's param-group options (a learning-rate schedule) are copied
 //      over and the pieces' optimizer steps.
 //   6. One all-gather of each rank's range, written straight into the flat
 //      buffer: every rank then holds the updated parameters.
 // An elementwise optimizer computes every element as it would on the whole
-// tensor, and the gradients are the same allreduce results, so the
-// parameters equal unsharded training's bit for bit.
+// tensor, and the gradients are the same sums as the allreduce's, so the
+// parameters equal unsharded training's bit for bit. The reduce-scatter sums
+// in rank order (comm/communicator.h), which is the allreduce's order on
+// shared memory (any number of ranks), with 2 ranks on every path (a + b is
+// b + a), and with 3 on the direct mesh (small buckets); where the
+// allreduce sums in another order (Gloo's ring with 3 or more ranks, the
+// direct mesh's recursive doubling with 4 or more, MPI_Allreduce, the
+// hierarchical path) stage 2 differs from unsharded training by float
+// rounding (docs/sharding.md).
 // Stage 3: step 2 copies this rank's range out of the parameters (flat_
 // holds that range only) and ParameterGather releases the parameters; step
 // 6 is skipped (layers are gathered by the next forward).
@@ -59,8 +70,17 @@ class ShardedUpdate {
   ShardedUpdate(const ShardedUpdate&) = delete;
   ShardedUpdate& operator=(const ShardedUpdate&) = delete;
 
-  // Steps 4-6 above; every parameter's .grad holds the reduced gradient.
+  // Steps 4-6 above; every parameter's .grad holds the reduced gradient
+  // (stage 1), or grad_part_ this rank's part of it (stages 2 and 3).
   void step();
+  // Stages 2 and 3: parameter i's gradient split among the ranks (size + 1
+  // offsets into the flattened gradient: rank p's part is [split[p],
+  // split[p + 1])), and where this rank's part goes (null when it owns none).
+  const std::vector<std::int64_t>& grad_split(std::size_t i) const { return splits_[i]; }
+  float* grad_out(std::size_t i);
+  // Stages 2 and 3, once every reduce-scatter is done: every full .grad is
+  // freed (this rank keeps its part only).
+  void release_gradients();
   // Stage 3's layer gathering (null at stages 1 and 2).
   ParameterGather* gather() { return gather_.get(); }
 
@@ -90,6 +110,7 @@ class ShardedUpdate {
   std::vector<std::size_t> group_of_piece_group_;  // shard group -> user group
   std::unique_ptr<torch::optim::Optimizer> shard_opt_;
   torch::Tensor grad_part_;              // stages 2 and 3: this rank's reduced gradient
+  std::vector<std::vector<std::int64_t>> splits_;  // stages 2 and 3: per parameter
   std::unique_ptr<ParameterGather> gather_;  // stage 3
 };
 

@@ -198,6 +198,28 @@ void StagedCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) {
   });
 }
 
+void StagedCommunicator::do_reduce_scatter_v(const ReduceScatterOptions& o) {
+  size_t total = 0;
+  for (size_t c : o.counts) total += c;
+  const size_t in_bytes = total * dtype_size(o.dtype);
+  const size_t out_bytes = o.counts[static_cast<size_t>(rank_)] * dtype_size(o.dtype);
+  if (in_bytes == 0) return;
+  const size_t out_at = staged_output_offset(in_bytes);
+  Op op(*this, "reduce_scatter", in_bytes, o.timeout);
+  op.run([&] {
+    char* buf = staging(out_at + out_bytes);
+    memory_->copy_to_host(buf, o.input, in_bytes);
+    op.synchronize("copy to the host");
+    ReduceScatterOptions h = o;
+    h.input = buf;
+    h.output = buf + out_at;
+    h.timeout = op.left();
+    reduce_scatter(host_, h);
+    if (out_bytes > 0) memory_->copy_to_device(o.output, buf + out_at, out_bytes);
+    op.synchronize("copy to the device");
+  });
+}
+
 void StagedCommunicator::do_alltoall(const AlltoallOptions& o) {
   const size_t bytes = o.count * dtype_size(o.dtype) * static_cast<size_t>(size_);
   if (bytes == 0) return;

@@ -65,6 +65,7 @@ class StagedCommunicator final : public Communicator {
   void do_broadcast(const BroadcastOptions& o) override;
   void do_allgatherv(const AllgathervOptions& o) override;
   void do_reduce_scatter(const ReduceScatterOptions& o) override;
+  void do_reduce_scatter_v(const ReduceScatterOptions& o) override;  // the host backend's, staged
   void do_send(const SendOptions& o) override;
   void do_recv(const RecvOptions& o) override;
   void do_alltoall(const AlltoallOptions& o) override;

@@ -132,6 +132,12 @@ class GlooCommunicator final : public Communicator {
   void do_allreduce(const AllreduceOptions& o) override;
   bool do_allreduce_segments(const AllreduceSegmentsOptions& o) override;
   void do_reduce_scatter(const ReduceScatterOptions& o) override;
+  // Per-rank counts: through shared memory when every rank is on this host
+  // (the allreduce of a copy, this rank's block kept: no wire, the
+  // allreduce's bits), else over the DirectMesh when there is one, else
+  // over Gloo's send and receive (Communicator's default); all sum in rank
+  // order.
+  void do_reduce_scatter_v(const ReduceScatterOptions& o) override;
   void do_broadcast(const BroadcastOptions& o) override;
   void do_allgatherv(const AllgathervOptions& o) override;
   void do_send(const SendOptions& o) override;

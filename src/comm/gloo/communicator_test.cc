@@ -130,6 +130,39 @@ TEST(GlooCommunicatorTest, HierarchicalAllreducePassesEveryCheck) {
   }
 }
 
+// Without direct connections (HPCT_DIRECT_ALLREDUCE_BYTES=0) a
+// reduce-scatter with per-rank counts goes over Gloo's send and receive:
+// the same results, summed in rank order.
+TEST(GlooCommunicatorTest, ReduceScatterWithCountsOverGlooSendAndReceive) {
+  const int size = 3;
+  auto store = testing::test_store();
+  std::mutex mu;
+  std::vector<std::string> failures;
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      std::vector<std::string> got;
+      try {
+        GlooOptions o = testing::gloo_options_for(r, size, store, 30s);
+        o.direct_allreduce_bytes = 0;
+        auto comm = GlooCommunicator::connect(o);
+        testing::CheckOptions checks;
+        checks.dtypes = {DataType::kFloat32, DataType::kBFloat16, DataType::kInt64};
+        checks.ops = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax};
+        got = testing::check_reduce_scatter(*comm, checks);
+        auto ordered = testing::check_reduce_scatter_order(*comm);
+        got.insert(got.end(), ordered.begin(), ordered.end());
+      } catch (const std::exception& e) {
+        got.push_back(e.what());
+      }
+      std::lock_guard<std::mutex> lock(mu);
+      for (auto& f : got) failures.push_back("rank " + std::to_string(r) + ": " + f);
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (const auto& f : failures) ADD_FAILURE() << f;
+}
+
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooWorldTest, ::testing::Range(1, 9),
                          [](const ::testing::TestParamInfo<int>& info) {
                            return "size" + std::to_string(info.param);
@@ -146,6 +179,17 @@ void expect_code(ErrorCode code, const std::function<void()>& fn,
       EXPECT_NE(std::string(e.what()).find(contains), std::string::npos) << e.what();
     }
   }
+}
+
+TEST(GlooCommunicatorTest, ReduceScatterCountsMustNameEveryRank) {
+  run_world(2, 10s, [](GlooCommunicator& comm) {
+    float in[4] = {}, out[4] = {};
+    ReduceScatterOptions o;
+    o.input = in;
+    o.output = out;
+    o.counts = {4};
+    expect_code(ErrorCode::kInvalidArgument, [&] { reduce_scatter(comm, o); }, "need one per rank (2)");
+  });
 }
 
 TEST(GlooCommunicatorTest, ArgumentErrorsAreInvalidArgument) {

@@ -56,6 +56,29 @@ void GlooCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) {
   });
 }
 
+void GlooCommunicator::do_reduce_scatter_v(const ReduceScatterOptions& o) {
+  size_t total = 0;
+  for (size_t c : o.counts) total += c;
+  const size_t es = dtype_size(o.dtype);
+  const size_t mine = o.counts[static_cast<size_t>(rank_)];
+  size_t before = 0;
+  for (int p = 0; p < rank_; ++p) before += o.counts[static_cast<size_t>(p)];
+  if (shm_) {
+    std::vector<unsigned char> all(total * es);
+    run_shm(total, o.dtype, o.timeout, [&](const Deadline& d) {
+      shm_->allreduce(o.input, all.data(), total, o.dtype, o.op, d);
+    });
+    if (mine > 0) std::memcpy(o.output, all.data() + before * es, mine * es);
+    return;
+  }
+  if (direct_ != nullptr) {
+    run(describe_op("reduce_scatter", total, o.dtype), o.timeout, -1,
+        [&] { direct_->reduce_scatter(o.input, o.output, o.counts, o.dtype, o.op, Deadline(o.timeout)); });
+    return;
+  }
+  Communicator::do_reduce_scatter_v(o);
+}
+
 // Ring reduce-scatter: in step s (0..n-2) rank r sends its partial sum of
 // block (r-s-1) to r+1 and receives the partial sum of block (r-s-2) from
 // r-1, adding its own input for that block. After n-1 steps the block it

@@ -232,6 +232,10 @@ void HierarchicalDeviceCommunicator::do_reduce_scatter(const ReduceScatterOption
   flat_op([&] { reduce_scatter(*flat_, o); });
 }
 
+void HierarchicalDeviceCommunicator::do_reduce_scatter_v(const ReduceScatterOptions& o) {
+  flat_op([&] { reduce_scatter(*flat_, o); });
+}
+
 void HierarchicalDeviceCommunicator::do_send(const SendOptions& o) {
   flat_op([&] { send(*flat_, o); });
 }

@@ -96,6 +96,7 @@ class HierarchicalDeviceCommunicator final : public Communicator {
   void do_broadcast(const BroadcastOptions& o) override;
   void do_allgatherv(const AllgathervOptions& o) override;
   void do_reduce_scatter(const ReduceScatterOptions& o) override;
+  void do_reduce_scatter_v(const ReduceScatterOptions& o) override;  // the flat communicator's
   void do_send(const SendOptions& o) override;
   void do_recv(const RecvOptions& o) override;
   void do_alltoall(const AlltoallOptions& o) override;

@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <functional>
 #include <mutex>
@@ -295,6 +296,24 @@ void MpiCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) {
         check_mpi(MPI_Reduce_scatter_block(in, out, n, t, mop, comm), "MPI_Reduce_scatter_block");
         if (op == ReduceOp::kAvg) finish_average(out, static_cast<size_t>(n), dtype, size);
       });
+}
+
+void MpiCommunicator::do_reduce_scatter_v(const ReduceScatterOptions& o) {
+  if (!uses_shm(0)) {
+    Communicator::do_reduce_scatter_v(o);
+    return;
+  }
+  size_t total = 0, before = 0;
+  for (int p = 0; p < size_; ++p) {
+    if (p < rank_) before += o.counts[static_cast<size_t>(p)];
+    total += o.counts[static_cast<size_t>(p)];
+  }
+  to_int("reduce_scatter", "the sum of counts", total);
+  const size_t es = dtype_size(o.dtype);
+  std::vector<unsigned char> all(total * es);
+  run_shm(o.timeout, [&](const Deadline& d) { shm_->allreduce(o.input, all.data(), total, o.dtype, o.op, d); });
+  const size_t mine = o.counts[static_cast<size_t>(rank_)];
+  if (mine > 0) std::memcpy(o.output, all.data() + before * es, mine * es);
 }
 
 void MpiCommunicator::do_send(const SendOptions& o) {

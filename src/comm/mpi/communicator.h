@@ -140,6 +140,12 @@ class MpiCommunicator final : public Communicator {
   void do_broadcast(const BroadcastOptions& o) override;
   void do_allgatherv(const AllgathervOptions& o) override;
   void do_reduce_scatter(const ReduceScatterOptions& o) override;
+  // Per-rank counts: through shared memory when the allreduces take it (the
+  // allreduce of a copy, this rank's block kept), else Communicator's
+  // default over MPI_Send/MPI_Recv, not MPI_Reduce_scatter: the library
+  // picks its own summation order, and every backend here sums in rank
+  // order (communicator.h).
+  void do_reduce_scatter_v(const ReduceScatterOptions& o) override;
   void do_send(const SendOptions& o) override;
   void do_recv(const RecvOptions& o) override;
 

@@ -448,6 +448,31 @@ NcclWork NcclCommunicator::enqueue(const ReduceScatterOptions& o, CUevent_st* re
   NcclWork w;
   w.op = "reduce_scatter";
   w.bytes = o.count * dtype_size(o.dtype) * static_cast<size_t>(size_);
+  if (!o.counts.empty()) {
+    // Per-rank counts: one ncclReduce per rank, rooted there, in one group
+    // (NCCL's reduce-scatter takes equal counts only). NCCL picks its own
+    // summation order, not the host backends' rank order.
+    size_t total = 0;
+    for (size_t c : o.counts) total += c;
+    w.bytes = total * dtype_size(o.dtype);
+    const ncclDataType_t t = nccl_type(o.dtype, describe(w));
+    return launch(w, o.timeout, ready, done, [&] {
+      return grouped([&] {
+        size_t at = 0;
+        const size_t es = dtype_size(o.dtype);
+        for (int p = 0; p < size_; ++p) {
+          const size_t n = o.counts[static_cast<size_t>(p)];
+          if (n > 0) {
+            const ncclResult_t rc = ncclReduce(static_cast<const char*>(o.input) + at * es,
+                                               p == rank_ ? o.output : nullptr, n, t, nccl_op(o.op), p, comm_, stream_);
+            if (!ok(rc)) return rc;
+          }
+          at += n;
+        }
+        return ncclSuccess;
+      });
+    });
+  }
   if ((o.input == nullptr || o.output == nullptr) && o.count > 0) {
     throw_invalid_argument(describe(w) + ": input or output is null");
   }
@@ -536,6 +561,7 @@ void NcclCommunicator::do_allreduce(const AllreduceOptions& o) { run_blocking(o)
 void NcclCommunicator::do_broadcast(const BroadcastOptions& o) { run_blocking(o); }
 void NcclCommunicator::do_allgatherv(const AllgathervOptions& o) { run_blocking(o); }
 void NcclCommunicator::do_reduce_scatter(const ReduceScatterOptions& o) { run_blocking(o); }
+void NcclCommunicator::do_reduce_scatter_v(const ReduceScatterOptions& o) { run_blocking(o); }
 void NcclCommunicator::do_send(const SendOptions& o) { run_blocking(o); }
 void NcclCommunicator::do_recv(const RecvOptions& o) { run_blocking(o); }
 void NcclCommunicator::do_alltoall(const AlltoallOptions& o) { run_blocking(o); }

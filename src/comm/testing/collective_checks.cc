@@ -9,6 +9,8 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/reduce.h"
+
 namespace hpct::comm::testing {
 namespace {
 
@@ -228,6 +230,34 @@ std::vector<std::string> check_allgatherv(Communicator& comm, const CheckOptions
   return failures;
 }
 
+namespace {
+
+// Per-rank counts: rank q keeps count + q elements, the last rank none.
+void check_reduce_scatter_counts(Communicator& comm, std::vector<std::string>& failures, DataType t, ReduceOp op,
+                                 size_t count) {
+  const int r = comm.rank(), n = comm.size();
+  std::vector<size_t> counts(static_cast<size_t>(n));
+  size_t total = 0, before = 0;
+  for (int q = 0; q < n; ++q) {
+    counts[q] = q == n - 1 && n > 1 ? 0 : count + static_cast<size_t>(q);
+    if (q < r) before += counts[q];
+    total += counts[q];
+  }
+  auto in = buffer(t, total), out = buffer(t, counts[r]);
+  for (size_t i = 0; i < total; ++i) put(t, in.data(), i, input_value(op, t, r, i));
+  ReduceScatterOptions a;
+  a.input = in.data();
+  a.output = out.data();
+  a.counts = counts;
+  a.dtype = t;
+  a.op = op;
+  reduce_scatter(comm, a);
+  compare(failures, label("reduce_scatter with counts", t, op, count), t, out.data(), counts[r],
+          [&](size_t j) { return expected_reduction(op, t, n, before + j); });
+}
+
+}  // namespace
+
 std::vector<std::string> check_reduce_scatter(Communicator& comm, const CheckOptions& o) {
   std::vector<std::string> failures;
   const int r = comm.rank(), n = comm.size();
@@ -246,7 +276,48 @@ std::vector<std::string> check_reduce_scatter(Communicator& comm, const CheckOpt
         reduce_scatter(comm, a);
         compare(failures, label("reduce_scatter", t, op, count), t, out.data(), count,
                 [&](size_t j) { return expected_reduction(op, t, n, r * count + j); });
+        // Per-rank counts: every dtype and op on the small counts, float32
+        // also on the large one (the suites' time goes to large counts).
+        if (count <= 7 || t == DataType::kFloat32) check_reduce_scatter_counts(comm, failures, t, op, count);
       }
+    }
+  }
+  return failures;
+}
+
+std::vector<std::string> check_reduce_scatter_order(Communicator& comm) {
+  std::vector<std::string> failures;
+  const int r = comm.rank(), n = comm.size();
+  // Uneven blocks with an empty one; values whose sums round, so that a
+  // different order shows.
+  std::vector<size_t> counts(static_cast<size_t>(n));
+  for (int q = 0; q < n; ++q) counts[q] = q == 1 ? 0 : 1000 + 37 * static_cast<size_t>(q);
+  size_t total = 0, before = 0;
+  for (int q = 0; q < n; ++q) {
+    if (q < r) before += counts[q];
+    total += counts[q];
+  }
+  auto value = [](int q, size_t i) {
+    return static_cast<float>(std::sin(0.37 * static_cast<double>(i) + q) * std::pow(10.0, (i + q) % 7) / 3.0);
+  };
+  std::vector<std::vector<float>> all(static_cast<size_t>(n), std::vector<float>(total));
+  for (int q = 0; q < n; ++q) {
+    for (size_t i = 0; i < total; ++i) all[q][i] = value(q, i);
+  }
+  for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+    std::vector<float> out(counts[r] + 1, -1.0f), want(counts[r] + 1, -1.0f);
+    ReduceScatterOptions a;
+    a.input = all[r].data();
+    a.output = out.data();
+    a.counts = counts;
+    a.op = op;
+    reduce_scatter(comm, a);
+    std::vector<const void*> blocks;
+    for (int q = 0; q < n; ++q) blocks.push_back(all[q].data() + before);
+    reduce_in_order(want.data(), blocks, counts[r], DataType::kFloat32, op);
+    if (std::memcmp(out.data(), want.data(), out.size() * sizeof(float)) != 0) {
+      failures.push_back(std::string("reduce_scatter with counts, ") + reduce_op_name(op) + ": rank " +
+                         std::to_string(r) + "'s block differs from the sum in rank order (or was overrun)");
     }
   }
   return failures;
@@ -345,6 +416,8 @@ std::vector<std::string> check_everything(Communicator& comm, const CheckOptions
     auto got = f(comm, o);
     all.insert(all.end(), got.begin(), got.end());
   }
+  auto ordered = check_reduce_scatter_order(comm);
+  all.insert(all.end(), ordered.begin(), ordered.end());
   auto b = check_barrier(comm);
   all.insert(all.end(), b.begin(), b.end());
   return all;

@@ -36,6 +36,9 @@ std::vector<std::string> check_allgather(Communicator& comm, const CheckOptions&
 std::vector<std::string> check_allgatherv(Communicator& comm, const CheckOptions& o);
 std::vector<std::string> check_reduce_scatter(Communicator& comm, const CheckOptions& o);
 std::vector<std::string> check_send_recv(Communicator& comm, const CheckOptions& o);
+// Reduce-scatter with per-rank counts on float32 values whose sums round:
+// the result must have the bits of the sum in rank order (communicator.h).
+std::vector<std::string> check_reduce_scatter_order(Communicator& comm);
 // Not part of check_everything (the MPI and Gloo suites predate alltoall).
 std::vector<std::string> check_alltoall(Communicator& comm, const CheckOptions& o);
 // Ranks enter the barrier at staggered times; no rank may leave before the
