@@ -5,9 +5,10 @@
 //  - WhyLocal (label integration), three ranks on this machine: a rank that
 //    skips a collective, a rank whose tensor has another shape, a rank
 //    stopped (SIGSTOP) in its data loading;
-//  - WhyNetns (label netns), two namespace hosts and this machine: the rank
-//    stopped in data loading on a namespace host, and a host cut off from
-//    the network (its link taken down).
+//  - WhyNetns (label netns), two namespace hosts and this machine: the
+//    skip, the shape and the rank stopped in data loading, each on a
+//    namespace host, and a host cut off from the network (its link taken
+//    down).
 // Each checks the rank and the cause named, by launch and by `why`, and the
 // job's time.
 #include <gtest/gtest.h>
@@ -99,6 +100,32 @@ class WhyNetns : public ::testing::Test {
   hpct::test::NetnsHosts cluster_;
   std::string hosts_;
 };
+
+TEST_F(WhyNetns, ARankThatSkipsACollectiveOnAnotherHost) {
+  JobDir dir("netns-skip");
+  Outcome r = run(env_of(dir) + H + " launch --grace 1" + hosts_ + "-- " + RANK + " skip 1 3 8");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  expect_has(r.out, "why: ranks went apart at operation #8: allreduce(avg) 'grad.b' float32 [10] (done on ranks 0, 2)");
+  expect_has(r.out, "why:   rank 1 (host " + cluster_.hosts[1] +
+                        ") skipped it: its operation #8 is allreduce(avg) 'grad.a' float32 [1000], done");
+  const Outcome w = why(dir);
+  EXPECT_EQ(w.exit_code, 0) << w.out;
+  expect_has(w.out, "rank 1 (host " + cluster_.hosts[1] + ") skipped it: its operation #8 is allreduce(avg) 'grad.a'");
+  expect_has(w.out, "why_fault_rank.cc:");
+  EXPECT_LT(r.seconds, 20.0) << r.out;
+}
+
+TEST_F(WhyNetns, ARankWhoseTensorHasAnotherShapeOnAnotherHost) {
+  JobDir dir("netns-shape");
+  Outcome r = run(env_of(dir) + H + " launch --grace 1" + hosts_ + "-- " + RANK + " shape 0 2 8");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  expect_has(r.out, "why: stopped in operation #6: allreduce(avg) 'grad.b' float32 [10] (failed on ranks 0, 1, 2)");
+  const std::string named = "mismatch: rank 0 (host " + cluster_.hosts[0] +
+                            ") submitted it as allreduce float32 [11] where ranks 1, 2 had allreduce float32 [10]";
+  expect_has(r.out, "why:   " + named);
+  expect_has(why(dir).out, named);
+  EXPECT_LT(r.seconds, 20.0) << r.out;
+}
 
 TEST_F(WhyNetns, ARankStoppedInItsDataLoadingOnAnotherHost) {
   JobDir dir("netns-stop");
