@@ -5,9 +5,10 @@
 //  - WhyLocal (label integration), three ranks on this machine: a rank that
 //    skips a collective, a rank whose tensor has another shape, a rank
 //    stopped (SIGSTOP) in its data loading;
-//  - WhyNetns (label netns), two namespace hosts and this machine: the rank
-//    stopped in data loading on a namespace host, and a host cut off from
-//    the network (its link taken down).
+//  - WhyNetns (label netns), two namespace hosts and this machine: the
+//    skip, the shape and the rank stopped in data loading, each on a
+//    namespace host, and a host cut off from the network (its link taken
+//    down).
 // Each checks the rank and the cause named, by launch and by `why`, and the
 // job's time.
 #include <gtest/gtest.h>
@@ -100,6 +101,32 @@ class WhyNetns : public ::testing::Test {
   std::string hosts_;
 };
 
+TEST_F(WhyNetns, ARankThatSkipsACollectiveOnAnotherHost) {
+  JobDir dir("netns-skip");
+  Outcome r = run(env_of(dir) + H + " launch --grace 1" + hosts_ + "-- " + RANK + " skip 1 3 8");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  expect_has(r.out, "why: ranks went apart at operation #8: allreduce(avg) 'grad.b' float32 [10] (done on ranks 0, 2)");
+  expect_has(r.out, "why:   rank 1 (host " + cluster_.hosts[1] +
+                        ") skipped it: its operation #8 is allreduce(avg) 'grad.a' float32 [1000], done");
+  const Outcome w = why(dir);
+  EXPECT_EQ(w.exit_code, 0) << w.out;
+  expect_has(w.out, "rank 1 (host " + cluster_.hosts[1] + ") skipped it: its operation #8 is allreduce(avg) 'grad.a'");
+  expect_has(w.out, "why_fault_rank.cc:");
+  EXPECT_LT(r.seconds, 20.0) << r.out;
+}
+
+TEST_F(WhyNetns, ARankWhoseTensorHasAnotherShapeOnAnotherHost) {
+  JobDir dir("netns-shape");
+  Outcome r = run(env_of(dir) + H + " launch --grace 1" + hosts_ + "-- " + RANK + " shape 0 2 8");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  expect_has(r.out, "why: stopped in operation #6: allreduce(avg) 'grad.b' float32 [10] (failed on ranks 0, 1, 2)");
+  const std::string named = "mismatch: rank 0 (host " + cluster_.hosts[0] +
+                            ") submitted it as allreduce float32 [11] where ranks 1, 2 had allreduce float32 [10]";
+  expect_has(r.out, "why:   " + named);
+  expect_has(why(dir).out, named);
+  EXPECT_LT(r.seconds, 20.0) << r.out;
+}
+
 TEST_F(WhyNetns, ARankStoppedInItsDataLoadingOnAnotherHost) {
   JobDir dir("netns-stop");
   Outcome r = run(env_of(dir) + H + " launch --grace 1" + hosts_ + "-- " + RANK + " stop-in-data 1 2 8");
@@ -110,10 +137,19 @@ TEST_F(WhyNetns, ARankStoppedInItsDataLoadingOnAnotherHost) {
   EXPECT_LT(r.seconds, 20.0) << r.out;
 }
 
+// The bounds of a job that loses a host, from the moment its link goes
+// down: every rank's wait ends within HPCT_TIMEOUT_S (4 s) plus the failure
+// reports' wait (half of it, 2 s) plus a margin for this loaded machine; the
+// launcher then stops the lost ssh session (--grace 1 + 2 s) and waits at
+// most 2 s for records.
+constexpr double kRankBoundS = 4 + 2 + 2.5;
+constexpr double kLauncherBoundS = kRankBoundS + 1 + 2 + 2;
+
 TEST_F(WhyNetns, AHostCutOffFromTheNetwork) {
   JobDir dir("netns-cut");
   const std::string link = "hv" + cluster_.name() + "2";  // host 2's end on the bridge
   const std::string file = dir.path + ".out";
+  const std::string cut_record = dir.path + "/flight/rank-1.json";
   int launcher = start_background(env_of(dir) + H + " launch --grace 1" + hosts_ + "-- " + RANK + " none 0 0 400", file);
   ASSERT_GT(launcher, 0);
   std::string text = wait_for(file, "step 5 done", 3, 30);
@@ -124,16 +160,31 @@ TEST_F(WhyNetns, AHostCutOffFromTheNetwork) {
     ~Up() { run(cmd); }
   } up{"ip link set " + link + " up"};
   const auto start = std::chrono::steady_clock::now();
-  while (alive(launcher) && std::chrono::steady_clock::now() - start < std::chrono::seconds(25)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto since = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  // The cut-off rank shares this machine's file system (as a cluster's
+  // hosts share a home): its record appears when its own wait ends. Nothing
+  // from the launcher reaches it to ask for one.
+  double cut_rank_failed_s = -1;
+  while (alive(launcher) && since() < 25) {
+    if (cut_rank_failed_s < 0 && std::filesystem::exists(cut_record)) cut_rank_failed_s = since();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double seconds = since();
   text = hpct::test::netns_detail::slurp(file);
   std::remove(file.c_str());
-  EXPECT_LT(seconds, 20.0) << text;
+  EXPECT_LT(seconds, kLauncherBoundS) << text;
+  EXPECT_GT(cut_rank_failed_s, 0) << "the cut-off rank wrote no record: its wait did not end\n"
+                                  << text;
+  EXPECT_LT(cut_rank_failed_s, kRankBoundS) << "the cut-off rank's wait outlived the job's bound";
   expect_has(text, "why: stopped in operation #");
   expect_has(text, "name rank 1 (host " + cluster_.hosts[1] + ") in their errors: a lost peer");
-  expect_has(why(dir).out, "name rank 1 (host " + cluster_.hosts[1] + ")");
+  const Outcome w = why(dir);
+  expect_has(w.out, "name rank 1 (host " + cluster_.hosts[1] + ")");
+  // The cut-off rank's own error says that nobody answered, the store included.
+  expect_has(hpct::test::netns_detail::slurp(cut_record),
+             "this rank's host may be cut off from the network");
 }
 
 }  // namespace

@@ -89,6 +89,9 @@ std::shared_ptr<store::Store> open_base_store(const Config& config, const WorldI
       *server = std::make_shared<store::TcpStoreServer>(so);
     }
     o.connect_timeout = timeout;
+    // A reply's own bound no longer than the job's (a rank cut off from
+    // the launcher's host waits at most that per store call).
+    o.io_timeout = std::min(o.io_timeout, timeout);
     o.max_frame_bytes = static_cast<size_t>(config.max_frame_bytes);
     *store_host = host;
     base = std::make_shared<store::TcpStore>(o);

@@ -27,6 +27,22 @@ std::vector<std::string> PrefixStore::missing(const std::vector<std::string>& ke
   return out;
 }
 bool PrefixStore::remove(const std::string& key) { return inner_->remove(full(key)); }
+void PrefixStore::set_by(const std::string& key, const std::string& value,
+                         const Deadline& deadline) {
+  inner_->set_by(full(key), value, deadline);
+}
+std::optional<std::string> PrefixStore::peek_by(const std::string& key, const Deadline& deadline) {
+  return inner_->peek_by(full(key), deadline);
+}
+
+void Store::set_by(const std::string& key, const std::string& value, const Deadline&) {
+  set(key, value);
+}
+
+std::optional<std::string> Store::peek_by(const std::string& key, const Deadline&) {
+  if (!check({key})) return std::nullopt;
+  return get(key, Millis(0));
+}
 
 void Store::wait(const std::vector<std::string>& keys, Millis timeout) {
   const auto absent = missing(keys, timeout);

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,16 @@ class Store {
   // Where the keys live, for messages (" in /shared/store", " at the store
   // host:port"); empty for a store in this process.
   virtual std::string where() const { return {}; }
+
+  // For a caller whose own wait must end by a deadline whatever the store's
+  // transport does (a rank cut off from the launcher that reports its
+  // failure, comm/gloo/failure_report.h): set_by creates or replaces key;
+  // peek_by returns key's value, or nullopt when it is absent (it does not
+  // wait for the key). Both return or raise Timeout (naming the key and the
+  // store) by deadline.end(). The defaults call set, check and get: right
+  // for stores whose calls do not wait on a network.
+  virtual void set_by(const std::string& key, const std::string& value, const Deadline& deadline);
+  virtual std::optional<std::string> peek_by(const std::string& key, const Deadline& deadline);
 };
 
 // Puts every key of an inner store under "prefix/", so several communicators
@@ -64,6 +75,8 @@ class PrefixStore final : public Store {
   std::vector<std::string> missing(const std::vector<std::string>& keys, Millis timeout) override;
   bool remove(const std::string& key) override;
   std::string where() const override { return inner_->where(); }
+  void set_by(const std::string& key, const std::string& value, const Deadline& deadline) override;
+  std::optional<std::string> peek_by(const std::string& key, const Deadline& deadline) override;
 
  private:
   std::string full(const std::string& key) const { return prefix_ + "/" + key; }

@@ -402,7 +402,11 @@ std::unique_ptr<TcpStore::Connection> TcpStore::connect_with_retry(Millis budget
   }
 }
 
-Message TcpStore::call(const Message& request, Millis wait_budget, const std::string& op) {
+Message TcpStore::exchange(const Message& request, Millis wait_budget, const std::string& op,
+                           SteadyClock::time_point until) {
+  // Every step ends by `until` as well as by its own bound (a caller with a
+  // deadline of its own; until is time_point::max() otherwise).
+  const auto by = [until](Millis bound) { return std::min(SteadyClock::now() + bound, until); };
   std::unique_ptr<Connection> conn;
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
@@ -411,19 +415,30 @@ Message TcpStore::call(const Message& request, Millis wait_budget, const std::st
       idle_.pop_back();
     }
   }
-  if (!conn) conn = connect_with_retry(options_.connect_timeout);
-
+  if (!conn) {
+    try {
+      conn = connect_with_retry(std::max(
+          Millis(0),
+          std::chrono::duration_cast<Millis>(by(options_.connect_timeout) - SteadyClock::now())));
+    } catch (const Error& e) {
+      throw Error(e.code(), op + ": " + e.what());
+    }
+  }
   Message reply;
   try {
-    conn->channel.send(tcp_wire::encode(request), SteadyClock::now() + options_.io_timeout);
-    const auto reply_until = SteadyClock::now() + clamp_wait(wait_budget) + options_.io_timeout;
-    reply = tcp_wire::decode(conn->channel.recv(reply_until, options_.io_timeout),
+    conn->channel.send(tcp_wire::encode(request), by(options_.io_timeout));
+    const auto reply_until = by(clamp_wait(wait_budget) + options_.io_timeout);
+    const Millis frame_timeout = std::max(
+        Millis(1), std::min(options_.io_timeout,
+                            std::chrono::duration_cast<Millis>(until - SteadyClock::now())));
+    reply = tcp_wire::decode(conn->channel.recv(reply_until, frame_timeout),
                              "the store at " + endpoint_);
   } catch (const Error& e) {
     // The connection is dropped (conn goes out of scope): its sequence
     // numbers may be out of step with the server's.
-    if (e.code() == ErrorCode::kTimeout && (request.kind == static_cast<std::uint8_t>(Op::kGet) ||
-                                            request.kind == static_cast<std::uint8_t>(Op::kMissing))) {
+    if (e.code() == ErrorCode::kTimeout && wait_budget.count() > 0 &&
+        (request.kind == static_cast<std::uint8_t>(Op::kGet) ||
+         request.kind == static_cast<std::uint8_t>(Op::kMissing))) {
       throw_timeout(describe_wait(request.keys, request.keys, wait_budget) +
                     ": no reply from the store at " + endpoint_);
     }
@@ -433,6 +448,16 @@ Message TcpStore::call(const Message& request, Millis wait_budget, const std::st
     std::lock_guard<std::mutex> lock(pool_mu_);
     idle_.push_back(std::move(conn));
   }
+  return reply;
+}
+
+Message TcpStore::call(const Message& request, Millis wait_budget, const std::string& op,
+                       SteadyClock::time_point until) {
+  return checked(exchange(request, wait_budget, op, until), request, wait_budget, op);
+}
+
+Message TcpStore::checked(const Message& reply, const Message& request, Millis wait_budget,
+                          const std::string& op) const {
   switch (static_cast<Status>(reply.kind)) {
     case Status::kOk:
       return reply;
@@ -463,6 +488,23 @@ Message make(Op op, std::vector<std::string> keys, std::string value = {},
 
 void TcpStore::set(const std::string& key, const std::string& value) {
   call(make(Op::kSet, {key}, value), Millis(0), "set(" + key + ")");
+}
+
+void TcpStore::set_by(const std::string& key, const std::string& value, const Deadline& deadline) {
+  call(make(Op::kSet, {key}, value), Millis(0),
+       "set(" + key + ") within " + std::to_string(deadline.budget().count()) + " ms",
+       deadline.end());
+}
+
+std::optional<std::string> TcpStore::peek_by(const std::string& key, const Deadline& deadline) {
+  // A get that does not wait: the server answers Timeout at once when the
+  // key is absent.
+  const std::string op =
+      "get(" + key + ") within " + std::to_string(deadline.budget().count()) + " ms";
+  const Message get = make(Op::kGet, {key});
+  const Message reply = exchange(get, Millis(0), op, deadline.end());
+  if (reply.kind == static_cast<std::uint8_t>(Status::kTimeout)) return std::nullopt;
+  return checked(reply, get, Millis(0), op).value;
 }
 
 std::string TcpStore::get(const std::string& key, Millis timeout) {

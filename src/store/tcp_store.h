@@ -160,13 +160,24 @@ class TcpStore final : public Store {
   // "host:port", as error messages name the server.
   const std::string& endpoint() const { return endpoint_; }
   std::string where() const override;  // " at the store host:port"
+  void set_by(const std::string& key, const std::string& value, const Deadline& deadline) override;
+  std::optional<std::string> peek_by(const std::string& key, const Deadline& deadline) override;
 
  private:
   struct Connection;
-  // Sends request on a pooled connection and returns the reply; raises the
-  // reply's Timeout or Error. wait_budget: how long the server may block.
+  // Sends request on a pooled connection and returns the server's reply as
+  // it came (Ok, Timeout or Error). wait_budget: how long the server may
+  // block. Connecting, sending and the reply each have their own bound
+  // (connect_timeout, io_timeout), and all end by `until`: Timeout (or
+  // PeerFailure, the server gone) naming op and the store.
+  tcp_wire::Message exchange(const tcp_wire::Message& request, Millis wait_budget,
+                             const std::string& op, SteadyClock::time_point until);
+  // exchange, then the reply's Timeout or Error raised.
   tcp_wire::Message call(const tcp_wire::Message& request, Millis wait_budget,
-                         const std::string& op);
+                         const std::string& op,
+                         SteadyClock::time_point until = SteadyClock::time_point::max());
+  tcp_wire::Message checked(const tcp_wire::Message& reply, const tcp_wire::Message& request,
+                            Millis wait_budget, const std::string& op) const;
   std::unique_ptr<Connection> connect_with_retry(Millis budget);
   std::unique_ptr<Connection> connect_once(SteadyClock::time_point until);
 

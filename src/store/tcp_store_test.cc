@@ -12,7 +12,9 @@
 
 #include "core/error.h"
 #include "core/fd.h"
+#include "net/auth.h"
 #include "net/frame.h"
+#include "net/socket.h"
 #include "store/secret.h"
 
 namespace hpct::store {
@@ -486,6 +488,64 @@ TEST(TcpStore, BadOptionsAreInvalidArguments) {
   auto bad = server_options();
   bad.bind_address = "not an address";
   EXPECT_THROW(TcpStoreServer{bad}, Error);
+}
+
+// A store server whose host was cut off from the network after the client
+// connected: it completes the handshake, then reads requests and never
+// answers (a link that is down delivers nothing back).
+struct CutOffServer {
+  CutOffServer() : listener(net::listen_tcp("127.0.0.1", 0, &port, "cut-off store")) {
+    thread = std::thread([this] {
+      UniqueFd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC));
+      if (!fd.valid()) return;
+      net::server_handshake(fd.get(), kSecret, SteadyClock::now() + Millis(2000), -1,
+                            "test client");
+      char buf[4096];
+      while (!stop) {
+        pollfd p{fd.get(), POLLIN, 0};
+        if (::poll(&p, 1, 20) > 0 && ::recv(fd.get(), buf, sizeof buf, MSG_DONTWAIT) == 0) return;
+      }
+    });
+  }
+  ~CutOffServer() {
+    stop = true;
+    thread.join();
+  }
+  int port = 0;
+  UniqueFd listener;
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+TEST(TcpStore, CallsWithADeadlineEndByItWhenTheServerNoLongerAnswers) {
+  CutOffServer server;
+  TcpStore s(client_options(server.port));  // io_timeout 3 s: what the plain calls would wait
+  for (int i = 0; i < 2; ++i) {  // the first on the pooled connection, the second on a new one
+    const auto start = SteadyClock::now();
+    try {
+      if (i == 0) s.set_by("hpct/failure/1", "report", Deadline(Millis(300)));
+      if (i == 1) s.peek_by("hpct/failure/0", Deadline(Millis(300)));
+      ADD_FAILURE() << "a store that never answers answered";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::kTimeout) << e.what();
+      EXPECT_NE(std::string(e.what()).find("within 300 ms"), std::string::npos) << e.what();
+    }
+    const auto took = SteadyClock::now() - start;
+    EXPECT_GE(took, Millis(250));
+    EXPECT_LT(took, Millis(1000)) << "call " << i << " outlived its deadline";
+  }
+}
+
+TEST(TcpStore, PeekByReturnsTheValueOrNothingAtOnce) {
+  TcpStoreServer server(server_options());
+  TcpStore s(client_options(server.port()));
+  s.set("here", "v");
+  const auto start = SteadyClock::now();
+  EXPECT_EQ(s.peek_by("here", Deadline(Millis(2000))), std::optional<std::string>("v"));
+  EXPECT_EQ(s.peek_by("absent", Deadline(Millis(2000))), std::nullopt);
+  EXPECT_LT(SteadyClock::now() - start, Millis(1000)) << "an absent key is not waited for";
+  s.set_by("later", "w", Deadline(Millis(2000)));
+  EXPECT_EQ(s.get("later", Millis(100)), "w");
 }
 
 }  // namespace

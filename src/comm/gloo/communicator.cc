@@ -266,16 +266,16 @@ void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, E
   own.op = what;
   own.detail = detail;
 
-  // failure_report.h, steps 2-5.
-  publish_failure_report(*store_, own);
+  // failure_report.h, steps 2-5, within one bound.
+  const Deadline reports(std::min(options_.failure_report_wait, timeout / 2));
+  const std::string store_error = publish_failure_report(*store_, own, reports);
   if (direct_) direct_->close();
   if (hier_) hier_->across->close();
   try {
     if (context_) context_->closeConnections();
   } catch (const std::exception&) {
   }
-  const Millis wait = std::min(options_.failure_report_wait, timeout / 2);
-  const CollectedReports others = collect_failure_reports(*store_, own, size_, wait);
+  const CollectedReports others = collect_failure_reports(*store_, own, size_, reports);
   const FailureVerdict v = judge_failure(own, others);
 
   std::string m = what + " on rank " + std::to_string(rank_) + " of " + std::to_string(size_) +
@@ -303,6 +303,11 @@ void GlooCommunicator::fail(const std::string& what, Millis timeout, int peer, E
       m += "peer ranks [" + rank_list(v.missing) + "] are not responding";
     }
     m += " (stopped, hung, or not in this operation); this rank saw: " + detail;
+    // Nobody answering, the job's store included: the loss is on this side.
+    if (!store_error.empty() && v.missing.size() + 1 == static_cast<size_t>(size_)) {
+      m += "; the job's store did not answer either (" + store_error +
+           "): this rank's host may be cut off from the network";
+    }
   } else {
     if (v.code == ErrorCode::kTimeout) {
       m += "timed out after " + std::to_string(timeout.count()) + " ms";

@@ -67,18 +67,21 @@ bool decode_failure_report(const std::string& text, FailureReport* out) {
   return fields == 5;
 }
 
-void publish_failure_report(store::Store& store, const FailureReport& own) {
+std::string publish_failure_report(store::Store& store, const FailureReport& own,
+                                   const Deadline& deadline) {
   try {
-    store.set(failure_report_key(own.reporter), encode_failure_report(own));
-  } catch (const std::exception&) {
-    // The store may be what failed (a dead launcher); the local error stands.
+    store.set_by(failure_report_key(own.reporter), encode_failure_report(own), deadline);
+    return {};
+  } catch (const std::exception& e) {
+    // The store may be what failed (a dead launcher, this host cut off);
+    // the local error stands.
+    return e.what();
   }
 }
 
 CollectedReports collect_failure_reports(store::Store& store, const FailureReport& own, int size,
-                                         Millis wait) {
-  const Deadline deadline(wait);
-  const Millis settle = std::min(kFailureReportSettle, wait);
+                                         const Deadline& deadline) {
+  const Millis settle = std::min(kFailureReportSettle, deadline.budget());
   std::vector<bool> have(size, false);
   have[own.reporter] = true;
   std::vector<bool> accused(size, false);
@@ -93,7 +96,8 @@ CollectedReports collect_failure_reports(store::Store& store, const FailureRepor
       try {
         const std::string key = failure_report_key(r);
         FailureReport rep;
-        if (store.check({key}) && decode_failure_report(store.get(key, Millis(100)), &rep)) {
+        const std::optional<std::string> text = store.peek_by(key, deadline);
+        if (text && decode_failure_report(*text, &rep)) {
           have[r] = true;
           out.reports.push_back(rep);
           if (rep.code == ErrorCode::kPeerFailure && rep.suspect >= 0 && rep.suspect < size) {

@@ -19,7 +19,9 @@
 //      that sees the close can find the record.
 //   3. It closes all its connections, so ranks blocked on it fail at once.
 //   4. It waits, bounded (GlooOptions::failure_report_wait, at most half the
-//      op's timeout), until every other rank has written its record, polling
+//      op's timeout, for steps 2 to 4 together: every store call in them
+//      ends by that deadline, so a rank cut off from the store's host fails
+//      in time too), until every other rank has written its record, polling
 //      the store every kFailureReportPoll. It stops early, but not before
 //      kFailureReportSettle, when every rank still missing is one that some
 //      record says closed its connection: those ranks are dead and more
@@ -66,16 +68,20 @@ struct CollectedReports {
   std::vector<int> missing;            // ranks (not this one) with no record
 };
 
-// Step 2. Never throws.
-void publish_failure_report(store::Store& store, const FailureReport& own);
+// Step 2, by deadline.end() (the whole protocol's deadline: a rank cut off
+// from the store's host must not wait longer). Never throws: returns the
+// store's error, empty when the record was written.
+std::string publish_failure_report(store::Store& store, const FailureReport& own,
+                                   const Deadline& deadline);
 
 constexpr Millis kFailureReportPoll{20};
 constexpr Millis kFailureReportSettle{300};
 
-// Step 4: blocks at most `wait` (plus one store call). Never throws; a rank
-// whose record cannot be read (store failure) counts as missing.
+// Step 4: returns by deadline.end() (every store call ends by then too).
+// Never throws; a rank whose record cannot be read (store failure) counts
+// as missing.
 CollectedReports collect_failure_reports(store::Store& store, const FailureReport& own, int size,
-                                         Millis wait);
+                                         const Deadline& deadline);
 
 struct FailureVerdict {
   ErrorCode code = ErrorCode::kTimeout;

@@ -77,9 +77,10 @@ TEST(FailureReportTest, EveryoneReportedMeansOwnEvidence) {
 
 TEST(FailureReportTest, CollectIsBoundedAndNamesMissingRanks) {
   store::MemoryStore s;
-  publish_failure_report(s, report(0, ErrorCode::kPeerFailure, 2));
+  EXPECT_EQ(publish_failure_report(s, report(0, ErrorCode::kPeerFailure, 2), Deadline(Millis(200))),
+            "");
   const auto start = SteadyClock::now();
-  auto c = collect_failure_reports(s, report(1, ErrorCode::kTimeout, -1), 3, Millis(200));
+  auto c = collect_failure_reports(s, report(1, ErrorCode::kTimeout, -1), 3, Deadline(Millis(200)));
   EXPECT_GE(SteadyClock::now() - start, Millis(200));  // rank 2 is accused by nobody
   EXPECT_LT(SteadyClock::now() - start, Millis(1000));
   ASSERT_EQ(c.reports.size(), 1u);
@@ -89,9 +90,10 @@ TEST(FailureReportTest, CollectIsBoundedAndNamesMissingRanks) {
 
 TEST(FailureReportTest, CollectStopsEarlyWhenOnlyAccusedRanksAreMissing) {
   store::MemoryStore s;
-  publish_failure_report(s, report(0, ErrorCode::kPeerFailure, 2));
+  publish_failure_report(s, report(0, ErrorCode::kPeerFailure, 2), Deadline(Millis(3000)));
   const auto start = SteadyClock::now();
-  auto c = collect_failure_reports(s, report(1, ErrorCode::kTimeout, -1), 3, Millis(3000));
+  auto c =
+      collect_failure_reports(s, report(1, ErrorCode::kTimeout, -1), 3, Deadline(Millis(3000)));
   const auto took = SteadyClock::now() - start;
   EXPECT_GE(took, kFailureReportSettle);
   EXPECT_LT(took, Millis(1500));
