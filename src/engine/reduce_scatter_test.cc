@@ -101,7 +101,9 @@ TEST(EngineReduceScatter, FusedUnevenRangesARankWithNothingAndAnAllreduceBeside)
               << "tensor " << t << " rank " << rank << " step " << step << (shm ? " shm" : " tcp");
           if (t == 3) {  // in place: the other ranks' ranges are only read
             for (std::size_t i = 0; i < c.numel; ++i) {
-              if (i < lo || i >= lo + n) ASSERT_EQ(in[t][i], value(rank, 3, i, step)) << i;
+              if (i < lo || i >= lo + n) {
+                ASSERT_EQ(in[t][i], value(rank, 3, i, step)) << i;
+              }
             }
           }
         }
