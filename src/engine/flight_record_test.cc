@@ -143,7 +143,15 @@ TEST(FlightRecord, EngineWritesEachRanksRecordOnAFailureAndOnSigusr1) {
     comm::barrier(c);
     if (c.rank() == 0) {
       // The failure's writes first, then the signal's (a thread of its own).
+      // A request that comes while another is still pending joins it, under
+      // the first one's reason: so the signal waits until both failure
+      // records are on disk (each appears whole, by rename).
       const std::string path = dir.path + "/flight/rank-1.json";
+      Deadline written(Millis(5000));
+      while (!written.expired() && (read_file_or_empty(path).empty() ||
+                                    read_file_or_empty(dir.path + "/flight/rank-0.json").empty())) {
+        std::this_thread::sleep_for(Millis(10));
+      }
       ::kill(::getpid(), SIGUSR1);
       Deadline d(Millis(5000));
       while (!d.expired() && read_file_or_empty(path).find("\"SIGUSR1\"") == std::string::npos) {
