@@ -151,28 +151,8 @@ void Communicator::do_reduce_scatter_v(const ReduceScatterOptions& o) {
   for (int k = 1; k < n; ++k) {
     const int to = (rank_ + k) % n;
     const int from = (rank_ - k + n) % n;
-    SendOptions s;
-    s.data = in + offset[to] * es;
-    s.count = o.counts[to] * es;
-    s.peer = to;
-    s.tag = o.tag;
-    s.timeout = o.timeout;
-    RecvOptions r;
-    r.data = got.data() + from * mine * es;
-    r.count = mine * es;
-    r.peer = from;
-    r.tag = o.tag;
-    r.timeout = o.timeout;
-    int a = n, b = k;
-    while (b != 0) {
-      const int t = a % b;
-      a = b;
-      b = t;
-    }
-    const bool recv_first = rank_ < a;
-    if (recv_first && r.count > 0) do_recv(r);
-    if (s.count > 0) do_send(s);
-    if (!recv_first && r.count > 0) do_recv(r);
+    exchange_step(k, in + offset[to] * es, o.counts[to] * es, got.data() + from * mine * es, mine * es, o.tag,
+                  o.timeout);
   }
   std::vector<const void*> blocks;
   for (int q = 0; q < n; ++q) blocks.push_back(q == rank_ ? in + offset[q] * es : got.data() + q * mine * es);
@@ -217,36 +197,36 @@ void Communicator::do_alltoall(const AlltoallOptions& o) {
   // other in a circle: the cycle unwinds from its lowest rank.
   const int n = size_;
   for (int k = 1; k < n; ++k) {
-    const int to = (rank_ + k) % n;
-    const int from = (rank_ - k + n) % n;
-    SendOptions s;
-    s.data = in + to * block;
-    s.count = block;
-    s.dtype = DataType::kUInt8;
-    s.peer = to;
-    s.tag = o.tag;
-    s.timeout = o.timeout;
-    RecvOptions r;
-    r.data = out + from * block;
-    r.count = block;
-    r.dtype = DataType::kUInt8;
-    r.peer = from;
-    r.tag = o.tag;
-    r.timeout = o.timeout;
-    int a = n, b = k;
-    while (b != 0) {
-      const int t = a % b;
-      a = b;
-      b = t;
-    }
-    if (rank_ < a) {
-      do_recv(r);
-      do_send(s);
-    } else {
-      do_send(s);
-      do_recv(r);
-    }
+    exchange_step(k, in + ((rank_ + k) % n) * block, block, out + ((rank_ - k + n) % n) * block, block, o.tag,
+                  o.timeout);
   }
+}
+
+void Communicator::exchange_step(int k, const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                                 std::uint32_t tag, Millis timeout) {
+  const int n = size_;
+  SendOptions s;
+  s.data = send;
+  s.count = send_bytes;
+  s.peer = (rank_ + k) % n;
+  s.tag = tag;
+  s.timeout = timeout;
+  RecvOptions r;
+  r.data = recv;
+  r.count = recv_bytes;
+  r.peer = (rank_ - k + n) % n;
+  r.tag = tag;
+  r.timeout = timeout;
+  int a = n, b = k;  // gcd(n, k): the cycles' count, and their lowest ranks
+  while (b != 0) {
+    const int t = a % b;
+    a = b;
+    b = t;
+  }
+  const bool recv_first = rank_ < a;
+  if (recv_first && r.count > 0) do_recv(r);
+  if (s.count > 0) do_send(s);
+  if (!recv_first && r.count > 0) do_recv(r);
 }
 
 void Communicator::do_barrier(const BarrierOptions& o) {

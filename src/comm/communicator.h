@@ -209,6 +209,12 @@ class Communicator {
   virtual void do_alltoall(const AlltoallOptions& o);
   // Default: a one-byte allreduce of a host byte. Device backends override it.
   virtual void do_barrier(const BarrierOptions& o);
+  // Step k (1..size-1) of the pairwise schedule of do_alltoall and
+  // do_reduce_scatter_v: send_bytes to rank+k, recv_bytes from rank-k, in
+  // the order that cannot deadlock (communicator.cc); an empty side is
+  // skipped (every rank knows the sizes).
+  void exchange_step(int k, const void* send, size_t send_bytes, void* recv, size_t recv_bytes,
+                     std::uint32_t tag, Millis timeout);
 
   int rank_;
   int size_;
